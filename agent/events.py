@@ -1,0 +1,123 @@
+"""The events of the agent loop, and the one typed stream that carries them with the model's.
+
+The TUI, the headless printer, the session log and replay all consume `AgentEvent`s. Every
+event has a wall-clock `ts`, so a logged session can be redrawn at its recorded pace.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from hotloop.providers.events import (
+    Event,
+    Finished,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    Usage,
+    UsageLedger,
+)
+
+ToolStatus = Literal["ok", "error", "cancelled"]
+TurnEnd = Literal["answer", "max_steps", "cancelled", "error"]
+
+
+class TurnStarted(Event, frozen=True):
+    """A user turn. The model receives `prompt` followed by `context` (the volatile facts)."""
+
+    turn: int
+    prompt: str
+    context: str = ""
+
+
+class StepStarted(Event, frozen=True):
+    turn: int
+    step: int
+    provider: str
+    model: str
+
+
+class ToolStarted(Event, frozen=True):
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ToolOutput(Event, frozen=True):
+    """Output a tool streams while it runs (shown live; the result is in `ToolFinished`)."""
+
+    call_id: str
+    text: str
+
+
+class ToolFinished(Event, frozen=True):
+    call_id: str
+    name: str
+    status: ToolStatus
+    duration: float
+    result: str
+
+
+class StepFinished(Event, frozen=True):
+    """One model request and its tool phase. Times are seconds; `None` means not measured."""
+
+    turn: int
+    step: int
+    usage: UsageLedger | None
+    ttft: float | None
+    decode_tps: float | None
+    model_time: float
+    wall: float
+    tool_count: int
+    tool_sum: float
+    tool_wall: float
+    finish_reason: str
+
+
+class TurnFinished(Event, frozen=True):
+    turn: int
+    reason: TurnEnd
+    steps: int
+    wall: float
+
+
+class Notice(Event, frozen=True):
+    """Something the user should read: a failed MCP server, a provider error, a step cap."""
+
+    level: Literal["info", "warning", "error"]
+    message: str
+
+
+AgentEvent = (
+    TurnStarted
+    | StepStarted
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallStarted
+    | ToolCallArgsDelta
+    | ToolCallReady
+    | Usage
+    | Finished
+    | ToolStarted
+    | ToolOutput
+    | ToolFinished
+    | StepFinished
+    | TurnFinished
+    | Notice
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AgentEvent)
+
+
+def encode(event: AgentEvent) -> bytes:
+    """One event as a line of JSON, without the newline."""
+    return _encoder.encode(event)
+
+
+def decode(line: bytes | str) -> AgentEvent:
+    return _decoder.decode(line)

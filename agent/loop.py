@@ -1,0 +1,275 @@
+"""The agent loop: a turn is a sequence of steps.
+
+Each step builds the request, streams the model's answer, runs all of the step's tool calls
+concurrently, and appends the results, until the model answers without calling a tool or
+the step cap is reached. Every stage is reported as an event to one `emit` callback.
+
+The conversation stays valid whatever happens: a failing or hanging tool becomes an error
+result, a cancelled turn gives every issued call a `cancelled` result, and a provider error
+keeps the partial answer, marked as interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    StepFinished,
+    StepStarted,
+    ToolFinished,
+    ToolOutput,
+    ToolStarted,
+    ToolStatus,
+    TurnEnd,
+    TurnFinished,
+    TurnStarted,
+)
+from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
+from hotloop.agent.tools.registry import ToolContext, ToolError, ToolRegistry, cap_output
+from hotloop.providers.base import Provider
+from hotloop.providers.conversation import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from hotloop.providers.errors import ProviderError
+from hotloop.providers.events import (
+    Finished,
+    ModelEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    Usage,
+    UsageLedger,
+)
+
+Emit = Callable[[AgentEvent], None]
+
+_FIRST_TOKEN_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolCallArgsDelta)
+CANCELLED_RESULT = "cancelled: the user stopped this call before it finished"
+
+
+@dataclass
+class _Stream:
+    """What one streamed response has produced so far."""
+
+    started: float
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    usage: UsageLedger | None = None
+    finish_reason: str = ""
+    first_token: float | None = None
+    last_token: float | None = None
+
+    def observe(self, event: ModelEvent, now: float) -> None:
+        if isinstance(event, _FIRST_TOKEN_EVENTS):
+            if self.first_token is None:
+                self.first_token = now
+            self.last_token = now
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, ToolCallReady):
+            self.calls.append(ToolCall(event.call_id, event.name, event.arguments))
+        elif isinstance(event, Usage):
+            self.usage = event.ledger
+        elif isinstance(event, Finished):
+            self.finish_reason = event.reason
+
+    def message(self, interrupted: bool = False) -> AssistantMessage:
+        return AssistantMessage("".join(self.text), "".join(self.reasoning), tuple(self.calls), interrupted)
+
+    def decode_tps(self) -> float | None:
+        output = self.usage.output if self.usage else None
+        if not output or output < 2 or self.first_token is None or self.last_token is None:
+            return None
+        span = self.last_token - self.first_token
+        return (output - 1) / span if span > 0 else None
+
+
+@dataclass
+class _ToolPhase:
+    count: int = 0
+    durations: list[float] = field(default_factory=list)
+    first_start: float | None = None
+    last_end: float | None = None
+
+    @property
+    def wall(self) -> float:
+        if self.first_start is None or self.last_end is None:
+            return 0.0
+        return self.last_end - self.first_start
+
+
+class Agent:
+    """Runs turns of one conversation against one provider at a time."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        tools: ToolRegistry,
+        *,
+        emit: Emit,
+        workspace: Path,
+        system: str | None = None,
+        max_steps: int = 25,
+        tool_timeout: float = 120.0,
+        max_tokens: int | None = None,
+        context: Callable[[], str] | None = None,
+    ) -> None:
+        self.provider = provider
+        self.tools = tools
+        self.emit = emit
+        self.workspace = workspace
+        self.max_steps = max_steps
+        self.tool_timeout = tool_timeout
+        self.max_tokens = max_tokens
+        self.messages: list[Message] = []
+        self.turn = 0
+        self._builder = PromptBuilder(system if system is not None else system_prompt(), tools)
+        self._context = context or (lambda: volatile_context(workspace))
+
+    async def run_turn(self, prompt: str) -> TurnFinished:
+        """Answer one user prompt, calling tools as the model asks, and report how the turn ended."""
+        self.turn += 1
+        turn, started = self.turn, time.perf_counter()
+        context = self._context()
+        self.emit(TurnStarted(turn=turn, prompt=prompt, context=context))
+        self.messages.append(UserMessage(prompt + context))
+        steps, reason = 0, "answer"
+        try:
+            while True:
+                steps += 1
+                if not await self._step(turn, steps):
+                    break
+                if steps >= self.max_steps:
+                    reason = "max_steps"
+                    self.emit(Notice(level="warning", message=f"stopped after {steps} steps (the step cap)"))
+                    break
+        except ProviderError as error:
+            reason = "error"
+            self.emit(Notice(level="error", message=str(error)))
+        except asyncio.CancelledError:
+            self.emit(TurnFinished(turn=turn, reason="cancelled", steps=steps, wall=time.perf_counter() - started))
+            raise
+        return self._finish(turn, reason, steps, started)
+
+    def _finish(self, turn: int, reason: TurnEnd, steps: int, started: float) -> TurnFinished:
+        finished = TurnFinished(turn=turn, reason=reason, steps=steps, wall=time.perf_counter() - started)
+        self.emit(finished)
+        return finished
+
+    async def _step(self, turn: int, step: int) -> bool:
+        """One request and its tool phase; True if the model asked for tools."""
+        request = self._builder.request(self.messages, self.max_tokens)
+        self.emit(StepStarted(turn=turn, step=step, provider=self.provider.name, model=self.provider.model))
+        stream = _Stream(started=time.perf_counter())
+        try:
+            async for event in self.provider.stream(request):
+                stream.observe(event, time.perf_counter())
+                self.emit(event)
+        except (ProviderError, asyncio.CancelledError):
+            self._keep_interrupted(stream)
+            raise
+        model_done = time.perf_counter()
+        self.messages.append(stream.message())
+        phase = await self._run_tools(stream.calls)
+        self.emit(
+            StepFinished(
+                turn=turn,
+                step=step,
+                usage=stream.usage,
+                ttft=stream.first_token - stream.started if stream.first_token is not None else None,
+                decode_tps=stream.decode_tps(),
+                model_time=model_done - stream.started,
+                wall=time.perf_counter() - stream.started,
+                tool_count=phase.count,
+                tool_sum=sum(phase.durations),
+                tool_wall=phase.wall,
+                finish_reason=stream.finish_reason,
+            )
+        )
+        return bool(stream.calls)
+
+    def _keep_interrupted(self, stream: _Stream) -> None:
+        """Keep a partial answer; calls that were complete get a cancelled result so history stays valid."""
+        if not (stream.text or stream.reasoning or stream.calls):
+            return
+        self.messages.append(stream.message(interrupted=True))
+        self.messages.extend(
+            ToolResultMessage(call.id, call.name, CANCELLED_RESULT, is_error=True) for call in stream.calls
+        )
+
+    async def _run_tools(self, calls: list[ToolCall]) -> _ToolPhase:
+        phase = _ToolPhase(count=len(calls))
+        tasks = [asyncio.create_task(self._run_tool(call, phase)) for call in calls]
+        try:
+            results = await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            # Each tool turns its own cancellation into a `cancelled` result; collect them all.
+            results = await asyncio.gather(*tasks)
+            self.messages.extend(results)
+            raise
+        self.messages.extend(results)
+        return phase
+
+    async def _run_tool(self, call: ToolCall, phase: _ToolPhase) -> ToolResultMessage:
+        started = time.perf_counter()
+        if phase.first_start is None:
+            phase.first_start = started
+        self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
+        status: ToolStatus = "ok"
+        try:
+            content = await self._invoke(call)
+        except asyncio.CancelledError:
+            status, content = "cancelled", CANCELLED_RESULT
+        except ToolError as error:
+            status, content = "error", f"error: {error}"
+        except TimeoutError:
+            status, content = "error", f"error: {call.name} timed out after {self._timeout_of(call.name):g} s"
+        except Exception as error:  # a tool's bug must not end the turn
+            status, content = "error", f"error: {call.name} raised {type(error).__name__}: {error}"
+        ended = time.perf_counter()
+        phase.durations.append(ended - started)
+        phase.last_end = ended if phase.last_end is None else max(phase.last_end, ended)
+        self.emit(ToolFinished(call_id=call.id, name=call.name, status=status, duration=ended - started, result=content))
+        return ToolResultMessage(call.id, call.name, content, is_error=status != "ok")
+
+    async def _invoke(self, call: ToolCall) -> str:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            offered = ", ".join(t.name for t in self.tools) or "none"
+            raise ToolError(f"unknown tool {call.name!r} (available: {offered})")
+        arguments = parse_arguments(call)
+        context = ToolContext(call.id, self.workspace, lambda text: self.emit(ToolOutput(call_id=call.id, text=text)))
+        async with asyncio.timeout(self._timeout_of(call.name)):
+            result = await tool.handler(arguments, context)
+        return cap_output(result if isinstance(result, str) else str(result))
+
+    def _timeout_of(self, name: str) -> float:
+        tool = self.tools.get(name)
+        return tool.timeout if tool is not None and tool.timeout is not None else self.tool_timeout
+
+
+def parse_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments as an object, or a ToolError the model can learn from."""
+    if not call.arguments.strip():
+        return {}
+    try:
+        arguments = json.loads(call.arguments)
+    except json.JSONDecodeError as error:
+        raise ToolError(
+            f"the arguments for {call.name} are not valid JSON ({error.msg} at character {error.pos}): "
+            f"{call.arguments[:200]}"
+        ) from None
+    if not isinstance(arguments, dict):
+        raise ToolError(f"the arguments for {call.name} must be a JSON object, not {type(arguments).__name__}")
+    return arguments

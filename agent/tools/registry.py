@@ -1,0 +1,97 @@
+"""Tools the agent can call: a name, a JSON schema, a `read_only` flag and an async handler."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hotloop.providers.conversation import ToolSpec
+
+OUTPUT_LIMIT = 30_000
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should read about: the message becomes the error result."""
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may use: the workspace root and a way to stream output to the user."""
+
+    call_id: str
+    workspace: Path
+    emit_output: Callable[[str], None] = field(default=lambda text: None)
+
+
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Handler
+    read_only: bool = False
+    timeout: float | None = None
+    source: str = "builtin"
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, canonical(self.parameters))
+
+
+def canonical(schema: Any) -> Any:
+    """The schema with keys sorted at every level, so it serializes to the same bytes every time."""
+    return json.loads(json.dumps(schema, sort_keys=True, ensure_ascii=False))
+
+
+def cap_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
+    """`text`, cut to `limit` characters with a notice saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[output truncated: showed {limit:,} of {len(text):,} characters]"
+
+
+class ToolRegistry:
+    """The tools on offer, listed by name so that requests stay byte-stable."""
+
+    def __init__(self, tools: list[Tool] | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._specs: tuple[ToolSpec, ...] | None = None
+        for tool in tools or []:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        self._specs = None
+
+    def remove_source(self, source: str) -> list[str]:
+        """Drop every tool from `source` (an MCP server that died); returns their names."""
+        gone = sorted(name for name, tool in self._tools.items() if tool.source == source)
+        for name in gone:
+            del self._tools[name]
+        self._specs = None
+        return gone
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(sorted(self._tools.values(), key=lambda tool: tool.name))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """Tool specs sorted by name, computed once per change of the tool set."""
+        if self._specs is None:
+            self._specs = tuple(tool.spec() for tool in self)
+        return self._specs

@@ -1,0 +1,59 @@
+"""A 5-step run against the simulator: does each step read the previous request from cache?
+
+hotloop builds requests static part first and append-only, so the simulator's vLLM-style
+prefix cache should cover everything the previous request sent. Target: every step after
+the first reports cache-read tokens ≥ the previous request's prompt tokens − 32.
+
+    python benchmarks/prefix_cache.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+
+from hotloop.agent.events import AgentEvent, StepFinished
+from hotloop.agent.loop import Agent
+from hotloop.agent.tools.builtins import builtin_tools
+from hotloop.agent.tools.registry import ToolRegistry
+from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.sim.engine import SimConfig
+from hotloop.providers.sim.model import load_scenario
+from hotloop.providers.sim.server import EmbeddedSimulator
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "notes.md").write_text("".join(f"Line {n}: notes about the project and its plans.\n" for n in range(200)))
+        pages = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md", "offset": 1 + 50 * n, "limit": 50}}]}
+                 for n in range(4)]
+        (root / "scenario.json").write_text(json.dumps([*pages, {"text": "Read all four pages."}]))
+        events: list[AgentEvent] = []
+        config = SimConfig(scenario=load_scenario(root / "scenario.json")).with_latency(0, 0, 0)
+        with EmbeddedSimulator(config) as sim:
+            provider = OpenAIChatProvider(name="sim", model="sim-balanced", base_url=sim.base_url)
+            agent = Agent(provider, ToolRegistry(builtin_tools()), emit=events.append, workspace=root)
+            await agent.run_turn("read notes.md page by page")
+            await provider.aclose()
+    steps = [e for e in events if isinstance(e, StepFinished)]
+    print("prefix cache over a 5-step run (simulator: 16-token blocks, last token always recomputed)")
+    print(f"  {'step':>4} {'prompt':>7} {'cache read':>10} {'prev prompt':>11} {'read − prev':>11}")
+    previous = None
+    for step in steps:
+        usage = step.usage
+        assert usage is not None and usage.prompt_total is not None
+        read = usage.cache_read or 0
+        gap = f"{read - previous:+,}" if previous is not None else "–"
+        prev = f"{previous:,}" if previous is not None else "–"
+        print(f"  {step.step:>4} {usage.prompt_total:>7,} {read:>10,} {prev:>11} {gap:>11}")
+        previous = usage.prompt_total
+    total = sum(s.usage.prompt_total or 0 for s in steps if s.usage)
+    read = sum(s.usage.cache_read or 0 for s in steps if s.usage)
+    print(f"  cache-hit {read / total:.1%} of {total:,} prompt tokens (target: read − prev ≥ −32 from step 2 on)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,251 @@
+"""The `hotloop` command line.
+
+Imports are deferred into the commands, so `hotloop --version` stays fast. Every user error
+ends as one line on stderr and a non-zero exit: 2 for bad input or configuration, 1 for a
+run that failed, 130 for an interrupt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hotloop import __version__
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message is shown as one line."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hotloop", description="A terminal agent console that shows where every turn's time and tokens go."
+    )
+    parser.add_argument("--version", action="version", version=f"hotloop {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run prompts headless, streaming the answer to stdout")
+    run.add_argument("prompts", nargs="*", metavar="PROMPT", help="consecutive user turns (default: read stdin)")
+    _provider_options(run)
+    run.add_argument("--system", type=Path, metavar="FILE", help="add this file's text to the system prompt")
+    run.add_argument("--mcp", action="append", default=[], metavar="CMD", help='an MCP stdio server, e.g. "npx -y pkg" (repeatable)')
+    run.add_argument("--json", action="store_true", help="print every event as a JSON line instead of text")
+    run.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop a turn after N model requests")
+
+    sim = commands.add_parser("sim", help="the embedded vLLM-like simulator")
+    sim_commands = sim.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
+    serve = sim_commands.add_parser("serve", help="serve the simulator over HTTP for any OpenAI-compatible client")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--ttft-ms", type=_non_negative, metavar="MS", help="fixed time to first token")
+    serve.add_argument("--prefill-us-per-token", type=_non_negative, metavar="US", help="prefill time per uncached prompt token")
+    serve.add_argument("--decode-ms-per-token", type=_non_negative, metavar="MS", help="time per output token")
+    serve.add_argument("--no-latency", action="store_true", help="answer as fast as possible")
+    serve.add_argument("--scenario", type=Path, metavar="FILE", help="follow a JSON list of steps")
+    serve.add_argument("--cache-blocks", type=_positive_int, default=16_384, metavar="N", help="prefix-cache capacity in 16-token blocks")
+    serve.add_argument("--no-prompt-tokens-details", action="store_true", help="leave cached-token counts out of usage, like vLLM without --enable-prompt-tokens-details")
+
+    config = commands.add_parser("config", help="where the config file is, and what it says")
+    config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
+    config_commands.add_parser("path", help="print the config file's path")
+    config_commands.add_parser("show", help="print the effective configuration (keys masked)")
+
+    sessions = commands.add_parser("sessions", help="saved sessions")
+    session_commands = sessions.add_subparsers(dest="sessions_command", metavar="COMMAND", required=True)
+    listing = session_commands.add_parser("list", help="list sessions, newest first")
+    listing.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+    return parser
+
+
+def _provider_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--provider", metavar="NAME", help="a configured provider: sim (default), openai, …")
+    parser.add_argument("--model", metavar="MODEL")
+    parser.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible server, e.g. http://localhost:8000/v1")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from hotloop.config import ConfigError
+    from hotloop.providers.errors import MissingApiKey, ProviderError
+
+    try:
+        return _dispatch(args)
+    except (ConfigError, UsageError, MissingApiKey) as error:
+        _fail(str(error))
+        return 2
+    except ProviderError as error:
+        _fail(str(error))
+        return 1
+    except KeyboardInterrupt:
+        _fail("interrupted")
+        return 130
+
+
+def _fail(message: str) -> None:
+    print(f"hotloop: {message}", file=sys.stderr)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return _run(args)
+    if args.command == "sim":
+        return _sim_serve(args)
+    if args.command == "config":
+        return _config(args)
+    return _sessions_list(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from hotloop.headless import RunOptions, run
+
+    prompts = list(args.prompts)
+    if not prompts:
+        if sys.stdin.isatty():
+            raise UsageError('give a prompt, e.g. hotloop run "list the files here", or pipe one on stdin')
+        prompts = [sys.stdin.read()]
+    if not all(p.strip() for p in prompts):
+        raise UsageError("a prompt is empty")
+    for line in args.mcp:
+        try:
+            if not shlex.split(line):
+                raise ValueError("no command")
+        except ValueError as error:
+            raise UsageError(f"--mcp {line!r} is not a command line: {error}") from None
+    options = RunOptions(
+        prompts=prompts,
+        provider=args.provider,
+        model=args.model,
+        base_url=args.base_url,
+        system=_read_system_file(args.system),
+        mcp=args.mcp,
+        json_lines=args.json,
+        max_steps=args.max_steps,
+    )
+    return asyncio.run(run(options))
+
+
+def _read_system_file(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read --system file {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--system file {path} is not UTF-8 text") from None
+
+
+def _sim_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
+    from hotloop.providers.sim.model import ScenarioError, load_scenario
+    from hotloop.providers.sim.server import SimServer, start
+
+    try:
+        scenario = load_scenario(args.scenario) if args.scenario else ()
+    except ScenarioError as error:
+        raise UsageError(str(error)) from None
+    config = SimConfig(cache_blocks=args.cache_blocks, scenario=scenario,
+                       prompt_tokens_details=not args.no_prompt_tokens_details)
+    if args.no_latency:
+        config = config.with_latency(NO_LATENCY.ttft, NO_LATENCY.prefill_per_token, NO_LATENCY.decode_per_token)
+    config = config.with_latency(
+        ttft=args.ttft_ms / 1000 if args.ttft_ms is not None else None,
+        prefill_per_token=args.prefill_us_per_token / 1e6 if args.prefill_us_per_token is not None else None,
+        decode_per_token=args.decode_ms_per_token / 1000 if args.decode_ms_per_token is not None else None,
+    )
+
+    async def serve() -> None:
+        try:
+            runner, port = await start(SimServer(config), args.host, args.port)
+        except OSError as error:
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
+        print(f"hotloop sim: OpenAI-compatible API on http://{args.host}:{port}/v1 "
+              f"(models: {', '.join(config.models)}); Ctrl-C stops", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _config(args: argparse.Namespace) -> int:
+    from hotloop import paths
+    from hotloop.config import load_config
+
+    if args.config_command == "path":
+        print(paths.config_file())
+        return 0
+    config = load_config()
+    print(f"# {config.path}{'' if config.loaded else ' (not found: defaults)'}")
+    print(f'default_provider = "{config.default_provider}"\nmax_steps = {config.max_steps}\ntool_timeout = {config.tool_timeout:g}')
+    for settings in config.providers.values():
+        print(f"\n[providers.{settings.name}]\nkind = \"{settings.kind}\"")
+        if settings.base_url:
+            print(f'base_url = "{settings.base_url}"')
+        if settings.api_key_env:
+            print(f'api_key_env = "{settings.api_key_env}"  # {_masked(settings.api_key())}')
+        if settings.models:
+            print("models = [" + ", ".join(f'"{m}"' for m in settings.models) + "]")
+        if settings.default_model:
+            print(f'default_model = "{settings.default_model}"')
+    for server in config.mcp:
+        print(f"\n[mcp.{server.name}]\ncommand = \"{server.command}\"\nargs = {list(server.args)}")
+        if server.env:
+            print("env = {" + ", ".join(f'{k} = "{_masked(v)}"' for k, v in server.env.items()) + "}")
+    return 0
+
+
+def _masked(value: str | None) -> str:
+    if not value:
+        return "not set"
+    return f"set: ••••{value[-4:]}" if len(value) >= 12 else "set: ••••"
+
+
+def _sessions_list(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from hotloop import paths
+    from hotloop.sessions.store import list_sessions
+
+    sessions = list_sessions(paths.sessions_dir())[: args.limit]
+    if not sessions:
+        print(f"no sessions yet in {paths.sessions_dir()}")
+        return 0
+    print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<18} first prompt")
+    for s in sessions:
+        started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
+        tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
+        prompt = " ".join(s.first_prompt.split())
+        prompt = prompt if len(prompt) <= 60 else prompt[:59] + "…"
+        print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {s.provider + '/' + s.model:<18.18} {prompt}")
+    return 0

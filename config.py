@@ -1,0 +1,209 @@
+"""hotloop's configuration: a TOML file with providers, their models, the simulator and MCP servers.
+
+API keys never live in the file. A provider names the environment variable that holds its
+key (`api_key_env`), and the key is read from the environment when the provider is used.
+Every problem with the file is reported as one line naming the file and the setting.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hotloop import paths
+
+OPENAI_URL = "https://api.openai.com/v1"
+KINDS = ("openai", "sim")
+DEFAULT_KEY_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+class ConfigError(Exception):
+    """The configuration can't be used; `str(error)` is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    name: str
+    kind: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    models: tuple[str, ...] = ()
+    default_model: str | None = None
+    max_retries: int = 2
+
+    @property
+    def key_required(self) -> bool:
+        return self.kind == "openai" and (self.base_url or OPENAI_URL).rstrip("/") == OPENAI_URL
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    ttft_ms: float | None = None
+    prefill_us_per_token: float | None = None
+    decode_ms_per_token: float | None = None
+    scenario: Path | None = None
+    cache_blocks: int = 16_384
+
+
+@dataclass(frozen=True)
+class McpServerSettings:
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+BUILTIN_PROVIDERS = {
+    "sim": ProviderSettings("sim", "sim", models=("sim-fast", "sim-balanced", "sim-strong"), default_model="sim-balanced"),
+    "openai": ProviderSettings("openai", "openai", OPENAI_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    loaded: bool
+    default_provider: str = "sim"
+    max_steps: int = 25
+    tool_timeout: float = 120.0
+    providers: dict[str, ProviderSettings] = field(default_factory=lambda: dict(BUILTIN_PROVIDERS))
+    sim: SimSettings = SimSettings()
+    mcp: tuple[McpServerSettings, ...] = ()
+
+    def provider(self, name: str | None = None) -> ProviderSettings:
+        name = name or self.default_provider
+        if name not in self.providers:
+            known = ", ".join(sorted(self.providers))
+            raise ConfigError(f"unknown provider {name!r} (configured: {known})")
+        return self.providers[name]
+
+    def key_env_names(self) -> set[str]:
+        """Every environment variable that holds a provider key, configured or default."""
+        return set(DEFAULT_KEY_ENVS) | {p.api_key_env for p in self.providers.values() if p.api_key_env}
+
+
+def load_config(path: Path | None = None) -> Config:
+    """The configuration at `path` (default: the user config file); defaults if there is no file."""
+    path = path or paths.config_file()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Config(path=path, loaded=False)
+    except OSError as error:
+        raise ConfigError(f"cannot read config {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"invalid TOML in {path}: {error}") from None
+    return _Reader(path).config(data)
+
+
+_TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", list: "a list", dict: "a table", bool: "true or false"}
+
+
+class _Reader:
+    """Validates the parsed TOML, naming the file and the setting in every error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, problem: str) -> ConfigError:
+        return ConfigError(f"config {self.path}: {where} {problem}")
+
+    def table(self, value: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, "must be a table")
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise self.fail(f"{where}.{unknown[0]}" if where else unknown[0], f"is not a setting (known: {', '.join(known)})")
+        return value
+
+    def named_tables(self, value: Any, where: str) -> dict[str, Any]:
+        """A table of tables keyed by user-chosen names, such as [providers.NAME]."""
+        if not isinstance(value, dict):
+            raise self.fail(where, "must be a table")
+        return value
+
+    def typed(self, table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+        value = table.get(key, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            expected = _TYPE_NAMES[kind if isinstance(kind, type) else kind[-1]]
+            raise self.fail(f"{where}{key}", f"must be {expected} (got {value!r})")
+        return value
+
+    def config(self, data: dict[str, Any]) -> Config:
+        top = self.table(data, "", ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp"))
+        providers = dict(BUILTIN_PROVIDERS)
+        for name, raw in self.named_tables(top.get("providers", {}), "providers").items():
+            providers[name] = self.provider(name, raw, providers.get(name))
+        default = self.typed(top, "default_provider", str, "", "sim")
+        if default not in providers:
+            raise self.fail("default_provider", f"names an unknown provider {default!r} (configured: {', '.join(sorted(providers))})")
+        max_steps = self.typed(top, "max_steps", int, "", 25)
+        timeout = self.typed(top, "tool_timeout", (int, float), "", 120.0)
+        if max_steps < 1 or timeout <= 0:
+            raise self.fail("max_steps" if max_steps < 1 else "tool_timeout", "must be positive")
+        return Config(
+            path=self.path,
+            loaded=True,
+            default_provider=default,
+            max_steps=max_steps,
+            tool_timeout=float(timeout),
+            providers=providers,
+            sim=self.sim(top.get("sim", {})),
+            mcp=tuple(self.mcp_server(name, raw) for name, raw in self.named_tables(top.get("mcp", {}), "mcp").items()),
+        )
+
+    def provider(self, name: str, raw: Any, base: ProviderSettings | None) -> ProviderSettings:
+        where = f"providers.{name}."
+        if isinstance(raw, dict) and "api_key" in raw:
+            raise self.fail(f"{where}api_key", "is not allowed: keep keys in the environment and name the variable with api_key_env")
+        known = ("kind", "base_url", "api_key_env", "models", "default_model", "max_retries")
+        table = self.table(raw, where.rstrip("."), known)
+        kind = self.typed(table, "kind", str, where, base.kind if base else None)
+        if kind not in KINDS:
+            raise self.fail(f"{where}kind", f"must be one of {', '.join(KINDS)} (got {kind!r})")
+        models = self.typed(table, "models", list, where, None)
+        if models is not None and not all(isinstance(m, str) and m for m in models):
+            raise self.fail(f"{where}models", "must be a list of model names")
+        settings = base if base is not None and base.kind == kind else ProviderSettings(name, kind)
+        changes = {
+            key: self.typed(table, key, str, where) for key in ("base_url", "api_key_env", "default_model") if key in table
+        }
+        if models is not None:
+            changes["models"] = tuple(models)
+        if "max_retries" in table:
+            changes["max_retries"] = self.typed(table, "max_retries", int, where)
+        return replace(settings, **changes)
+
+    def sim(self, raw: Any) -> SimSettings:
+        table = self.table(raw, "sim", ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token", "scenario", "cache_blocks"))
+        figures = {key: self.typed(table, key, (int, float), "sim.") for key in ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token")}
+        if any(value is not None and value < 0 for value in figures.values()):
+            raise self.fail("sim", "latency figures must not be negative")
+        scenario = self.typed(table, "scenario", str, "sim.")
+        return SimSettings(
+            **figures,
+            scenario=(self.path.parent / Path(scenario).expanduser()) if scenario else None,
+            cache_blocks=self.typed(table, "cache_blocks", int, "sim.", 16_384),
+        )
+
+    def mcp_server(self, name: str, raw: Any) -> McpServerSettings:
+        where = f"mcp.{name}."
+        table = self.table(raw, f"mcp.{name}", ("command", "args", "env"))
+        command = self.typed(table, "command", str, where)
+        if not command:
+            raise self.fail(f"{where}command", "is required")
+        args = self.typed(table, "args", list, where, [])
+        env = self.typed(table, "env", dict, where, {})
+        if not all(isinstance(a, str) for a in args) or not all(isinstance(v, str) for v in env.values()):
+            raise self.fail(where.rstrip("."), "args and env values must be strings")
+        return McpServerSettings(name, command, tuple(args), dict(env))

@@ -1,0 +1,180 @@
+"""`hotloop run`: the agent without the TUI.
+
+The answer streams to stdout, so `hotloop run "..." > answer.md` keeps only the answer.
+Tool calls, the per-step line and notices go to stderr. With `--json`, stdout carries every
+event as a JSON line instead, exactly as the session log stores it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    StepFinished,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    encode,
+)
+from hotloop.agent.figures import seconds, step_summary
+from hotloop.markdown_stream import MarkdownStream
+from hotloop.providers.events import ReasoningDelta, TextDelta
+
+_STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
+_NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
+
+
+class Printer:
+    """Renders events for a terminal or a pipe. Colour only goes to a terminal; a pipe gets plain lines."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, json_lines: bool = False) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.console = Console(file=self.err, highlight=False, soft_wrap=True) if self.err.isatty() else None
+        # A terminal gets the answer rendered as Markdown while it streams; a pipe gets the raw text.
+        self.markdown = MarkdownStream(Console(file=self.out)) if self.out.isatty() and not json_lines else None
+        self.json_lines = json_lines
+        self._open: str | None = None  # "text" or "reasoning" while a stream is mid-line
+
+    def __call__(self, event: AgentEvent) -> None:
+        if self.json_lines:
+            self.out.write(encode(event).decode() + "\n")
+            self.out.flush()
+            if isinstance(event, Notice) and event.level != "info":
+                self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
+            return
+        if isinstance(event, TextDelta):
+            self._stream("text", event.text)
+        elif isinstance(event, ReasoningDelta):
+            self._stream("reasoning", event.text)
+        elif isinstance(event, ToolStarted):
+            self._status(f"  ▸ {event.name} {_clip(event.arguments, 120)}", "dim")
+        elif isinstance(event, ToolFinished):
+            self._status(*_tool_line(event))
+        elif isinstance(event, StepFinished):
+            self._status(step_summary(event), "cyan")
+        elif isinstance(event, Notice):
+            self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
+        elif isinstance(event, TurnFinished):
+            self._end_stream()
+
+    def _stream(self, kind: str, text: str) -> None:
+        if self._open != kind:
+            self._end_stream()
+        self._open = kind
+        if kind == "text" and self.markdown is not None:
+            self.markdown.write(text)
+        elif kind == "text":
+            self.out.write(text)
+            self.out.flush()
+        elif self.console is not None:
+            self.console.print(Text(text, style="dim italic"), end="")
+        else:
+            self.err.write(text)
+
+    def _end_stream(self) -> None:
+        if self._open == "text" and self.markdown is not None:
+            self.markdown.close()
+        elif self._open == "text":
+            self.out.write("\n")
+            self.out.flush()
+        elif self._open == "reasoning":
+            self.err.write("\n")
+        self._open = None
+
+    def _status(self, line: str, style: str) -> None:
+        self._end_stream()
+        if self.console is not None:
+            self.console.print(Text(line, style=style))
+        else:
+            self.err.write(line + "\n")
+            self.err.flush()
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _tool_line(event: ToolFinished) -> tuple[str, str]:
+    mark, style = _STATUS_MARK[event.status]
+    line = f"  {mark} {event.name} {seconds(event.duration)}"
+    if event.status != "ok":
+        line += f" · {_clip(event.result, 160)}"
+    return line, style
+
+
+@dataclass
+class RunOptions:
+    prompts: list[str]
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    system: str | None = None
+    mcp: list[str] = field(default_factory=list)
+    json_lines: bool = False
+    max_steps: int | None = None
+    workspace: Path = field(default_factory=Path.cwd)
+
+
+def fan_out(*sinks: Callable[[AgentEvent], None]) -> Callable[[AgentEvent], None]:
+    def emit(event: AgentEvent) -> None:
+        for sink in sinks:
+            sink(event)
+
+    return emit
+
+
+async def run(options: RunOptions) -> int:
+    """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
+    from hotloop import paths
+    from hotloop.agent.loop import Agent
+    from hotloop.agent.prompt import system_prompt
+    from hotloop.config import load_config
+    from hotloop.runtime import Choice, Runtime, resolve
+    from hotloop.sessions.log import SessionLog
+
+    config = load_config()
+    settings = resolve(config, Choice(options.provider, options.model, options.base_url))
+    runtime = await Runtime.connect(config, settings, options.model)
+    # Startup built a large heap of module objects that never die; keep the collector off them.
+    gc.collect()
+    gc.freeze()
+    try:
+        secrets = [value for name in config.key_env_names() if (value := os.environ.get(name))]
+        with SessionLog.create(
+            paths.sessions_dir(),
+            provider=runtime.provider.name,
+            model=runtime.provider.model,
+            workspace=options.workspace,
+            secrets_to_mask=secrets,
+        ) as log:
+            emit = fan_out(Printer(json_lines=options.json_lines), log.write)
+            await runtime.start_mcp(config, options.mcp, emit)
+            agent = Agent(
+                runtime.provider,
+                runtime.tools,
+                emit=emit,
+                workspace=options.workspace,
+                system=system_prompt(options.system),
+                max_steps=options.max_steps or config.max_steps,
+                tool_timeout=config.tool_timeout,
+            )
+            failed = False
+            for prompt in options.prompts:
+                finished = await agent.run_turn(prompt)
+                failed = failed or finished.reason == "error"
+            return 1 if failed else 0
+    finally:
+        await runtime.aclose()

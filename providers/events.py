@@ -1,0 +1,118 @@
+"""What a provider yields while it streams one response: model events and the usage ledger.
+
+Every event is a small immutable msgspec struct with a wall-clock timestamp, tagged by a
+snake_case `type` so the whole event stream encodes to JSON lines and decodes back. The
+structs opt out of the garbage collector (`gc=False`): they never form reference cycles,
+and a long session holds hundreds of thousands of them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import msgspec
+
+_CAMEL_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def snake_case(name: str) -> str:
+    return _CAMEL_BOUNDARY.sub("_", name).lower()
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="type", tag=snake_case):
+    """Base of every event hotloop emits. `ts` is seconds since the epoch."""
+
+    ts: float = msgspec.field(default_factory=time.time)
+
+
+class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """One step's token usage, normalized across providers.
+
+    `None` means the provider did not report the figure. It is never silently 0.
+    `uncached` is the prompt part that was prefilled from scratch.
+    """
+
+    prompt_total: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    uncached: int | None = None
+    output: int | None = None
+    reasoning: int | None = None
+
+    @classmethod
+    def from_openai(cls, usage: dict[str, Any]) -> UsageLedger:
+        """Read an OpenAI-style `usage` object (OpenAI, vLLM, SGLang, llama.cpp, Ollama, DeepSeek)."""
+        prompt = _int_or_none(usage.get("prompt_tokens"))
+        details = usage.get("prompt_tokens_details")
+        cache_read = cache_write = None
+        if isinstance(details, dict):
+            cache_read = _int_or_none(details.get("cached_tokens"))
+            cache_write = _int_or_none(details.get("cache_write_tokens"))
+        completion_details = usage.get("completion_tokens_details")
+        reasoning = None
+        if isinstance(completion_details, dict):
+            reasoning = _int_or_none(completion_details.get("reasoning_tokens"))
+        uncached = None
+        if prompt is not None and cache_read is not None:
+            uncached = max(prompt - cache_read - (cache_write or 0), 0)
+        return cls(
+            prompt_total=prompt,
+            cache_read=cache_read,
+            cache_write=cache_write,
+            uncached=uncached,
+            output=_int_or_none(usage.get("completion_tokens")),
+            reasoning=reasoning,
+        )
+
+    @property
+    def cache_reported(self) -> bool:
+        return self.cache_read is not None
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class TextDelta(Event, frozen=True):
+    text: str
+
+
+class ReasoningDelta(Event, frozen=True):
+    text: str
+
+
+class ToolCallStarted(Event, frozen=True):
+    index: int
+    call_id: str
+    name: str
+
+
+class ToolCallArgsDelta(Event, frozen=True):
+    index: int
+    call_id: str
+    fragment: str
+
+
+class ToolCallReady(Event, frozen=True):
+    """A tool call whose arguments are complete. `arguments` is the raw JSON text as streamed."""
+
+    index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+class Usage(Event, frozen=True):
+    ledger: UsageLedger
+    raw: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Finished(Event, frozen=True):
+    """The model ended its message: `stop`, `tool_calls`, `length`, `content_filter`…"""
+
+    reason: str
+
+
+ModelEvent = TextDelta | ReasoningDelta | ToolCallStarted | ToolCallArgsDelta | ToolCallReady | Usage | Finished

@@ -1,0 +1,198 @@
+"""The simulated inference engine behind both wire protocols.
+
+It turns a parsed request into a `Generation`: the prompt's token count and prefix-cache
+hit, the reply, and the reply cut into timed emissions. It also keeps vLLM's counters.
+Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hotloop.providers.sim.cache import PrefixCache, block_hashes
+from hotloop.providers.sim.model import Reply, reply
+from hotloop.providers.sim.template import END, Call, Turn, assistant_body, call_text, render
+from hotloop.providers.sim.tokenizer import encode, pieces
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """TTFT = ttft + prefill_per_token × uncached prompt tokens; then decode_per_token per output token."""
+
+    ttft: float
+    prefill_per_token: float
+    decode_per_token: float
+
+
+TIERS: dict[str, LatencyProfile] = {
+    "sim-fast": LatencyProfile(ttft=0.04, prefill_per_token=0.000_010, decode_per_token=0.004),
+    "sim-balanced": LatencyProfile(ttft=0.12, prefill_per_token=0.000_030, decode_per_token=0.010),
+    "sim-strong": LatencyProfile(ttft=0.35, prefill_per_token=0.000_080, decode_per_token=0.022),
+}
+DEFAULT_MODEL = "sim-balanced"
+NO_LATENCY = LatencyProfile(0.0, 0.0, 0.0)
+
+
+@dataclass
+class SimConfig:
+    models: dict[str, LatencyProfile] = field(default_factory=lambda: dict(TIERS))
+    cache_blocks: int = 16_384
+    scenario: tuple[Reply, ...] = ()
+    prompt_tokens_details: bool = True
+    max_model_len: int = 131_072
+
+    def with_latency(
+        self, ttft: float | None = None, prefill_per_token: float | None = None, decode_per_token: float | None = None
+    ) -> SimConfig:
+        """The same config with the given latency figures applied to every model."""
+        overrides = {
+            key: value
+            for key, value in (("ttft", ttft), ("prefill_per_token", prefill_per_token), ("decode_per_token", decode_per_token))
+            if value is not None
+        }
+        return replace(self, models={name: replace(p, **overrides) for name, p in self.models.items()})
+
+
+@dataclass(frozen=True)
+class Emission:
+    """One streamed piece of output and the decode tokens it stands for."""
+
+    kind: str  # reasoning | text | call_start | call_args
+    text: str
+    tokens: int
+    index: int = 0
+    call: Call | None = None
+
+
+@dataclass
+class Generation:
+    model: str
+    profile: LatencyProfile
+    prompt_tokens: int
+    cached_tokens: int
+    reply: Reply
+    emissions: list[Emission]
+    output_tokens: int
+    finish_reason: str
+    request_id: str
+    prompt_ids: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def prefill_seconds(self) -> float:
+        uncached = self.prompt_tokens - self.cached_tokens
+        return self.profile.ttft + self.profile.prefill_per_token * uncached
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.emissions if e.kind == "text")
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(e.text for e in self.emissions if e.kind == "reasoning")
+
+    @property
+    def generated(self) -> str:
+        """The decoded text of the whole output, as the chat template would show it."""
+        body = assistant_body(self.text, self.calls)
+        return f"<think>\n{self.reasoning}\n</think>\n\n{body}" if self.reasoning else body
+
+    @property
+    def calls(self) -> list[Call]:
+        """Calls as generated, arguments possibly cut short by `max_tokens`."""
+        found: dict[int, Call] = {}
+        for e in self.emissions:
+            if e.kind == "call_start" and e.call is not None:
+                found[e.index] = replace(e.call, arguments="")
+            elif e.kind == "call_args":
+                call = found[e.index]
+                found[e.index] = replace(call, arguments=call.arguments + e.text)
+        return list(found.values())
+
+
+class ModelNotFound(LookupError):
+    pass
+
+
+class SimEngine:
+    """Holds the prefix cache, the scenario and the counters shared by every request."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        from hotloop.providers.sim.metrics import Metrics
+
+        self.config = config or SimConfig()
+        self.cache = PrefixCache(self.config.cache_blocks)
+        self.metrics = Metrics()
+        for model in self.config.models:
+            self.metrics.register_model(model)
+
+    def generate(self, model: str, turns: list[Turn], tools: list[dict[str, Any]], max_tokens: int | None) -> Generation:
+        profile = self.config.models.get(model)
+        if profile is None:
+            raise ModelNotFound(model)
+        prompt = render(turns, tools)
+        blocks = block_hashes(prompt.tokens)
+        # Blocks count as computed once the request is scheduled, as in vLLM.
+        cached = self.cache.lookup(blocks, len(prompt.tokens))
+        self.cache.insert(blocks)
+        request_id = hashlib.blake2b("".join(prompt.segments).encode(), digest_size=16).hexdigest()
+        answer = _with_call_ids(reply(turns, tools, self.config.scenario), request_id)
+        emissions, truncated = _emissions(answer, max_tokens)
+        finish = "length" if truncated else "tool_calls" if any(e.kind == "call_start" for e in emissions) else "stop"
+        generation = Generation(
+            model=model,
+            profile=profile,
+            prompt_tokens=len(prompt.tokens),
+            cached_tokens=cached,
+            reply=answer,
+            emissions=emissions,
+            output_tokens=0,
+            finish_reason=finish,
+            request_id=request_id,
+            prompt_ids=prompt.tokens,
+        )
+        # Like vLLM's completion_tokens, the count includes the end-of-message token.
+        generation.output_tokens = len(encode(generation.generated)) + (0 if truncated else 1)
+        self.metrics.started(model, len(prompt.tokens), cached, self.cache)
+        return generation
+
+    def finish(self, generation: Generation) -> None:
+        """Cache the generated tokens too: the next step's prompt starts with them."""
+        output = [*encode(generation.generated)]
+        if generation.finish_reason != "length":
+            output += encode(END)[:1]
+        self.cache.insert(block_hashes([*generation.prompt_ids, *output]))
+        self.metrics.finished(generation.model, generation.output_tokens, generation.finish_reason, self.cache)
+
+    def abort(self, generation: Generation) -> None:
+        self.metrics.finished(generation.model, 0, "abort", self.cache)
+
+
+def _with_call_ids(answer: Reply, request_id: str) -> Reply:
+    calls = tuple(
+        replace(call, id=f"chatcmpl-tool-{hashlib.blake2b(f'{request_id}:{n}'.encode(), digest_size=16).hexdigest()}")
+        for n, call in enumerate(answer.calls)
+    )
+    return replace(answer, calls=calls)
+
+
+def _emissions(answer: Reply, max_tokens: int | None) -> tuple[list[Emission], bool]:
+    """The reply as timed pieces, cut at `max_tokens`, and whether it was cut."""
+    planned: list[Emission] = [Emission("reasoning", p, 1) for p in pieces(answer.reasoning)]
+    planned += [Emission("text", p, 1) for p in pieces(answer.text)]
+    for index, call in enumerate(answer.calls):
+        head, _, tail = call_text(call.name, "\0").partition("\0")
+        planned.append(Emission("call_start", "", len(encode(head)), index, call))
+        args = pieces(call.arguments or "{}")
+        planned += [Emission("call_args", p, 1, index) for p in args[:-1]]
+        # The closing `}\n</tool_call>` decodes with the last fragment and shows nothing of its own.
+        planned.append(Emission("call_args", args[-1], 1 + len(encode(tail)), index))
+    budget = max_tokens if max_tokens is not None else float("inf")
+    emitted, used = [], 0
+    for emission in planned:
+        if used + emission.tokens > budget:
+            return emitted, True
+        emitted.append(emission)
+        used += emission.tokens
+    return emitted, False

@@ -1,0 +1,213 @@
+"""The simulator's HTTP server: vLLM's OpenAI-compatible endpoints on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from hotloop import __version__
+from hotloop.providers.sim import openai_api
+from hotloop.providers.sim.engine import Generation, ModelNotFound, SimConfig, SimEngine
+from hotloop.providers.sim.openai_api import ApiError
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request as the server received it, for tests and for explaining cache behaviour."""
+
+    path: str
+    body: bytes
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    received: float
+
+
+class SimServer:
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.engine = SimEngine(config)
+        self.requests: deque[RecordedRequest] = deque(maxlen=1024)
+        self.started = time.time()
+
+    @property
+    def config(self) -> SimConfig:
+        return self.engine.config
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            call = openai_api.parse_chat(_json(raw))
+            generation = self._generate(call.model, call)
+        except ApiError as error:
+            return web.json_response(error.body(), status=error.status)
+        self.requests.append(
+            RecordedRequest(request.path, raw, call.model, generation.prompt_tokens, generation.cached_tokens, time.time())
+        )
+        details = self.config.prompt_tokens_details
+        if not call.stream:
+            return await self._respond_whole(generation, openai_api.completion(generation, details))
+        chunks = openai_api.stream_chunks(generation, call.include_usage, details)
+        return await self._respond_stream(request, generation, chunks)
+
+    def _generate(self, model: str, call: openai_api.ChatCall) -> Generation:
+        try:
+            generation = self.engine.generate(model, call.turns, call.tools, call.max_tokens)
+        except ModelNotFound:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model") from None
+        if generation.prompt_tokens > self.config.max_model_len:
+            self.engine.abort(generation)
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {self.config.max_model_len} tokens. However, your request "
+                f"has {generation.prompt_tokens} input tokens. Please reduce the length of the input messages.",
+            )
+        return generation
+
+    async def _respond_whole(self, generation: Generation, body: dict[str, Any]) -> web.Response:
+        try:
+            total = generation.prefill_seconds + generation.profile.decode_per_token * max(generation.output_tokens - 1, 0)
+            await asyncio.sleep(total)
+        except BaseException:
+            self.engine.abort(generation)
+            raise
+        self.engine.finish(generation)
+        return web.json_response(body, dumps=lambda value: json.dumps(value, ensure_ascii=False))
+
+    async def _respond_stream(
+        self, request: web.Request, generation: Generation, chunks: Iterator[tuple[int, bytes]]
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        finished = False
+        try:
+            await response.prepare(request)
+            await _send_paced(response, generation, chunks)
+            finished = True
+        finally:
+            (self.engine.finish if finished else self.engine.abort)(generation)
+        await response.write_eof()
+        return response
+
+    async def models(self, request: web.Request) -> web.Response:
+        created = int(self.started)
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": name, "parent": None,
+             "max_model_len": self.config.max_model_len, "permission": []}
+            for name in self.config.models
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": f"hotloop-sim-{__version__}"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.engine.metrics.exposition(), content_type="text/plain", charset="utf-8")
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+
+
+async def _send_paced(response: web.StreamResponse, generation: Generation, chunks: Iterator[tuple[int, bytes]]) -> None:
+    """Write each chunk when its tokens would have been decoded; coalesce whatever is already due."""
+    loop = asyncio.get_running_loop()
+    first_token_at = loop.time() + generation.prefill_seconds
+    per_token = generation.profile.decode_per_token
+    pending: list[bytes] = []
+    for position, data in chunks:
+        delay = first_token_at + per_token * (position - 1) - loop.time()
+        if delay > 0:
+            if pending:
+                await response.write(b"".join(pending))
+                pending.clear()
+            await asyncio.sleep(delay)
+        pending.append(data)
+    if pending:
+        await response.write(b"".join(pending))
+
+
+async def start(server: SimServer, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
+    """Bind and start serving; returns the runner and the bound port."""
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    sock = socket.create_server((host, port), reuse_port=False)
+    site = web.SockSite(runner, sock)
+    await site.start()
+    return runner, sock.getsockname()[1]
+
+
+class EmbeddedSimulator:
+    """The simulator on a loopback port, in a thread with its own event loop.
+
+    Its own loop keeps the server's pacing independent of whatever the client's loop is
+    busy with, as a real server in another process would be.
+    """
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.server = SimServer(config)
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> EmbeddedSimulator:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = self._loop = asyncio.new_event_loop()
+            try:
+                self._runner, self.port = loop.run_until_complete(start(self.server))
+            except BaseException as error:  # reported to the starting thread
+                failure.append(error)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="hotloop-sim", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> EmbeddedSimulator:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,31 @@
+"""Shared fixtures: a private config and data folder per test, and the embedded simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import KEY_VARIABLES, start_sim
+
+from hotloop.providers.sim.server import EmbeddedSimulator
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own config path and data folder, and no provider keys."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOTLOOP_CONFIG", str(home / "config.toml"))
+    monkeypatch.setenv("HOTLOOP_DATA_DIR", str(home / "data"))
+    for name in KEY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@pytest.fixture
+def sim() -> Iterator[EmbeddedSimulator]:
+    """The simulator with every latency at zero and a cold cache."""
+    simulator = start_sim()
+    yield simulator
+    simulator.stop()

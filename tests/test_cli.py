@@ -1,0 +1,175 @@
+"""`hotloop` on the command line: the happy paths, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import scenario_file
+
+from hotloop import __version__
+from hotloop.agent.events import Notice, StepFinished, ToolFinished, TurnFinished, decode
+from hotloop.cli import main
+
+MCP_SERVER = Path(__file__).parent / "mcp_server.py"
+FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "README.md").write_text("# Demo project\n\nHello.\n")
+    monkeypatch.chdir(root)
+    write_config(isolated_home, FAST_SIM)
+    return root
+
+
+def write_config(home: Path, text: str) -> None:
+    (home / "config.toml").write_text(text)
+
+
+def session_lines(home: Path) -> list[list[bytes]]:
+    """Every session file's lines, oldest session first; each line must be valid JSON."""
+    logs = []
+    for path in (home / "data" / "sessions").glob("*.jsonl"):
+        header, *lines = path.read_bytes().splitlines()
+        assert json.loads(header)["type"] == "session"
+        for line in lines:
+            decode(line)
+        logs.append((json.loads(header)["started"], lines))
+    return [lines for _, lines in sorted(logs)]
+
+
+def one_line_error(err: str) -> str:
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"hotloop {__version__}\n"
+
+
+def test_run_streams_the_answer_and_logs_the_session(workspace: Path, isolated_home: Path, capsys) -> None:
+    assert main(["run", "Read README.md"]) == 0
+    out, err = capsys.readouterr()
+    assert "First lines of `README.md`" in out and "# Demo project" in out
+    assert "step 1 ·" not in out  # status goes to stderr, the answer alone to stdout
+    steps = [line for line in err.splitlines() if line.startswith("step ")]
+    assert len(steps) == 2 and "tool 1 in" in steps[0] and "cache read" in steps[1]
+    assert "✓ read_file" in err
+    (log,) = session_lines(isolated_home)
+    assert decode(log[-1]) == TurnFinished(turn=1, reason="answer", steps=2, wall=decode(log[-1]).wall, ts=decode(log[-1]).ts)
+
+
+def test_several_prompts_are_one_conversation_and_stdin_works(workspace, isolated_home, capsys, monkeypatch) -> None:
+    assert main(["run", "hello", "Read README.md"]) == 0
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("list the files\n"))
+    assert main(["run"]) == 0
+    first, second = session_lines(isolated_home)
+    assert sum(b'"type":"turn_started"' in line for line in first) == 2
+    assert b'"prompt":"list the files\\n"' in b"".join(second)
+    capsys.readouterr()
+    assert main(["sessions", "list"]) == 0
+    table = capsys.readouterr().out
+    assert table.index("list the files") < table.index("hello")  # newest first
+
+
+def test_json_mode_prints_every_event(workspace, capsys) -> None:
+    assert main(["run", "--json", "Read README.md"]) == 0
+    events = [decode(line) for line in capsys.readouterr().out.splitlines()]
+    steps = [e for e in events if isinstance(e, StepFinished)]
+    assert len(steps) == 2 and all(s.usage is not None and s.usage.prompt_total for s in steps)
+    assert isinstance(events[-1], TurnFinished)
+
+
+def test_unknown_provider(workspace, capsys) -> None:
+    assert main(["run", "--provider", "nope", "hi"]) == 2
+    assert one_line_error(capsys.readouterr().err) == "hotloop: unknown provider 'nope' (configured: openai, sim)"
+
+
+def test_missing_api_key_fails_before_any_session(workspace, isolated_home, capsys) -> None:
+    assert main(["run", "--provider", "openai", "hi"]) == 2
+    assert one_line_error(capsys.readouterr().err) == "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY"
+    assert session_lines(isolated_home) == []
+
+
+def test_invalid_toml(workspace, isolated_home, capsys) -> None:
+    write_config(isolated_home, "[sim\nttft_ms = 0\n")
+    assert main(["run", "hi"]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"hotloop: invalid TOML in {isolated_home / 'config.toml'}: ")
+
+
+def test_unreachable_base_url_keeps_the_log_valid(workspace, isolated_home, capsys) -> None:
+    assert main(["run", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi"]) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith("error: cannot reach openai (http://127.0.0.1:9/v1): ")
+    (log,) = session_lines(isolated_home)
+    assert decode(log[-1]).reason == "error"
+
+
+def test_unknown_model(workspace, isolated_home, capsys) -> None:
+    assert main(["run", "--model", "gpt-9", "hi"]) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert line == ("error: unknown model 'gpt-9' at sim (the embedded simulator) "
+                    "(available: sim-balanced, sim-fast, sim-strong)")
+    (log,) = session_lines(isolated_home)
+    assert isinstance(decode(log[-2]), Notice)
+
+
+def test_model_is_discovered_when_none_is_configured(workspace, capsys) -> None:
+    from hotloop.providers.sim.server import EmbeddedSimulator
+
+    with EmbeddedSimulator() as server:
+        assert main(["run", "--json", "--provider", "openai", "--base-url", server.base_url, "hello"]) == 0
+    assert server.server.requests[0].model == "sim-fast"
+
+
+def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isolated_home, tmp_path, capsys) -> None:
+    scenario = scenario_file(tmp_path, [
+        {"tool_calls": [{"name": "read_file", "arguments": '{"path": "README'},
+                        {"name": "add", "arguments": {"a": "not a number", "b": 1}},
+                        {"name": "nap", "arguments": {"seconds": 30}}]},
+        {"tool_calls": [{"name": "crash", "arguments": {}}]},
+        {"text": "survived"},
+    ])
+    write_config(isolated_home, f'tool_timeout = 0.5\n{FAST_SIM}scenario = "{scenario}"\n')
+    code = main(["run", "--mcp", f"{sys.executable} {MCP_SERVER}", "--mcp", "/nonexistent/server --stdio", "go"])
+    out, err = capsys.readouterr()
+
+    assert code == 0 and out.strip() == "survived"
+    assert "Traceback" not in err
+    assert "warning: MCP server 'server' failed to start: command not found: /nonexistent/server" in err
+    (log,) = session_lines(isolated_home)
+    finished = {e.name: e for e in map(decode, log) if isinstance(e, ToolFinished)}
+    assert "are not valid JSON" in finished["read_file"].result
+    assert finished["add"].status == "error" and "validation error" in finished["add"].result
+    assert finished["nap"].result == "error: nap timed out after 0.5 s"
+    assert finished["crash"].result == "error: MCP server 'mcp_server' exited during the call"
+    assert "warning: MCP server 'mcp_server' stopped: the server exited; its tools are gone (add, crash, getenv, nap)" in err
+
+
+def test_config_show_masks_keys_and_path_honours_the_override(workspace, isolated_home, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdefghijklmnop1234")
+    assert main(["config", "show"]) == 0
+    shown = capsys.readouterr().out
+    assert "sk-proj" not in shown and "set: ••••1234" in shown
+    assert main(["config", "path"]) == 0
+    assert capsys.readouterr().out.strip() == str(isolated_home / "config.toml")
+
+
+def test_the_installed_entry_point_runs_from_a_fresh_process(workspace: Path, isolated_home: Path) -> None:
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    result = subprocess.run([sys.executable, "-m", "hotloop", "run", "Read README.md"], capture_output=True,
+                            text=True, env=env, cwd=workspace, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "# Demo project" in result.stdout and "Traceback" not in result.stderr

@@ -1,0 +1,154 @@
+"""Real recorded provider streams, served over loopback HTTP to the real `openai` SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from support import FIXTURES
+
+from hotloop.providers.conversation import ChatRequest, UserMessage
+from hotloop.providers.events import (
+    Finished,
+    ModelEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    Usage,
+    UsageLedger,
+)
+from hotloop.providers.openai_chat import OpenAIChatProvider
+
+REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
+
+
+async def serve_events(events: list[bytes]) -> AsyncIterator[str]:
+    """A one-route server that streams `events`, one write each, and yields its base URL."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events:
+            await response.write(event)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()
+
+
+async def stream_fixture(events: list[bytes]) -> list[ModelEvent]:
+    async for base_url in serve_events(events):
+        provider = OpenAIChatProvider(name="fixture", model="m", base_url=base_url, max_retries=0)
+        try:
+            return [event async for event in provider.stream(REQUEST)]
+        finally:
+            await provider.aclose()
+    raise AssertionError("server did not start")
+
+
+def sse_file(name: str) -> list[bytes]:
+    """An SSE recording split into its events, byte for byte."""
+    data = (FIXTURES / name).read_bytes()
+    return [part + b"\n\n" for part in data.split(b"\n\n") if part]
+
+
+def jsonl_as_sse(name: str) -> list[bytes]:
+    """Unframed JSON chunks, framed as the server sent them (no [DONE]: the file has none)."""
+    return [b"data: " + line + b"\n\n" for line in (FIXTURES / name).read_bytes().splitlines() if line]
+
+
+def calls_of(events: list[ModelEvent]) -> list[tuple[str, str, dict]]:
+    return [(e.call_id, e.name, json.loads(e.arguments)) for e in events if isinstance(e, ToolCallReady)]
+
+
+async def test_openai_parallel_tool_calls_parse_exactly() -> None:
+    events = await stream_fixture(sse_file("openai_chat_parallel_tools.sse"))
+
+    assert calls_of(events) == [
+        ("call_JMW1whyEaYG438VE1OIflxA2", "GetWeatherArgs", {"city": "Edinburgh", "country": "GB", "units": "c"}),
+        ("call_DNYTawLBoN8fj3KN6qU9N1Ou", "get_stock_price", {"ticker": "AAPL", "exchange": "NASDAQ"}),
+    ]
+    raw = [e.arguments for e in events if isinstance(e, ToolCallReady)]
+    assert raw == ['{"city": "Edinburgh", "country": "GB", "units": "c"}', '{"ticker": "AAPL", "exchange": "NASDAQ"}']
+    started = [(e.index, e.name) for e in events if isinstance(e, ToolCallStarted)]
+    assert started == [(0, "GetWeatherArgs"), (1, "get_stock_price")]
+    fragments = [e for e in events if isinstance(e, ToolCallArgsDelta)]
+    assert len(fragments) > 4 and "".join(f.fragment for f in fragments if f.index == 0) == raw[0]
+    assert not [e for e in events if isinstance(e, TextDelta | ReasoningDelta)]
+    # No prompt_tokens_details in the recording: the cache split is "not reported", not 0.
+    usage = [e for e in events if isinstance(e, Usage)]
+    assert [u.ledger for u in usage] == [UsageLedger(prompt_total=149, output=60, reasoning=0)]
+    assert usage[0].ledger.cache_read is None and usage[0].ledger.uncached is None
+    assert events[-1] == Finished(reason="tool_calls", ts=events[-1].ts)
+
+
+async def test_deepseek_reasoning_and_null_usage_parse_exactly() -> None:
+    events = await stream_fixture(jsonl_as_sse("deepseek_tool_call.chunks.jsonl"))
+
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert reasoning == "The user asks about the weather in San Francisco. I should use the weather tool."
+    assert not [e for e in events if isinstance(e, TextDelta)]
+    assert calls_of(events) == [("call_00_IhCAliIHtM9gKpgfqbBV9873", "weather", {"location": "San Francisco"})]
+    usage = [e.ledger for e in events if isinstance(e, Usage)]
+    assert usage == [UsageLedger(prompt_total=374, cache_read=256, uncached=118, output=61, reasoning=17)]
+    assert isinstance(events[-1], Finished) and events[-1].reason == "tool_calls"
+
+
+def chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+    """A Chat Completions chunk; `delta=None` makes the usage-only chunk with `choices: []`."""
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": choices}
+    if usage is not None:
+        body["usage"] = usage
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def test_whole_call_in_one_chunk_and_missing_usage_key() -> None:
+    """xAI and Ollama send a call's arguments in the same chunk as its name; some servers send no usage."""
+    call = {"index": 0, "id": "call_a", "type": "function", "function": {"name": "grep", "arguments": '{"pattern": "x"}'}}
+    events = await stream_fixture([chunk({"role": "assistant", "tool_calls": [call]}), chunk({}, "tool_calls"), b"data: [DONE]\n\n"])
+
+    assert calls_of(events) == [("call_a", "grep", {"pattern": "x"})]
+    assert not [e for e in events if isinstance(e, Usage)]
+
+
+async def test_new_id_on_a_used_index_starts_a_new_call() -> None:
+    """Ollama reuses index 0 for a whole parallel batch, telling calls apart only by id."""
+    first = {"index": 0, "id": "call_1", "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
+    second = {"index": 0, "id": "call_2", "function": {"name": "read_file", "arguments": '{"path": "b"}'}}
+    events = await stream_fixture([chunk({"tool_calls": [first]}), chunk({"tool_calls": [second]}), chunk({}, "tool_calls")])
+
+    assert calls_of(events) == [("call_1", "read_file", {"path": "a"}), ("call_2", "read_file", {"path": "b"})]
+
+
+async def test_vllm_reasoning_field_and_cache_write() -> None:
+    usage = {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
+             "prompt_tokens_details": {"cached_tokens": 64, "cache_write_tokens": 20}}
+    events = await stream_fixture([chunk({"reasoning": "think"}), chunk({"content": "hello"}, "stop"), chunk(None, usage=usage)])
+
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "think"
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "hello"
+    assert [e.ledger for e in events if isinstance(e, Usage)] == [
+        UsageLedger(prompt_total=100, cache_read=64, cache_write=20, uncached=16, output=5)
+    ]
+
+
+async def test_a_stream_cut_before_the_finish_is_an_interruption() -> None:
+    from hotloop.providers.errors import StreamInterrupted
+
+    with pytest.raises(StreamInterrupted):
+        await stream_fixture([chunk({"content": "partial"})])

@@ -1,0 +1,75 @@
+"""The session log is private, valid JSON lines, flushed per step, and never holds a key."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from support import make_agent, start_sim
+
+from hotloop.agent.events import StepFinished, TurnStarted, decode
+from hotloop.headless import fan_out
+from hotloop.sessions.log import SessionLog
+from hotloop.sessions.store import list_sessions, summarize
+
+
+def create_log(folder: Path, secrets: tuple[str, ...] = ()) -> SessionLog:
+    return SessionLog.create(folder, provider="sim", model="sim-fast", workspace=Path("/w"), secrets_to_mask=secrets)
+
+
+async def test_a_logged_run_is_private_complete_and_flushed_per_step(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    (tmp_path / "README.md").write_text("# Demo\n")
+    seen_on_disk: list[bool] = []
+    sim = start_sim()
+    try:
+        with create_log(folder) as log:
+
+            def check_disk(event: object) -> None:
+                if isinstance(event, StepFinished):
+                    seen_on_disk.append(b'"type":"step_finished"' in log.path.read_bytes().splitlines()[-1])
+
+            agent, recorder = make_agent(sim, tmp_path)
+            agent.emit = fan_out(recorder, log.write, check_disk)
+            await agent.run_turn("Read README.md")
+            path = log.path
+    finally:
+        sim.stop()
+
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert seen_on_disk == [True, True]  # each step was on disk when it finished
+    header, *lines = path.read_bytes().splitlines()
+    assert header.startswith(b'{"type":"session","id":"') and b'"format":1' in header
+    assert [decode(line) for line in lines] == recorder.events
+
+
+def test_secret_values_never_reach_the_disk(tmp_path: Path) -> None:
+    key = "sk-live-0123456789abcdef"
+    with create_log(tmp_path, secrets=(key,)) as log:
+        log.write(TurnStarted(turn=1, prompt=f"my key is {key}, keep it"))
+    text = log.path.read_text()
+    assert key not in text and "my key is [redacted], keep it" in text
+
+
+def test_listing_summarizes_and_survives_a_torn_last_line(tmp_path: Path) -> None:
+    from hotloop.providers.events import UsageLedger
+
+    with create_log(tmp_path) as first:
+        first.write(TurnStarted(turn=1, prompt="first question"))
+        first.write(StepFinished(turn=1, step=1, usage=UsageLedger(prompt_total=100, output=20), ttft=0.1, decode_tps=50.0,
+                                 model_time=0.5, wall=0.6, tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop"))
+        first.write(TurnStarted(turn=2, prompt="second question"))
+    with first.path.open("ab") as torn:
+        torn.write(b'{"type":"step_finished","turn":2,"st')
+    with create_log(tmp_path) as second:
+        second.write(TurnStarted(turn=1, prompt="later"))
+        second.write(StepFinished(turn=1, step=1, usage=None, ttft=None, decode_tps=None, model_time=0.1, wall=0.1,
+                                  tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop"))
+
+    summary = summarize(first.path)
+    assert summary is not None
+    assert (summary.id, summary.turns, summary.tokens, summary.first_prompt) == (first.id, 2, 120, "first question")
+    later = summarize(second.path)
+    assert later is not None and later.tokens is None  # nothing reported is not "0 tokens"
+    assert [s.id for s in list_sessions(tmp_path)] == [second.id, first.id]
