@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop import paths
+from hotloop.agent.tools.mcp import McpServer
 
 OPENAI_URL = "https://api.openai.com/v1"
 KINDS = ("openai", "sim")
@@ -51,14 +52,6 @@ class SimSettings:
     cache_blocks: int = 16_384
 
 
-@dataclass(frozen=True)
-class McpServerSettings:
-    name: str
-    command: str
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-
 BUILTIN_PROVIDERS = {
     "sim": ProviderSettings("sim", "sim", models=("sim-fast", "sim-balanced", "sim-strong"), default_model="sim-balanced"),
     "openai": ProviderSettings("openai", "openai", OPENAI_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
@@ -74,7 +67,7 @@ class Config:
     tool_timeout: float = 120.0
     providers: dict[str, ProviderSettings] = field(default_factory=lambda: dict(BUILTIN_PROVIDERS))
     sim: SimSettings = SimSettings()
-    mcp: tuple[McpServerSettings, ...] = ()
+    mcp: tuple[McpServer, ...] = ()
 
     def provider(self, name: str | None = None) -> ProviderSettings:
         name = name or self.default_provider
@@ -196,7 +189,7 @@ class _Reader:
             cache_blocks=self.typed(table, "cache_blocks", int, "sim.", 16_384),
         )
 
-    def mcp_server(self, name: str, raw: Any) -> McpServerSettings:
+    def mcp_server(self, name: str, raw: Any) -> McpServer:
         where = f"mcp.{name}."
         table = self.table(raw, f"mcp.{name}", ("command", "args", "env"))
         command = self.typed(table, "command", str, where)
@@ -206,4 +199,4 @@ class _Reader:
         env = self.typed(table, "env", dict, where, {})
         if not all(isinstance(a, str) for a in args) or not all(isinstance(v, str) for v in env.values()):
             raise self.fail(where.rstrip("."), "args and env values must be strings")
-        return McpServerSettings(name, command, tuple(args), dict(env))
+        return McpServer(name, command, tuple(args), dict(env))

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -30,6 +30,11 @@ from hotloop.agent.events import (
 from hotloop.agent.figures import seconds, step_summary
 from hotloop.markdown_stream import MarkdownStream
 from hotloop.providers.events import ReasoningDelta, TextDelta
+
+if TYPE_CHECKING:
+    from hotloop.config import Config
+    from hotloop.runtime import Runtime
+    from hotloop.sessions.log import SessionLog
 
 _STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
@@ -138,12 +143,10 @@ def fan_out(*sinks: Callable[[AgentEvent], None]) -> Callable[[AgentEvent], None
 
 async def run(options: RunOptions) -> int:
     """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
-    from hotloop import paths
     from hotloop.agent.loop import Agent
     from hotloop.agent.prompt import system_prompt
     from hotloop.config import load_config
     from hotloop.runtime import Choice, Runtime, resolve
-    from hotloop.sessions.log import SessionLog
 
     config = load_config()
     settings = resolve(config, Choice(options.provider, options.model, options.base_url))
@@ -152,15 +155,9 @@ async def run(options: RunOptions) -> int:
     gc.collect()
     gc.freeze()
     try:
-        secrets = [value for name in config.key_env_names() if (value := os.environ.get(name))]
-        with SessionLog.create(
-            paths.sessions_dir(),
-            provider=runtime.provider.name,
-            model=runtime.provider.model,
-            workspace=options.workspace,
-            secrets_to_mask=secrets,
-        ) as log:
-            emit = fan_out(Printer(json_lines=options.json_lines), log.write)
+        printer = Printer(json_lines=options.json_lines)
+        with open_session_log(config, runtime, options.workspace) as log:
+            emit = fan_out(printer, log.write)
             await runtime.start_mcp(config, options.mcp, emit)
             agent = Agent(
                 runtime.provider,
@@ -173,8 +170,29 @@ async def run(options: RunOptions) -> int:
             )
             failed = False
             for prompt in options.prompts:
-                finished = await agent.run_turn(prompt)
-                failed = failed or finished.reason == "error"
-            return 1 if failed else 0
+                # Later prompts build on this turn's answer; after a failure they would only fail again.
+                if (await agent.run_turn(prompt)).reason == "error":
+                    failed = True
+                    break
+        if log.error is not None:
+            printer(Notice(level="warning", message=f"the session log stopped at {log.path}: {log.error.strerror}"))
+        return 1 if failed else 0
     finally:
         await runtime.aclose()
+
+
+def open_session_log(config: Config, runtime: Runtime, workspace: Path) -> SessionLog:
+    """A new session log that masks every configured key's value, or a one-line ConfigError."""
+    from hotloop import paths
+    from hotloop.config import ConfigError
+    from hotloop.sessions.log import SessionLog
+
+    secrets = [value for name in config.key_env_names() if (value := os.environ.get(name))]
+    folder = paths.sessions_dir()
+    try:
+        return SessionLog.create(
+            folder, provider=runtime.provider.name, model=runtime.provider.model, workspace=workspace,
+            secrets_to_mask=secrets,
+        )
+    except OSError as error:
+        raise ConfigError(f"cannot create a session log in {folder}: {error.strerror}") from None

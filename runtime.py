@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from hotloop.agent.events import Notice
 from hotloop.agent.tools.builtins import builtin_tools
-from hotloop.agent.tools.mcp import McpBridge, McpServer, server_from_command_line
+from hotloop.agent.tools.mcp import McpBridge, server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.config import Config, ConfigError, ProviderSettings
 from hotloop.providers.errors import MissingApiKey, ProviderError
@@ -88,7 +88,7 @@ class Runtime:
     async def start_mcp(
         self, config: Config, command_lines: list[str], notify: Callable[[Notice], None]
     ) -> None:
-        servers = [McpServer(s.name, s.command, s.args, s.env) for s in config.mcp]
+        servers = list(config.mcp)
         for line in command_lines:
             servers.append(server_from_command_line(line, {s.name for s in servers}))
         if servers:

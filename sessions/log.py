@@ -50,6 +50,7 @@ class SessionLog:
         self._buffer: list[bytes] = []
         self._last_flush = time.monotonic()
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        self.error: OSError | None = None
 
     @classmethod
     def create(
@@ -67,6 +68,8 @@ class SessionLog:
         return log
 
     def write(self, event: AgentEvent) -> None:
+        if self._fd is None:
+            return  # closed, or stopped by a write error
         self._write_line(encode(event))
         if isinstance(event, _FLUSH_ON) or time.monotonic() - self._last_flush >= FLUSH_INTERVAL:
             self.flush()
@@ -78,12 +81,18 @@ class SessionLog:
         self._buffer.append(line + b"\n")
 
     def flush(self) -> None:
+        """Write what is buffered. A failing disk stops the log (see `error`), never the run."""
         if self._buffer and self._fd is not None:
             data = b"".join(self._buffer)
             self._buffer.clear()
             view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
+            try:
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError as error:
+                self.error = error
+                os.close(self._fd)
+                self._fd = None
         self._last_flush = time.monotonic()
 
     def close(self) -> None:

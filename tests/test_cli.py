@@ -109,12 +109,21 @@ def test_invalid_toml(workspace, isolated_home, capsys) -> None:
     assert line.startswith(f"hotloop: invalid TOML in {isolated_home / 'config.toml'}: ")
 
 
+def test_an_unusable_data_folder(workspace, isolated_home, capsys, monkeypatch) -> None:
+    (isolated_home / "a-file").write_text("")
+    monkeypatch.setenv("HOTLOOP_DATA_DIR", str(isolated_home / "a-file"))
+    assert main(["run", "hi"]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line == f"hotloop: cannot create a session log in {isolated_home / 'a-file' / 'sessions'}: Not a directory"
+
+
 def test_unreachable_base_url_keeps_the_log_valid(workspace, isolated_home, capsys) -> None:
-    assert main(["run", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi"]) == 1
+    assert main(["run", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi", "again"]) == 1
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith("error: cannot reach openai (http://127.0.0.1:9/v1): ")
     (log,) = session_lines(isolated_home)
     assert decode(log[-1]).reason == "error"
+    assert sum(b'"type":"turn_started"' in line for line in log) == 1  # "again" was not attempted
 
 
 def test_unknown_model(workspace, isolated_home, capsys) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import stat
 from pathlib import Path
 
@@ -73,3 +75,13 @@ def test_listing_summarizes_and_survives_a_torn_last_line(tmp_path: Path) -> Non
     later = summarize(second.path)
     assert later is not None and later.tokens is None  # nothing reported is not "0 tokens"
     assert [s.id for s in list_sessions(tmp_path)] == [second.id, first.id]
+
+
+def test_a_full_disk_stops_the_log_not_the_run(tmp_path: Path) -> None:
+    log = create_log(tmp_path)
+    os.dup2(os.open("/dev/full", os.O_WRONLY), log._fd)  # every later write fails with ENOSPC
+    log.write(TurnStarted(turn=1, prompt="hello"))
+    log.write(TurnStarted(turn=2, prompt="still running"))
+    log.close()
+    assert log.error is not None and log.error.errno == errno.ENOSPC
+    assert log._buffer == []  # nothing piles up in memory after the failure

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
@@ -57,7 +58,7 @@ class SimServer:
             call = openai_api.parse_chat(_json(raw))
             generation = self._generate(call.model, call)
         except ApiError as error:
-            return web.json_response(error.body(), status=error.status)
+            return _json_response(error.body(), error.status)
         self.requests.append(
             RecordedRequest(request.path, raw, call.model, generation.prompt_tokens, generation.cached_tokens, time.time())
         )
@@ -89,7 +90,7 @@ class SimServer:
             self.engine.abort(generation)
             raise
         self.engine.finish(generation)
-        return web.json_response(body, dumps=lambda value: json.dumps(value, ensure_ascii=False))
+        return _json_response(body)
 
     async def _respond_stream(
         self, request: web.Request, generation: Generation, chunks: Iterator[tuple[int, bytes]]
@@ -99,10 +100,12 @@ class SimServer:
         try:
             await response.prepare(request)
             await _send_paced(response, generation, chunks)
+            await response.write_eof()
             finished = True
+        except ConnectionResetError:
+            pass  # the client went away mid-stream (a cancelled turn): an aborted request, as in vLLM
         finally:
             (self.engine.finish if finished else self.engine.abort)(generation)
-        await response.write_eof()
         return response
 
     async def models(self, request: web.Request) -> web.Response:
@@ -112,16 +115,22 @@ class SimServer:
              "max_model_len": self.config.max_model_len, "permission": []}
             for name in self.config.models
         ]
-        return web.json_response({"object": "list", "data": data})
+        return _json_response({"object": "list", "data": data})
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": f"hotloop-sim-{__version__}"})
+        return _json_response({"version": f"hotloop-sim-{__version__}"})
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.engine.metrics.exposition(), content_type="text/plain", charset="utf-8")
+
+
+def _json_response(body: Any, status: int = 200) -> web.Response:
+    """JSON as vLLM sends it: compact, UTF-8 unescaped."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return web.Response(text=text, status=status, content_type="application/json")
 
 
 def _json(raw: bytes) -> Any:
@@ -178,6 +187,9 @@ class EmbeddedSimulator:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> EmbeddedSimulator:
+        # In-process, the server's logs would land on the user's terminal; errors reach the client as HTTP 500.
+        logging.getLogger("aiohttp").addHandler(logging.NullHandler())
+        logging.getLogger("aiohttp").propagate = False
         ready = threading.Event()
         failure: list[BaseException] = []
 
