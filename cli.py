@@ -25,6 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hotloop", description="A terminal agent console that shows where every turn's time and tokens go."
     )
     parser.add_argument("--version", action="version", version=f"hotloop {__version__}")
+    # The app's starting point. Separate dests: a subcommand's own defaults would overwrite these.
+    parser.add_argument("--provider", dest="app_provider", metavar="NAME", help="start on this provider")
+    parser.add_argument("--model", dest="app_model", metavar="MODEL", help="start on this model")
+    parser.add_argument("--tier", dest="app_tier", metavar="TIER", help="start on this tier: fast, balanced or strong")
+    parser.add_argument("--base-url", dest="app_base_url", metavar="URL", help="an OpenAI-compatible server")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="run prompts headless, streaming the answer to stdout")
@@ -63,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _provider_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", metavar="NAME", help="a configured provider: sim (default), openai, …")
     parser.add_argument("--model", metavar="MODEL")
+    parser.add_argument("--tier", metavar="TIER", help="fast, balanced or strong: a provider and model from the config")
     parser.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible server, e.g. http://localhost:8000/v1")
 
 
@@ -83,9 +89,6 @@ def _non_negative(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
     from hotloop.config import ConfigError
     from hotloop.providers.errors import MissingApiKey, ProviderError
 
@@ -107,6 +110,8 @@ def _fail(message: str) -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command is None:
+        return _app(args)
     if args.command == "run":
         return _run(args)
     if args.command == "sim":
@@ -114,6 +119,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "config":
         return _config(args)
     return _sessions_list(args)
+
+
+def _app(args: argparse.Namespace) -> int:
+    """Open the TUI; a bad config, provider, tier or missing key fails here, before the screen takes over."""
+    from hotloop.config import Choice, load_config, resolve
+    from hotloop.tui.app import HotloopApp
+
+    config = load_config()
+    choice = Choice(args.app_provider, args.app_model, args.app_base_url, args.app_tier)
+    resolve(config, choice)
+    HotloopApp(config, choice).run()
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -139,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         provider=args.provider,
         model=args.model,
         base_url=args.base_url,
+        tier=args.tier,
         system=_read_system_file(args.system),
         mcp=args.mcp,
         json_lines=args.json,

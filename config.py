@@ -15,6 +15,7 @@ from typing import Any
 
 from hotloop import paths
 from hotloop.agent.tools.mcp import McpServer
+from hotloop.providers.errors import MissingApiKey
 
 OPENAI_URL = "https://api.openai.com/v1"
 KINDS = ("openai", "sim")
@@ -52,6 +53,18 @@ class SimSettings:
     cache_blocks: int = 16_384
 
 
+@dataclass(frozen=True)
+class Tier:
+    """A named quality/speed level that maps to a provider and a model."""
+
+    name: str
+    provider: str
+    model: str
+
+
+TIER_NAMES = ("fast", "balanced", "strong")
+DEFAULT_TIERS = {name: Tier(name, "sim", f"sim-{name}") for name in TIER_NAMES}
+
 BUILTIN_PROVIDERS = {
     "sim": ProviderSettings("sim", "sim", models=("sim-fast", "sim-balanced", "sim-strong"), default_model="sim-balanced"),
     "openai": ProviderSettings("openai", "openai", OPENAI_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
@@ -68,6 +81,7 @@ class Config:
     providers: dict[str, ProviderSettings] = field(default_factory=lambda: dict(BUILTIN_PROVIDERS))
     sim: SimSettings = SimSettings()
     mcp: tuple[McpServer, ...] = ()
+    tiers: dict[str, Tier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
 
     def provider(self, name: str | None = None) -> ProviderSettings:
         name = name or self.default_provider
@@ -75,6 +89,15 @@ class Config:
             known = ", ".join(sorted(self.providers))
             raise ConfigError(f"unknown provider {name!r} (configured: {known})")
         return self.providers[name]
+
+    def tier(self, name: str) -> Tier:
+        if name not in self.tiers:
+            raise ConfigError(f"unknown tier {name!r} (tiers: {', '.join(self.tiers)})")
+        return self.tiers[name]
+
+    def tier_of(self, provider: str, model: str) -> str | None:
+        """The tier that names this provider and model, if any."""
+        return next((t.name for t in self.tiers.values() if (t.provider, t.model) == (provider, model)), None)
 
     def key_env_names(self) -> set[str]:
         """Every environment variable that holds a provider key, configured or default."""
@@ -133,7 +156,7 @@ class _Reader:
         return value
 
     def config(self, data: dict[str, Any]) -> Config:
-        top = self.table(data, "", ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp"))
+        top = self.table(data, "", ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp", "tiers"))
         providers = dict(BUILTIN_PROVIDERS)
         for name, raw in self.named_tables(top.get("providers", {}), "providers").items():
             providers[name] = self.provider(name, raw, providers.get(name))
@@ -153,6 +176,7 @@ class _Reader:
             providers=providers,
             sim=self.sim(top.get("sim", {})),
             mcp=tuple(self.mcp_server(name, raw) for name, raw in self.named_tables(top.get("mcp", {}), "mcp").items()),
+            tiers=self.tiers(top.get("tiers", {}), providers),
         )
 
     def provider(self, name: str, raw: Any, base: ProviderSettings | None) -> ProviderSettings:
@@ -189,6 +213,21 @@ class _Reader:
             cache_blocks=self.typed(table, "cache_blocks", int, "sim.", 16_384),
         )
 
+    def tiers(self, raw: Any, providers: dict[str, ProviderSettings]) -> dict[str, Tier]:
+        tiers = dict(DEFAULT_TIERS)
+        for name, value in self.named_tables(raw, "tiers").items():
+            if name not in TIER_NAMES:
+                raise self.fail(f"tiers.{name}", f"is not a tier (tiers: {', '.join(TIER_NAMES)})")
+            table = self.table(value, f"tiers.{name}", ("provider", "model"))
+            provider = self.typed(table, "provider", str, f"tiers.{name}.")
+            model = self.typed(table, "model", str, f"tiers.{name}.")
+            if provider not in providers:
+                raise self.fail(f"tiers.{name}.provider", f"names an unknown provider {provider!r}")
+            if not model:
+                raise self.fail(f"tiers.{name}.model", "is required")
+            tiers[name] = Tier(name, provider, model)
+        return tiers
+
     def mcp_server(self, name: str, raw: Any) -> McpServer:
         where = f"mcp.{name}."
         table = self.table(raw, f"mcp.{name}", ("command", "args", "env"))
@@ -200,3 +239,45 @@ class _Reader:
         if not all(isinstance(a, str) for a in args) or not all(isinstance(v, str) for v in env.values()):
             raise self.fail(where.rstrip("."), "args and env values must be strings")
         return McpServer(name, command, tuple(args), dict(env))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the user picked on the command line or in the app; `None` means "as configured"."""
+
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    tier: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """A provider and a model to use; `model=None` means "ask the server what it serves"."""
+
+    settings: ProviderSettings
+    model: str | None
+
+
+def resolve(config: Config, choice: Choice) -> Target:
+    """The provider and model for `choice`, or a one-line ConfigError / MissingApiKey.
+
+    Choosing a provider or tier that doesn't exist, or one whose key is missing, fails here,
+    before anything starts.
+    """
+    model = choice.model
+    provider = choice.provider
+    if choice.tier:
+        if choice.provider or choice.model:
+            raise ConfigError("pick a tier, or a provider and model, not both")
+        tier = config.tier(choice.tier)
+        provider, model = tier.provider, tier.model
+    settings = config.provider(provider)
+    if choice.base_url:
+        if settings.kind == "sim":
+            raise ConfigError("--base-url does not apply to the embedded simulator; use --provider openai --base-url URL")
+        # The configured models belong to the configured server; another server is asked what it serves.
+        settings = replace(settings, base_url=choice.base_url, models=(), default_model=None)
+    if settings.key_required and not settings.api_key():
+        raise MissingApiKey(f"missing API key for provider {settings.name!r}: set {settings.api_key_env}")
+    return Target(settings, model or settings.default_model or (settings.models[0] if settings.models else None))

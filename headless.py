@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -30,11 +30,6 @@ from hotloop.agent.events import (
 from hotloop.agent.figures import seconds, step_summary
 from hotloop.markdown_stream import MarkdownStream
 from hotloop.providers.events import ReasoningDelta, TextDelta
-
-if TYPE_CHECKING:
-    from hotloop.config import Config
-    from hotloop.runtime import Runtime
-    from hotloop.sessions.log import SessionLog
 
 _STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
@@ -126,6 +121,7 @@ class RunOptions:
     provider: str | None = None
     model: str | None = None
     base_url: str | None = None
+    tier: str | None = None
     system: str | None = None
     mcp: list[str] = field(default_factory=list)
     json_lines: bool = False
@@ -145,22 +141,23 @@ async def run(options: RunOptions) -> int:
     """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
     from hotloop.agent.loop import Agent
     from hotloop.agent.prompt import system_prompt
-    from hotloop.config import load_config
-    from hotloop.runtime import Choice, Runtime, resolve
+    from hotloop.config import Choice, load_config, resolve
+    from hotloop.runtime import Runtime
 
     config = load_config()
-    settings = resolve(config, Choice(options.provider, options.model, options.base_url))
-    runtime = await Runtime.connect(config, settings, options.model)
-    # Startup built a large heap of module objects that never die; keep the collector off them.
-    gc.collect()
-    gc.freeze()
+    target = resolve(config, Choice(options.provider, options.model, options.base_url, options.tier))
+    runtime = Runtime(config)
     try:
+        provider = await runtime.connect(target)
+        # Startup built a large heap of module objects that never die; keep the collector off them.
+        gc.collect()
+        gc.freeze()
         printer = Printer(json_lines=options.json_lines)
-        with open_session_log(config, runtime, options.workspace) as log:
+        with runtime.open_session_log(provider, options.workspace) as log:
             emit = fan_out(printer, log.write)
-            await runtime.start_mcp(config, options.mcp, emit)
+            await runtime.start_mcp(options.mcp, emit)
             agent = Agent(
-                runtime.provider,
+                provider,
                 runtime.tools,
                 emit=emit,
                 workspace=options.workspace,
@@ -179,20 +176,3 @@ async def run(options: RunOptions) -> int:
         return 1 if failed else 0
     finally:
         await runtime.aclose()
-
-
-def open_session_log(config: Config, runtime: Runtime, workspace: Path) -> SessionLog:
-    """A new session log that masks every configured key's value, or a one-line ConfigError."""
-    from hotloop import paths
-    from hotloop.config import ConfigError
-    from hotloop.sessions.log import SessionLog
-
-    secrets = [value for name in config.key_env_names() if (value := os.environ.get(name))]
-    folder = paths.sessions_dir()
-    try:
-        return SessionLog.create(
-            folder, provider=runtime.provider.name, model=runtime.provider.model, workspace=workspace,
-            secrets_to_mask=secrets,
-        )
-    except OSError as error:
-        raise ConfigError(f"cannot create a session log in {folder}: {error.strerror}") from None

@@ -13,36 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from functools import lru_cache
-from typing import TYPE_CHECKING
-
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.markdown import Markdown
 from rich.segment import Segment, Segments
 
-if TYPE_CHECKING:
-    from markdown_it import MarkdownIt
-
-
-@lru_cache(maxsize=1)
-def _parser() -> MarkdownIt:
-    from markdown_it import MarkdownIt
-
-    # The parser rich's Markdown uses, so block boundaries agree with what it renders.
-    return MarkdownIt().enable("strikethrough").enable("table")
-
-
-def block_starts(source: str) -> list[int]:
-    """Character offsets where each top-level Markdown block of `source` starts."""
-    line_offsets = [0]
-    for line in source.splitlines(keepends=True):
-        line_offsets.append(line_offsets[-1] + len(line))
-    starts = []
-    for token in _parser().parse(source):
-        if token.level == 0 and token.map is not None and token.nesting in (0, 1):
-            starts.append(line_offsets[token.map[0]])
-    return starts
+from hotloop.markdown_blocks import block_starts
 
 
 class _Tail:

@@ -62,6 +62,18 @@ class ToolFinished(Event, frozen=True):
     result: str
 
 
+class ResponseFinished(Event, frozen=True):
+    """The model's response to a step is complete: its usage and timings, before any tool runs."""
+
+    turn: int
+    step: int
+    usage: UsageLedger | None
+    ttft: float | None
+    decode_tps: float | None
+    model_time: float
+    finish_reason: str
+
+
 class StepFinished(Event, frozen=True):
     """One model request and its tool phase. Times are seconds; `None` means not measured."""
 
@@ -102,6 +114,7 @@ AgentEvent = (
     | ToolCallReady
     | Usage
     | Finished
+    | ResponseFinished
     | ToolStarted
     | ToolOutput
     | ToolFinished

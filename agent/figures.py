@@ -47,3 +47,32 @@ def step_summary(step: StepFinished) -> str:
         plural = "s" if step.tool_count != 1 else ""
         parts.append(f"tool{plural} {step.tool_count} in {seconds(step.tool_wall)} (sum {seconds(step.tool_sum)})")
     return " · ".join(parts)
+
+
+class SessionTotals:
+    """Running totals over a session's steps, for the status bar."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.prompt = 0
+        self.output = 0
+        self.unreported = 0  # steps whose usage was missing
+        self._cache_read = 0
+        self._cache_prompt = 0  # prompt tokens of the steps that reported a cache figure
+
+    def add(self, step: StepFinished) -> None:
+        self.steps += 1
+        usage = step.usage
+        if usage is None or usage.prompt_total is None:
+            self.unreported += 1
+            return
+        self.prompt += usage.prompt_total
+        self.output += usage.output or 0
+        if usage.cache_read is not None:
+            self._cache_read += usage.cache_read
+            self._cache_prompt += usage.prompt_total
+
+    @property
+    def cache_hit(self) -> float | None:
+        """cache-read ÷ prompt total over the steps that reported it; None if none did."""
+        return self._cache_read / self._cache_prompt if self._cache_prompt else None

@@ -22,6 +22,7 @@ from typing import Any
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
+    ResponseFinished,
     StepFinished,
     StepStarted,
     ToolFinished,
@@ -179,22 +180,31 @@ class Agent:
         except (ProviderError, asyncio.CancelledError):
             self._keep_interrupted(stream)
             raise
-        model_done = time.perf_counter()
+        response = ResponseFinished(
+            turn=turn,
+            step=step,
+            usage=stream.usage,
+            ttft=stream.first_token - stream.started if stream.first_token is not None else None,
+            decode_tps=stream.decode_tps(),
+            model_time=time.perf_counter() - stream.started,
+            finish_reason=stream.finish_reason,
+        )
+        self.emit(response)
         self.messages.append(stream.message())
         phase = await self._run_tools(stream.calls)
         self.emit(
             StepFinished(
                 turn=turn,
                 step=step,
-                usage=stream.usage,
-                ttft=stream.first_token - stream.started if stream.first_token is not None else None,
-                decode_tps=stream.decode_tps(),
-                model_time=model_done - stream.started,
+                usage=response.usage,
+                ttft=response.ttft,
+                decode_tps=response.decode_tps,
+                model_time=response.model_time,
                 wall=time.perf_counter() - stream.started,
                 tool_count=phase.count,
                 tool_sum=sum(phase.durations),
                 tool_wall=phase.wall,
-                finish_reason=stream.finish_reason,
+                finish_reason=response.finish_reason,
             )
         )
         return bool(stream.calls)

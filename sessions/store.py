@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from hotloop.agent.events import StepFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, StepFinished, TurnStarted, decode
 from hotloop.sessions.log import SessionHeader
 
 _header = msgspec.json.Decoder(SessionHeader)
@@ -61,3 +61,26 @@ def summarize(path: Path) -> SessionSummary | None:
     return SessionSummary(
         header.id, path, header.started, header.provider, header.model, first_prompt, turns, tokens if reported else None
     )
+
+
+@dataclass(frozen=True)
+class LoggedSession:
+    header: SessionHeader
+    events: list[AgentEvent]
+    skipped: int  # lines that did not decode (a torn last line after a crash)
+
+
+def read_session(path: Path) -> LoggedSession:
+    """Every event of a session log. Raises OSError, or ValueError if the file has no valid header."""
+    lines = path.read_bytes().splitlines()
+    try:
+        header = _header.decode(lines[0])
+    except (IndexError, msgspec.DecodeError):
+        raise ValueError(f"{path} is not a hotloop session log") from None
+    events, skipped = [], 0
+    for line in lines[1:]:
+        try:
+            events.append(decode(line))
+        except msgspec.DecodeError:
+            skipped += 1
+    return LoggedSession(header, events, skipped)

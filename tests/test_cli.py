@@ -182,3 +182,23 @@ def test_the_installed_entry_point_runs_from_a_fresh_process(workspace: Path, is
                             text=True, env=env, cwd=workspace, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "# Demo project" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_the_app_refuses_a_bad_starting_point_before_taking_the_screen(workspace, capsys) -> None:
+    cases = {
+        ("--provider", "nope"): "hotloop: unknown provider 'nope' (configured: openai, sim)",
+        ("--tier", "turbo"): "hotloop: unknown tier 'turbo' (tiers: fast, balanced, strong)",
+        ("--provider", "openai"): "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY",
+        ("--tier", "fast", "--model", "x"): "hotloop: pick a tier, or a provider and model, not both",
+    }
+    for argv, message in cases.items():
+        assert main(list(argv)) == 2
+        assert one_line_error(capsys.readouterr().err) == message
+
+
+def test_run_takes_a_tier(workspace, capsys) -> None:
+    from hotloop.agent.events import StepStarted
+
+    assert main(["run", "--json", "--tier", "strong", "hello"]) == 0
+    events = [decode(line) for line in capsys.readouterr().out.splitlines()]
+    assert {e.model for e in events if isinstance(e, StepStarted)} == {"sim-strong"}

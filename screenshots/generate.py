@@ -1,0 +1,120 @@
+"""Regenerate the SVG screenshots in this folder from the real app, running against the embedded simulator.
+
+    python screenshots/generate.py
+
+Each picture is a real turn: the simulator follows a short scenario (so the pictures are the
+same from run to run), streams it over loopback HTTP, and the app draws it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+ANSWER = """## What the cache did
+
+Each step resends the whole conversation, so **the prefix cache** decides what a step costs:
+
+- the system prompt and tools: read from cache every step
+- the new tool results: prefilled once, then cached
+
+```python
+def cached_tokens(prompt_tokens: int, hit_blocks: int, block: int = 16) -> int:
+    # vLLM always recomputes the last prompt token
+    return min(hit_blocks * block, (prompt_tokens - 1) // block * block)
+```
+
+| step | prompt | cache read |
+|---|---|---|
+| 1 | 612 | not reported |
+| 2 | 1,394 | 1,296 |
+"""
+PAUSES = [{"name": "pause", "arguments": {"seconds": s}} for s in (3.0, 2.2, 3.4)]
+READS = [{"name": "read_file", "arguments": {"path": p}} for p in ("app.py", "cache.py")]
+SCENARIO = [
+    {"text": ANSWER},
+    {"text": "Checking three things at once.\n", "tool_calls": PAUSES},
+    {"text": "All three finished."},
+    {"text": "Reading both.\n", "tool_calls": READS},
+    {"tool_calls": [{"name": "grep", "arguments": {"pattern": "TODO"}}]},
+    {"text": "`app.py` starts the server; `cache.py` holds the prefix cache. No TODOs left."},
+]
+
+
+async def pause(args: dict[str, Any], ctx: Any) -> str:
+    ctx.emit_output(f"waiting {args['seconds']} s")
+    await asyncio.sleep(args["seconds"])
+    return "done"
+
+
+async def shoot(workspace: Path) -> None:
+    from hotloop.agent.tools.registry import Tool
+    from hotloop.config import Choice, load_config
+    from hotloop.tui.app import HotloopApp
+    from hotloop.tui.widgets.prompt_input import PromptInput
+
+    async def turn(app: HotloopApp, pilot: Any, prompt: str, wait: bool = True) -> None:
+        app.query_one(PromptInput).load_text(prompt)
+        await pilot.press("enter")
+        while wait and (app.turn_running or not app.transcript.history.items):
+            await asyncio.sleep(0.05)
+        await pilot.pause(0.3)
+
+    app = HotloopApp(load_config(), Choice(), workspace=workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        while app.agent is None:
+            await asyncio.sleep(0.05)
+        app.query_one(PromptInput).cursor_blink = False
+        schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
+        app.runtime.tools.add(Tool("pause", "Wait a while.", schema, pause))
+        await pilot.pause(0.3)
+        app.save_screenshot("empty.svg", str(HERE))
+
+        await turn(app, pilot, "How much did the prefix cache save?")
+        app.save_screenshot("answer-with-code.svg", str(HERE))
+
+        await turn(app, pilot, "Check three things at once", wait=False)
+        while len(app.query("ToolPane.-running")) < 3:
+            await asyncio.sleep(0.05)
+        await pilot.pause(1.5)
+        app.save_screenshot("tool-panes.svg", str(HERE))
+        while app.turn_running:
+            await asyncio.sleep(0.05)
+
+        await turn(app, pilot, "Read app.py and cache.py, then grep for TODO")
+        app.save_screenshot("usage-and-status.svg", str(HERE))
+
+        await pilot.press("ctrl+p")
+        for key in "tier":
+            await pilot.press(key)
+        await pilot.pause(0.8)
+        app.save_screenshot("palette.svg", str(HERE))
+        await pilot.press("escape")
+
+        await pilot.resize_terminal(200, 50)
+        await pilot.pause(1.0)
+        app.save_screenshot("wide-200x50.svg", str(HERE))
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        (home / "scenario.json").write_text(json.dumps(SCENARIO))
+        (home / "config.toml").write_text(f'[sim]\nscenario = "{home / "scenario.json"}"\n')
+        workspace = home / "project"
+        workspace.mkdir()
+        (workspace / "app.py").write_text("from cache import PrefixCache\n\n\ndef main():\n    return PrefixCache()\n")
+        (workspace / "cache.py").write_text("class PrefixCache:\n    BLOCK_SIZE = 16\n")
+        os.environ["HOTLOOP_CONFIG"] = str(home / "config.toml")
+        os.environ["HOTLOOP_DATA_DIR"] = str(home / "data")
+        asyncio.run(shoot(workspace))
+    print(f"screenshots written to {HERE}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Pictures of the app in known states. Each state is built from crafted events with fixed
+timestamps and a fixed clock, so timers and spinners draw the same every run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tui_support import connected, write_config
+
+from textual.command import CommandList
+
+from hotloop.agent.events import (
+    ResponseFinished,
+    StepFinished,
+    StepStarted,
+    ToolFinished,
+    ToolOutput,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from hotloop.config import Choice, load_config
+from hotloop.providers.events import TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, UsageLedger
+from hotloop.tui.app import HotloopApp
+from hotloop.tui.widgets.prompt_input import PromptInput
+
+T = 1_800_000_000.0
+SIZE = (100, 30)
+ANSWER = """## Parallel reads
+
+The three files were read **at once**, so the step took as long as the slowest read:
+
+- `app.py`: the entry point
+- `cache.py`: the prefix cache
+
+```python
+def block_hashes(tokens, size=16):
+    parent = 0
+    for start in range(0, len(tokens) - size + 1, size):
+        parent = hash((parent, *tokens[start : start + size]))
+        yield parent
+```
+
+| file | lines |
+|---|---|
+| app.py | 120 |
+| cache.py | 64 |
+"""
+
+
+def snapshot_app(home: Path) -> HotloopApp:
+    write_config(home)
+    return HotloopApp(load_config(), Choice(), clock=lambda: T + 2.5)
+
+
+async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+    await connected(pilot.app)
+    pilot.app.query_one(PromptInput).cursor_blink = False
+    await pilot.pause()
+
+
+def showing(events: list):  # type: ignore[no-untyped-def]
+    """A `run_before` that settles the app, then feeds it `events` through its own event path."""
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        for event in events:
+            pilot.app.emit(event)
+        await pilot.pause()
+
+    return run_before
+
+
+def usage(prompt: int, read: int | None, output: int) -> UsageLedger:
+    uncached = None if read is None else prompt - read
+    return UsageLedger(prompt_total=prompt, cache_read=read, uncached=uncached, output=output)
+
+
+def step_events(step: int, usage: UsageLedger, tools: tuple[int, float, float] = (0, 0.0, 0.0)) -> list:
+    count, wall, total = tools
+    return [
+        ResponseFinished(turn=1, step=step, usage=usage, ttft=0.14, decode_tps=96.0, model_time=0.9,
+                         finish_reason="tool_calls" if count else "stop", ts=T + step),
+        StepFinished(turn=1, step=step, usage=usage, ttft=0.14, decode_tps=96.0, model_time=0.9, wall=2.0,
+                     tool_count=count, tool_sum=total, tool_wall=wall, finish_reason="stop", ts=T + step),
+    ]
+
+
+def tool_call_events(calls: list[tuple[str, str, str]]) -> list:
+    events: list = []
+    for index, (call_id, name, arguments) in enumerate(calls):
+        events += [ToolCallStarted(index, call_id, name, ts=T), ToolCallArgsDelta(index, call_id, arguments, ts=T)]
+    events += [ToolCallReady(i, call_id, name, arguments, ts=T) for i, (call_id, name, arguments) in enumerate(calls)]
+    return events
+
+
+READS = [("c1", "read_file", '{"path": "app.py"}'), ("c2", "read_file", '{"path": "cache.py"}'),
+         ("c3", "grep", '{"pattern": "TODO"}')]
+
+
+def test_empty_app(snap_compare, isolated_home: Path) -> None:
+    """The empty app: a welcome text, the prompt with its placeholder, the status bar on the
+    embedded simulator (● ready · sim · sim-balanced · balanced, totals at 0, cache hit not
+    reported), and the footer's keys."""
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=settle)
+
+
+def test_finished_answer_with_code(snap_compare, isolated_home: Path) -> None:
+    """A finished answer rendered as Markdown: the user's prompt with an accent bar, a heading,
+    bold text, a bulleted list with inline code, a syntax-highlighted Python block, a table,
+    and the step's usage strip (prompt 1,204 · cache not reported · out 160 · ttft 0.14 s · 96 tok/s)."""
+    events = [TurnStarted(turn=1, prompt="Read app.py and cache.py", ts=T),
+              StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+              TextDelta(ANSWER, ts=T), *step_events(1, usage(1_204, None, 160)),
+              TurnFinished(turn=1, reason="answer", steps=1, wall=2.0, ts=T + 2)]
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
+
+
+def test_three_tool_panes_mid_flight(snap_compare, isolated_home: Path) -> None:
+    """Three tool panes side by side while a step's tools run: read_file app.py and grep TODO
+    still running (spinner, 2.50 s, accent border), read_file cache.py finished (green border,
+    ✓ ok · 0.42 s, its output in the pane's log). Below, the live usage strip says 2 tools are
+    running."""
+    events = [TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
+              StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+              TextDelta("Reading both files and searching at once.\n", ts=T),
+              *tool_call_events(READS),
+              ResponseFinished(turn=1, step=1, usage=usage(612, None, 84), ttft=0.15, decode_tps=95.0,
+                               model_time=0.8, finish_reason="tool_calls", ts=T),
+              *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
+              ToolOutput(call_id="c3", text="scanning 42 files", ts=T + 1),
+              ToolFinished(call_id="c2", name="read_file", status="ok", duration=0.42,
+                           result="import hashlib\nBLOCK_SIZE = 16\n", ts=T + 0.42)]
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
+
+
+def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
+    """A two-step turn, finished. Step 1 missed the cache ("cache not reported", never 0); its
+    three tools collapsed to one line each, with the summary "3 tools · wall 1.02 s · sum 3.01 s ·
+    3.0× from parallelism". Step 2's strip shows the cache bar, read 1,296 · uncached 98. The
+    status bar totals both steps: prompt 1,916 · out 244 · cache hit 93% (1,296 ÷ 1,394: only the
+    step that reported a cache figure counts)."""
+    events = [TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
+              StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+              *tool_call_events(READS),
+              *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
+              *[ToolFinished(call_id=c, name=n, status="ok", duration=d, result="…", ts=T + d)
+                for (c, n, _), d in zip(READS, (1.01, 0.98, 1.02))],
+              *step_events(1, usage(522, None, 84), (3, 1.02, 3.01)),
+              StepStarted(turn=1, step=2, provider="sim", model="sim-balanced", ts=T + 2),
+              TextDelta("All three are done; nothing to fix.", ts=T + 2),
+              *step_events(2, usage(1_394, 1_296, 160)),
+              TurnFinished(turn=1, reason="answer", steps=2, wall=4.0, ts=T + 4)]
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
+
+
+def test_palette_lists_tiers(snap_compare, isolated_home: Path) -> None:
+    """The command palette, searched for "tier": the three tiers of the embedded simulator,
+    each with the provider and model it maps to (sim · sim-fast, sim · sim-balanced, sim · sim-strong)."""
+    app = snapshot_app(isolated_home)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("ctrl+p")
+        for key in "tier":
+            await pilot.press(key)
+        # Results arrive from the palette's search task; wait for all three, not a fixed time.
+        while pilot.app.screen.query_one(CommandList).option_count != 3:
+            await pilot.pause(0.05)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -1,0 +1,273 @@
+"""The real app, driven with Pilot, against the embedded simulator over loopback HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from tui_support import idle, running_app, send, write_config
+
+from hotloop.agent.events import TextDelta, decode
+from hotloop.agent.tools.registry import Tool, ToolContext
+from hotloop.providers.conversation import AssistantMessage
+from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem
+from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.streaming_text import StreamingText
+from hotloop.tui.widgets.tool_pane import ToolPane
+
+
+def items_of(app: Any, kind: type) -> list:
+    return [item for item in app.transcript.history.items if isinstance(item, kind)]
+
+
+def logged_events(home: Path) -> list:
+    (log,) = (home / "data" / "sessions").glob("*.jsonl")
+    return [decode(line) for line in log.read_bytes().splitlines()[1:]]
+
+
+async def wait_until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -> None:
+    write_config(isolated_home, [{"text": "## Streaming\n\n" + "word " * 150}], decode_ms=15)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "hello")
+        answer = app.query_one(StreamingText)
+        await wait_until(lambda: len(answer.source) > 40)
+        assert app.turn_running  # part of the answer is on screen before the model has finished
+        partial = len(answer.source)
+        await idle(app, pilot)
+
+        (item,) = items_of(app, AnswerItem)
+        assert item.text == "## Streaming\n\n" + "word " * 150 and partial < len(item.text)
+        deltas = [e.text for e in logged_events(isolated_home) if isinstance(e, TextDelta)]
+        assert len(deltas) > 100 and "".join(deltas) == item.text
+        lines = [strip.text for strip in app.transcript.history._slots[1].rendered.lines]
+        assert lines[0].strip() == "Streaming" and "word word" in lines[2]
+
+
+async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: Path) -> None:
+    calls = [{"name": "pause", "arguments": {"seconds": s}} for s in (0.6, 0.5, 0.7)]
+    write_config(isolated_home, [{"text": "three at once", "tool_calls": calls}, {"text": "done"}])
+
+    async def pause(args: dict[str, Any], ctx: ToolContext) -> str:
+        ctx.emit_output(f"pausing {args['seconds']} s")
+        await asyncio.sleep(args["seconds"])
+        return "paused"
+
+    schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
+    async with running_app() as (app, pilot):
+        app.runtime.tools.add(Tool("pause", "Pause.", schema, pause))
+        await send(app, pilot, "go")
+        await wait_until(lambda: len(app.query("ToolPane.-running")) == 3)
+        panes = list(app.query(ToolPane))
+        assert [pane.call.arguments for pane in panes] == ['{"seconds": 0.6}', '{"seconds": 0.5}', '{"seconds": 0.7}']
+        assert len({pane.region.y for pane in panes}) == 1  # side by side
+        await pilot.pause()
+        assert "pausing 0.6 s" in "\n".join(panes[0].query_one("Log").lines)
+        await idle(app, pilot)
+
+        (tools,) = items_of(app, ToolCallsItem)
+        assert [call.status for call in tools.calls] == ["ok", "ok", "ok"]
+        assert tools.wall < 1.3 * max(call.duration for call in tools.calls)
+        rendered = [strip.text for strip in tools.render(app.transcript.context(96)).lines]
+        assert rendered[-1].startswith("3 tools · wall ") and "from parallelism" in rendered[-1]
+        assert not app.query(ToolPane)  # finished panes collapse into one line each
+
+
+async def test_the_usage_strip_shows_the_simulators_own_numbers(isolated_home: Path) -> None:
+    (isolated_home / "ws").mkdir()
+    write_config(isolated_home, [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"text": "listed"}])
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "list")
+        await idle(app, pilot)
+        requests = list(app.runtime.simulator.server.requests)
+
+        steps = [item.step for item in items_of(app, UsageItem)]
+        assert [s.usage.prompt_total for s in steps] == [r.prompt_tokens for r in requests]
+        assert steps[0].usage.cache_read is None  # a miss: vLLM reports no details, shown as such
+        assert steps[1].usage.cache_read == requests[1].cached_tokens > 0
+        first, second = (strip.text for item in items_of(app, UsageItem)
+                         for strip in item.render(app.transcript.context(120)).lines)
+        assert f"prompt {requests[0].prompt_tokens:,} · cache not reported" in first
+        assert f"read {requests[1].cached_tokens:,}" in second
+        assert app.status.totals.prompt == sum(r.prompt_tokens for r in requests)
+
+
+async def test_switching_in_the_palette_changes_the_next_requests_model(isolated_home: Path) -> None:
+    write_config(isolated_home)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "first")
+        await idle(app, pilot)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        for key in "tier: fast":
+            await pilot.press(key if key != " " else "space")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_until(lambda: app.status.model == "sim-fast")
+        await send(app, pilot, "second")
+        await idle(app, pilot)
+
+        models = [request.model for request in app.runtime.simulator.server.requests]
+        assert models == ["sim-balanced", "sim-fast"]
+        assert app.status.tier == "fast" and len(app.agent.messages) == 4  # the conversation was kept
+
+
+async def test_slash_commands_switch_and_unknown_ones_explain(isolated_home: Path) -> None:
+    write_config(isolated_home)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "/model sim-strong")
+        await wait_until(lambda: app.status.model == "sim-strong")
+        await send(app, pilot, "hi")
+        await idle(app, pilot)
+        assert app.runtime.simulator.server.requests[-1].model == "sim-strong"
+        await send(app, pilot, "/nonsense")
+        await pilot.pause()
+        assert any("unknown command /nonsense" in str(n.message) for n in app._notifications)
+
+
+async def test_escape_mid_stream_leaves_a_valid_conversation(isolated_home: Path) -> None:
+    write_config(isolated_home, [{"text": "word " * 400}, {"text": "second answer"}], decode_ms=10)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "talk")
+        await wait_until(lambda: len(app.query_one(StreamingText).source) > 30)
+        await pilot.press("escape")
+        await idle(app, pilot)
+        partial = app.agent.messages[-1]
+        assert isinstance(partial, AssistantMessage) and partial.interrupted
+        answers = items_of(app, AnswerItem)
+        assert answers[-1].interrupted and 0 < len(answers[-1].text) < 2000
+        assert "turn cancelled" in items_of(app, NoticeItem)[-1].message
+
+        await send(app, pilot, "go on")
+        await idle(app, pilot)
+        assert items_of(app, AnswerItem)[-1].text == "second answer"
+
+
+async def test_copy_keys_expand_entries_and_walk_history(isolated_home: Path) -> None:
+    (isolated_home / "notes.md").write_text("note")
+    write_config(isolated_home, [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "x.md"}}]},
+        {"text": "Here:\n\n```python\nprint('hi')\n```\n"},
+    ])
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "show me")
+        await idle(app, pilot)
+        await pilot.press("ctrl+o")
+        assert app.clipboard.startswith("Here:")
+
+        history = app.transcript.history
+        history.focus()
+        await pilot.pause()
+        tools = items_of(app, ToolCallsItem)[0]
+        while history._places()[history.cursor].key != tools.calls[0].call_id:
+            await pilot.press("up")
+        await pilot.press("enter")
+        assert tools.calls[0].call_id in tools.expanded
+        lines = [s.text for s in tools.render(app.transcript.context(96)).lines]
+        assert any("no such file: x.md" in line for line in lines)
+        await pilot.press("down", "down", "C")
+        assert app.clipboard == "print('hi')\n"
+
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        await pilot.press("up")
+        assert prompt.text == "show me"
+
+
+async def test_sessions_open_read_only_and_help_opens(isolated_home: Path) -> None:
+    write_config(isolated_home)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "remember this")
+        await idle(app, pilot)
+        await pilot.press("ctrl+b")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_until(lambda: app.screen.__class__.__name__ == "SessionView")
+        await pilot.pause()
+        viewed = [i for i in app.screen.query_one("Transcript").history.items if isinstance(i, AnswerItem)]
+        assert viewed and viewed[0].text == items_of(app, AnswerItem)[0].text
+        await pilot.press("escape")
+        await pilot.press("f1")
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "HelpScreen"
+
+
+async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None:
+    calls = [{"name": "pause", "arguments": {"seconds": 1.5 + n / 10}} for n in range(5)]
+    write_config(isolated_home, [{"tool_calls": calls}, {"text": "done"}])
+
+    async def pause(args: dict[str, Any], ctx: ToolContext) -> str:
+        await asyncio.sleep(args["seconds"])
+        return "paused"
+
+    async with running_app(size=(120, 40)) as (app, pilot):
+        app.runtime.tools.add(Tool("pause", "Pause.", {"type": "object"}, pause))
+        await send(app, pilot, "go")
+        await wait_until(lambda: len(app.query("ToolPane.-running")) == 5)
+        await wait_until(lambda: all(pane.region.width for pane in app.query(ToolPane)))
+        await pilot.pause()
+        rows = sorted({pane.region.y for pane in app.query(ToolPane)})
+        columns = sorted({pane.region.x for pane in app.query(ToolPane)})
+        assert len(rows) == 2 and len(columns) == 3
+        await idle(app, pilot)
+
+
+async def test_links_open_on_click_and_the_theme_redraws_the_transcript(isolated_home: Path) -> None:
+    write_config(isolated_home, [{"text": "See [the docs](https://example.com/docs) for more.\n\n```python\nx = 1\n```"}])
+    opened: list[str] = []
+    async with running_app() as (app, pilot):
+        app.open_url = lambda url, new_tab=True: opened.append(url)  # type: ignore[method-assign]
+        await send(app, pilot, "docs?")
+        await idle(app, pilot)
+        history = app.transcript.history
+        slot = next(s for s in history._slots if isinstance(s.item, AnswerItem))
+        row = history._starts[history._slots.index(slot)]
+        column = slot.rendered.lines[0].text.index("the docs")
+        await pilot.click(history, offset=(column + 2, row))
+        assert opened == ["https://example.com/docs"]
+
+        dark = [seg.style for seg in slot.rendered.lines[2]]
+        app.theme = "textual-light"
+        await pilot.pause(0.3)
+        light = [seg.style for seg in history._slots[history._slots.index(slot)].rendered.lines[2]]
+        assert light != dark  # the code block was drawn again in the light theme's colours
+
+
+async def test_an_unreachable_provider_is_listed_with_its_reason_and_cannot_be_picked(isolated_home: Path) -> None:
+    (isolated_home / "config.toml").write_text(
+        "[sim]\nttft_ms = 0\ndecode_ms_per_token = 0\n\n"
+        '[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodels = ["big"]\nmax_retries = 0\n'
+    )
+    async with running_app() as (app, pilot):
+        options = {option.title: option for option in await app.switch_options()}
+        assert options["provider: lab"].unavailable.startswith("cannot reach lab (http://127.0.0.1:9/v1)")
+        assert options["provider: openai"].unavailable == "missing API key: set OPENAI_API_KEY"
+        assert options["model: sim · sim-fast"].unavailable is None
+        await pilot.press("ctrl+p")
+        for key in "lab":
+            await pilot.press(key)
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.status.provider == "sim"
+        assert any("provider: lab: cannot reach" in str(n.message) for n in app._notifications)
+
+
+async def test_ctrl_j_adds_a_line_and_enter_sends_both(isolated_home: Path) -> None:
+    write_config(isolated_home)
+    async with running_app() as (app, pilot):
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        await pilot.press("f", "i", "r", "s", "t", "ctrl+j", "t", "w", "o")
+        assert prompt.text == "first\ntwo"
+        await pilot.press("enter")
+        await idle(app, pilot)
+        assert app.agent.messages[0].content.startswith("first\ntwo")

@@ -1,0 +1,148 @@
+"""The TUI's pure parts: folding events into items, slash commands, and what items draw."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from hotloop.agent.events import (
+    Notice,
+    StepFinished,
+    ToolFinished,
+    ToolOutput,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from hotloop.agent.figures import SessionTotals
+from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, UsageLedger
+from hotloop.tui.fold import TranscriptFold, fold_session
+from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
+from hotloop.tui.render import Palette, RenderContext, markdown_lines, tools_summary, usage_text
+from hotloop.tui.slash import Slash, SlashError, parse
+
+PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
+
+
+def context(width: int = 80) -> RenderContext:
+    return RenderContext(Console(width=width, color_system=None), width, PALETTE)
+
+
+def step(n: int, usage: UsageLedger | None, tools: int = 0) -> StepFinished:
+    return StepFinished(turn=1, step=n, usage=usage, ttft=0.1, decode_tps=50.0, model_time=1.0, wall=1.5,
+                        tool_count=tools, tool_sum=2.0 * tools, tool_wall=1.0 if tools else 0.0, finish_reason="stop")
+
+
+def test_a_step_folds_into_answer_tool_calls_and_usage() -> None:
+    events = [
+        TurnStarted(turn=1, prompt="go"),
+        ReasoningDelta("think "), ReasoningDelta("first"),
+        TextDelta("Reading."),
+        ToolCallStarted(0, "c1", "read_file"), ToolCallArgsDelta(0, "c1", '{"path": '), ToolCallArgsDelta(0, "c1", '"a"}'),
+        ToolCallReady(0, "c1", "read_file", '{"path": "a"}'),
+        ToolStarted(call_id="c1", name="read_file", arguments='{"path": "a"}', ts=10.0),
+        ToolOutput(call_id="c1", text="line 1"),
+        ToolFinished(call_id="c1", name="read_file", status="ok", duration=0.5, result="A"),
+        step(1, UsageLedger(prompt_total=100, output=9), tools=1),
+    ]
+    items = fold_session(events)
+    kinds = [(type(item).__name__, gap) for item, gap in items]
+    assert kinds == [("UserItem", 1), ("AnswerItem", 1), ("ToolCallsItem", 1), ("UsageItem", 0)]
+    answer, tools = items[1][0], items[2][0]
+    assert (answer.text, answer.reasoning, answer.interrupted) == ("Reading.", "think first", False)
+    (call,) = tools.calls
+    assert (call.name, call.arguments, call.status, call.started, call.output, call.result) == (
+        "read_file", '{"path": "a"}', "ok", 10.0, ["line 1"], "A")
+
+
+def test_a_cancelled_turn_keeps_the_partial_answer_and_cancels_open_calls() -> None:
+    fold = TranscriptFold()
+    for event in [TurnStarted(turn=1, prompt="go"), TextDelta("half an ans"),
+                  ToolCallStarted(0, "c1", "grep"), ToolCallReady(0, "c1", "grep", "{}"),
+                  ToolStarted(call_id="c1", name="grep", arguments="{}")]:
+        fold.apply(event)
+    items = [item for item, _ in fold.apply(TurnFinished(turn=1, reason="cancelled", steps=1, wall=1.0))]
+    answer, tools, notice = items
+    assert isinstance(answer, AnswerItem) and answer.interrupted and answer.text == "half an ans"
+    assert isinstance(tools, ToolCallsItem) and tools.calls[0].status == "cancelled"
+    assert isinstance(notice, NoticeItem) and notice.message == "turn cancelled; 1 unfinished tool call got a cancelled result"
+    assert fold.apply(TurnFinished(turn=2, reason="answer", steps=1, wall=1.0)) == []
+    assert fold.apply(Notice(level="error", message="boom"))[0][0] == NoticeItem("error", "boom")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/model sim-fast", Slash("/model", ("sim-fast",))),
+        ("  /tier strong ", Slash("/tier", ("strong",))),
+        ("/provider openai gpt-5-mini", Slash("/provider", ("openai", "gpt-5-mini"))),
+        ("/new", Slash("/new")),
+        ("read /etc/hosts please", None),
+        ("//not a command", None),
+    ],
+)
+def test_slash_commands_parse(text: str, expected: Slash | None) -> None:
+    assert parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("/bogus", "unknown command /bogus"), ("/model", "/model needs an argument"), ("/tier a b", "too many arguments")],
+)
+def test_bad_slash_commands_say_why(text: str, message: str) -> None:
+    with pytest.raises(SlashError, match=message):
+        parse(text)
+
+
+def plain(text) -> str:  # type: ignore[no-untyped-def]
+    return text.plain
+
+
+def test_usage_never_shows_a_missing_figure_as_zero() -> None:
+    assert plain(usage_text(None, PALETTE)) == "prompt not reported"
+    assert plain(usage_text(UsageLedger(prompt_total=500, output=None), PALETTE)) == (
+        "prompt 500 · cache not reported · out not reported")
+    full = plain(usage_text(UsageLedger(prompt_total=1000, cache_read=750, cache_write=200, uncached=50, output=7), PALETTE))
+    assert full == "prompt 1,000 ▕████████▏ read 750 · write 200 · uncached 50 · out 7"
+    assert plain(usage_text(UsageLedger(prompt_total=100, cache_read=0, uncached=100, output=3), PALETTE)).startswith(
+        "prompt 100 ▕░░░░░░░░▏ read 0 ·")
+
+
+def test_tool_summaries_only_claim_real_parallelism() -> None:
+    assert tools_summary(3, 1.02, 3.01) == "3 tools · wall 1.02 s · sum 3.01 s · 3.0× from parallelism"
+    assert tools_summary(2, 0.04, 0.02) == "2 tools · wall 0.04 s · sum 0.02 s"
+    assert tools_summary(1, 0.5, 0.5) == "1 tool · wall 0.50 s · sum 0.50 s"
+
+
+def test_items_render_and_expand() -> None:
+    ctx = context()
+    user = UserItem("a long question " * 10).render(ctx).lines
+    assert len(user) == 3 and all(line.text.startswith("▌ ") for line in user)
+
+    answer = AnswerItem("# Title\n\nSome *text*.", reasoning="I thought about it")
+    rendered = answer.render(ctx)
+    assert rendered.targets == {0: "reasoning"} and rendered.lines[0].text.startswith("▸ reasoning · 4 words")
+    answer.toggle("reasoning")
+    assert "I thought about it" in "".join(line.text for line in answer.render(ctx).lines)
+
+    tools = ToolCallsItem([], 0.0, 0.0)
+    assert [line.text.rstrip() for line in tools.render(ctx).lines] == ["0 tools · wall 0.00 s · sum 0.00 s"]
+    usage = UsageItem(step(2, UsageLedger(prompt_total=10, cache_read=8, uncached=2, output=1))).render(ctx).lines
+    assert usage[0].text.startswith("step 2 · prompt 10 ")
+
+
+def test_markdown_renders_block_by_block_like_the_stream() -> None:
+    source = "# Head\n\n- one\n- two\n\n```python\nx = 1\n```\n\nEnd."
+    lines = [line.text.rstrip() for line in markdown_lines(source, context(60))]
+    # One blank line between each pair of the four blocks, none at the edges.
+    assert lines == ["Head".center(60).rstrip(), "", " • one", " • two", "", " x = 1", "", "End."]
+
+
+def test_session_totals_count_cache_hits_only_where_reported() -> None:
+    totals = SessionTotals()
+    totals.add(step(1, UsageLedger(prompt_total=100, output=10)))
+    totals.add(step(2, UsageLedger(prompt_total=200, cache_read=150, uncached=50, output=20)))
+    totals.add(step(3, None))
+    assert (totals.steps, totals.prompt, totals.output, totals.unreported) == (3, 300, 30, 1)
+    assert totals.cache_hit == 0.75
+    assert SessionTotals().cache_hit is None

@@ -1,0 +1,408 @@
+"""The hotloop app: a streaming transcript, live tool panes, usage, and switching inside the app.
+
+The app renders the agent's event stream and never talks to a provider itself: it asks the
+runtime for one, and the agent for turns. The engine (openai, aiohttp) is imported after
+the first paint, in a thread, so the window appears at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.color import Color
+from textual.screen import Screen
+from textual.theme import Theme
+from textual.widgets import Footer, OptionList
+from textual.worker import Worker, WorkerState
+
+from hotloop.agent.events import AgentEvent, Notice, StepFinished, StepStarted, TurnFinished
+from hotloop.agent.figures import SessionTotals
+from hotloop.config import Choice, Config, ConfigError, resolve
+from hotloop.markdown_blocks import code_blocks
+from hotloop.tui.commands import SwitchCommands
+from hotloop.tui.items import AnswerItem, NoticeItem
+from hotloop.tui.render import Palette
+from hotloop.tui.slash import Slash, SlashError, parse
+from hotloop.tui.widgets.history_view import HistoryView
+from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
+from hotloop.tui.widgets.status_bar import StatusBar
+from hotloop.tui.widgets.transcript import Transcript
+
+if TYPE_CHECKING:
+    from hotloop.agent.loop import Agent
+    from hotloop.runtime import Runtime
+    from hotloop.sessions.log import SessionLog
+
+
+class SwitchOption(NamedTuple):
+    title: str
+    help: str
+    choice: Choice
+    unavailable: str | None = None
+
+
+def _import_engine() -> None:
+    """The heavy imports (openai, aiohttp, the simulator, Markdown rendering), done off the UI thread.
+
+    They are not needed for the first paint, but would stall the first request or answer.
+    """
+    import hotloop.agent.loop  # noqa: F401
+    import hotloop.runtime  # noqa: F401
+    import openai  # noqa: F401
+    from hotloop.tui.render import warm_up
+
+    warm_up()
+
+
+class HotloopApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "hotloop"
+    COMMANDS = App.COMMANDS | {SwitchCommands}
+    BINDINGS = [
+        Binding("escape", "cancel_turn", "Cancel turn"),
+        Binding("ctrl+n", "new_conversation", "New"),
+        Binding("ctrl+b", "toggle_sessions", "Sessions"),
+        Binding("ctrl+o", "copy_answer", "Copy answer"),
+        Binding("f1", "help", "Help"),
+        Binding("question_mark", "help", "Help", show=False),
+    ]
+
+    def __init__(
+        self,
+        config: Config,
+        choice: Choice,
+        *,
+        workspace: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.choice = choice
+        self.workspace = workspace or Path.cwd()
+        self.clock = clock
+        self.runtime: Runtime | None = None
+        self.agent: Agent | None = None
+        self.session_log: SessionLog | None = None
+        self.totals = SessionTotals()
+        self._palette: Palette | None = None
+        self._pending_switch: Choice | None = None
+        self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
+
+    def compose(self) -> ComposeResult:
+        # The sessions sidebar is mounted on first use: the first paint doesn't need it.
+        yield Transcript(self.clock, self.palette, id="transcript")
+        yield PromptInput(id="prompt")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.query_one(PromptInput).focus()
+        # The engine's imports wait for the first paint, so they can't delay it.
+        self.call_after_refresh(self.connect)
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one("#transcript", Transcript)
+
+    @property
+    def status(self) -> StatusBar:
+        return self.query_one(StatusBar)
+
+    @property
+    def turn_running(self) -> bool:
+        return any(worker.group == "turn" and worker.is_running for worker in self.workers)
+
+    # -- theme ---------------------------------------------------------------------------
+
+    def palette(self) -> Palette:
+        if self._palette is None:
+            variables = self.theme_variables
+            background = Color.parse(variables["background"])
+
+            def solid(name: str) -> str:
+                return (background + Color.parse(variables[name])).hex
+
+            self._palette = Palette(
+                accent=solid("accent"),
+                muted=solid("foreground-muted"),
+                success=solid("success"),
+                warning=solid("warning"),
+                error=solid("error"),
+                surface=solid("surface"),
+                dark=self.current_theme.dark,
+            )
+        return self._palette
+
+    def _theme_changed(self, theme: Theme) -> None:
+        self._palette = None
+        for transcript in self.query(Transcript):
+            transcript.rerender()
+
+    # -- connecting ----------------------------------------------------------------------
+
+    @work(exclusive=True, group="connect", exit_on_error=False)
+    async def connect(self) -> None:
+        await asyncio.to_thread(_import_engine)
+        from hotloop.agent.loop import Agent
+        from hotloop.runtime import Runtime
+
+        self.runtime = Runtime(self.config)
+        # Any error here is shown by on_worker_state_changed, and the app stays open.
+        target = resolve(self.config, self.choice)
+        provider = await self.runtime.connect(target)
+        self.agent = Agent(
+            provider,
+            self.runtime.tools,
+            emit=self.emit,
+            workspace=self.workspace,
+            max_steps=self.config.max_steps,
+            tool_timeout=self.config.tool_timeout,
+        )
+        self._show_provider()
+        self.status.state = "ready"
+        await self.runtime.start_mcp([], self.emit)
+        self._probes = asyncio.create_task(self._probe_all())
+        # The startup heap never dies: keep the collector off it, and collect old objects rarely.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(700, 10, 1_000_000)
+
+    def _show_provider(self) -> None:
+        if self.agent is not None:
+            provider = self.agent.provider
+            self.status.provider, self.status.model = provider.name, provider.model
+            self.status.tier = self.config.tier_of(provider.name, provider.model)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            message = str(event.worker.error) or type(event.worker.error).__name__
+            if event.worker.group == "connect":
+                self.status.state = "not connected"
+            self.notify(message, severity="error", timeout=10)
+        elif event.worker.group == "turn" and event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):
+            self.status.state = "ready"
+            if self._pending_switch is not None:
+                choice, self._pending_switch = self._pending_switch, None
+                self.switch_to(choice)
+
+    # -- the event stream ----------------------------------------------------------------
+
+    def emit(self, event: AgentEvent) -> None:
+        """Every event of the agent goes to the session log and the transcript."""
+        if self.session_log is not None:
+            self.session_log.write(event)
+        self.transcript.apply(event)
+        if isinstance(event, StepStarted):
+            self.status.state = f"step {event.step}"
+        elif isinstance(event, StepFinished):
+            self.totals.add(event)
+            self.status.totals = self.totals
+        elif isinstance(event, Notice) and event.level != "info":
+            self.notify(event.message, severity="error" if event.level == "error" else "warning", timeout=8)
+        elif isinstance(event, TurnFinished):
+            self.status.state = "ready"
+            # Collect the turn's garbage now and freeze what survives, so later pauses stay short.
+            gc.collect()
+            gc.freeze()
+
+    # -- prompts and commands -------------------------------------------------------------
+
+    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        try:
+            slash = parse(message.text)
+        except SlashError as error:
+            self.notify(str(error), severity="warning")
+            return
+        if slash is not None:
+            self.run_slash(slash)
+        elif self.agent is None:
+            self.query_one(PromptInput).load_text(message.text)
+            self.notify("not connected yet: the prompt is still in the box", severity="warning")
+        elif self.turn_running:
+            self.query_one(PromptInput).load_text(message.text)
+            self.notify("a turn is running: Esc cancels it", severity="warning")
+        else:
+            self.status.state = "running"
+            self.run_turn(message.text)
+
+    @work(exclusive=True, group="turn", exit_on_error=False)
+    async def run_turn(self, prompt: str) -> None:
+        assert self.agent is not None and self.runtime is not None
+        if self.session_log is None:
+            # A session is logged from its first turn, so an app opened and closed leaves no empty file.
+            self.session_log = self.runtime.open_session_log(self.agent.provider, self.workspace)
+        await self.agent.run_turn(prompt)
+
+    def run_slash(self, slash: Slash) -> None:
+        if slash.name == "/new":
+            self.action_new_conversation()
+        elif slash.name == "/help":
+            self.action_help()
+        elif self.agent is None:
+            self.notify("not connected yet", severity="warning")
+        elif slash.name == "/model":
+            self.switch_to(Choice(provider=self.agent.provider.name, model=slash.args[0]))
+        elif slash.name == "/tier":
+            self.switch_to(Choice(tier=slash.args[0]))
+        else:
+            self.switch_to(Choice(provider=slash.args[0], model=slash.args[1] if len(slash.args) > 1 else None))
+
+    @work(exclusive=True, group="switch", exit_on_error=False)
+    async def switch_to(self, choice: Choice) -> None:
+        """Use another provider, model or tier from the next turn on; the conversation stays."""
+        from hotloop.providers.errors import ProviderError
+
+        if self.agent is None or self.runtime is None:
+            self.notify("not connected yet", severity="warning")
+            return
+        if self.turn_running:
+            self._pending_switch = choice
+            self.notify("switching after this turn")
+            return
+        try:
+            provider = await self.runtime.connect(resolve(self.config, choice))
+        except (ConfigError, ProviderError) as error:
+            self.notify(str(error), severity="error")
+            return
+        self.agent.provider = provider
+        self._show_provider()
+        note = f"switched to {provider.name} · {provider.model}; the conversation continues"
+        self.transcript.history.add(NoticeItem("info", note))
+
+    async def switch_options(self) -> list[SwitchOption]:
+        probes = await self._probes if self._probes is not None else {}
+        options = []
+        for tier in self.config.tiers.values():
+            reason = probes.get(tier.provider)
+            options.append(
+                SwitchOption(f"tier: {tier.name}", f"{tier.provider} · {tier.model}", Choice(tier=tier.name),
+                             reason if isinstance(reason, str) else None)
+            )
+        for name, settings in self.config.providers.items():
+            served = probes.get(name, [])
+            if isinstance(served, str):
+                options.append(SwitchOption(f"provider: {name}", f"unavailable: {served}", Choice(provider=name), served))
+                continue
+            for model in settings.models or tuple(served):
+                options.append(SwitchOption(f"model: {name} · {model}", settings.base_url or "embedded simulator",
+                                            Choice(provider=name, model=model)))
+        return options
+
+    async def _probe_all(self) -> dict[str, list[str] | str]:
+        assert self.runtime is not None
+        names = list(self.config.providers)
+        results = await asyncio.gather(*(self.runtime.probe(self.config.providers[n]) for n in names))
+        return dict(zip(names, results))
+
+    def get_system_commands(self, screen: Screen) -> list[SystemCommand]:  # type: ignore[override]
+        return [
+            *super().get_system_commands(screen),
+            SystemCommand("Copy last answer", "Copy the last answer's Markdown", self.action_copy_answer),
+            SystemCommand("Copy last code block", "Copy the last code block of the last answer", self.action_copy_code),
+            SystemCommand("New conversation", "Start over, in a new session log", self.action_new_conversation),
+            SystemCommand("Sessions", "Show or hide the saved sessions", self.action_toggle_sessions),
+            SystemCommand("Keys and commands", "Show the help", self.action_help),
+        ]
+
+    # -- actions -------------------------------------------------------------------------
+
+    def action_cancel_turn(self) -> None:
+        if self.turn_running:
+            self.workers.cancel_group(self, "turn")
+
+    def _last_answer(self) -> str | None:
+        answers = [item for item in self.transcript.history.items if isinstance(item, AnswerItem)]
+        return answers[-1].text if answers else None
+
+    def action_copy_answer(self) -> None:
+        answer = self._last_answer()
+        if answer:
+            self.copy_to_clipboard(answer)
+            self.notify("copied the last answer")
+        else:
+            self.notify("no answer to copy yet", severity="warning")
+
+    def action_copy_code(self) -> None:
+        blocks = code_blocks(self._last_answer() or "")
+        if blocks:
+            self.copy_to_clipboard(blocks[-1])
+            self.notify("copied the last code block")
+        else:
+            self.notify("the last answer has no code block", severity="warning")
+
+    def on_history_view_copied(self, message: HistoryView.Copied) -> None:
+        self.notify(f"copied the {message.what}")
+
+    def action_new_conversation(self) -> None:
+        if self.agent is None or self.runtime is None:
+            return
+        from hotloop.agent.loop import Agent
+
+        self.workers.cancel_group(self, "turn")
+        if self.session_log is not None:
+            self.session_log.close()
+            self.session_log = None
+        provider = self.agent.provider
+        self.agent = Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace,
+                           max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout)
+        self.transcript.clear()
+        self.totals = SessionTotals()
+        self.status.totals = self.totals
+        self.notify("new conversation")
+
+    def action_help(self) -> None:
+        from hotloop.tui.screens.help import HelpScreen
+
+        self.push_screen(HelpScreen())
+
+    async def action_toggle_sessions(self) -> None:
+        sidebars = self.query(SessionsSidebar)
+        if sidebars:
+            sidebar = sidebars.first()
+        else:
+            sidebar = SessionsSidebar()
+            await self.mount(sidebar, before=self.transcript)
+        sidebar.toggle_class("-open")
+        if sidebar.has_class("-open"):
+            self.load_sessions()
+            sidebar.query_one(OptionList).focus()
+        else:
+            self.query_one(PromptInput).focus()
+
+    @work(exclusive=True, group="sessions", thread=True)
+    def load_sessions(self) -> None:
+        from hotloop import paths
+        from hotloop.sessions.store import list_sessions
+
+        sessions = list_sessions(paths.sessions_dir())
+        self.call_from_thread(self.query_one(SessionsSidebar).show, sessions)
+
+    @work(exclusive=True, group="sessions", exit_on_error=False)
+    async def on_sessions_sidebar_open(self, message: SessionsSidebar.Open) -> None:
+        from hotloop.sessions.store import read_session
+        from hotloop.tui.screens.session_view import SessionView
+
+        try:
+            session = await asyncio.to_thread(read_session, message.path)
+        except (OSError, ValueError) as error:
+            self.notify(f"cannot open {message.path.name}: {error}", severity="error")
+            return
+        await self.push_screen(SessionView(session, self.palette))
+
+    async def on_unmount(self) -> None:
+        if self._probes is not None:
+            self._probes.cancel()
+        if self.session_log is not None:
+            self.session_log.close()
+        if self.runtime is not None:
+            await self.runtime.aclose()

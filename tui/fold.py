@@ -1,0 +1,103 @@
+"""Folding the agent's event stream into transcript items.
+
+The same rules serve a live session (the transcript also shows the step in flight with
+widgets) and a saved one (read from its log, with no widgets at all).
+"""
+
+from __future__ import annotations
+
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    StepFinished,
+    ToolFinished,
+    ToolOutput,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted
+from hotloop.tui.items import AnswerItem, Item, NoticeItem, ToolCall, ToolCallsItem, UsageItem, UserItem
+
+FINAL = ("ok", "error", "cancelled")
+
+
+class TranscriptFold:
+    """What the step in flight has produced so far, and the items each finished step becomes."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[str, ToolCall] = {}
+
+    def apply(self, event: AgentEvent) -> list[tuple[Item, int]]:
+        """Record `event`; return the items it completes, each with the blank lines to put before it."""
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning.append(event.text)
+        elif isinstance(event, ToolCallStarted):
+            self.calls[event.call_id] = ToolCall(event.call_id, event.name)
+        elif isinstance(event, ToolCallArgsDelta):
+            self.call(event.call_id).arguments += event.fragment
+        elif isinstance(event, ToolCallReady):
+            call = self.call(event.call_id)
+            call.name, call.arguments = event.name, event.arguments
+        elif isinstance(event, ToolStarted):
+            call = self.call(event.call_id)
+            call.status, call.started = "running", event.ts
+        elif isinstance(event, ToolOutput):
+            self.call(event.call_id).output.append(event.text)
+        elif isinstance(event, ToolFinished):
+            call = self.call(event.call_id)
+            call.status, call.duration, call.result = event.status, event.duration, event.result
+        elif isinstance(event, TurnStarted):
+            return [(UserItem(event.prompt), 1)]
+        elif isinstance(event, StepFinished):
+            return self._close(event)
+        elif isinstance(event, TurnFinished):
+            return self._turn_finished(event)
+        elif isinstance(event, Notice):
+            return [(NoticeItem(event.level, event.message), 1)]
+        return []
+
+    def call(self, call_id: str) -> ToolCall:
+        if call_id not in self.calls:
+            self.calls[call_id] = ToolCall(call_id, "")
+        return self.calls[call_id]
+
+    def _turn_finished(self, event: TurnFinished) -> list[tuple[Item, int]]:
+        if event.reason not in ("cancelled", "error"):
+            return []
+        stopped = sum(call.status not in FINAL for call in self.calls.values())
+        items = self._close(None)
+        if event.reason == "cancelled":
+            calls = f"; {stopped} unfinished tool call{'s' if stopped != 1 else ''} got a cancelled result" if stopped else ""
+            items.append((NoticeItem("warning", f"turn cancelled{calls}"), 1))
+        return items
+
+    def _close(self, step: StepFinished | None) -> list[tuple[Item, int]]:
+        """The finished step as items; `step=None` for a step that was cut short."""
+        items: list[tuple[Item, int]] = []
+        text, reasoning = "".join(self.text), "".join(self.reasoning)
+        if text or reasoning:
+            items.append((AnswerItem(text, reasoning, interrupted=step is None), 1))
+        calls = list(self.calls.values())
+        if calls:
+            for call in calls:
+                if call.status not in FINAL:
+                    call.status = "cancelled"
+            durations = [call.duration or 0.0 for call in calls]
+            wall = step.tool_wall if step is not None else max(durations)
+            total = step.tool_sum if step is not None else sum(durations)
+            items.append((ToolCallsItem(calls, wall, total), 1))
+        if step is not None:
+            items.append((UsageItem(step), 0))
+        self.text, self.reasoning, self.calls = [], [], {}
+        return items
+
+
+def fold_session(events: list[AgentEvent]) -> list[tuple[Item, int]]:
+    """A whole logged session as transcript items."""
+    fold = TranscriptFold()
+    return [item for event in events for item in fold.apply(event)]

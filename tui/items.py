@@ -1,0 +1,211 @@
+"""The finished parts of a transcript: what each one shows, what expands, and what it copies.
+
+Items are plain objects, not widgets, so a session of any length costs one widget. Each
+renders itself to strips for a width; `HistoryView` stacks them and maps clicks back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.strip import Strip
+
+from hotloop.agent.events import StepFinished, ToolStatus
+from hotloop.agent.figures import seconds
+from hotloop.tui.render import Palette, RenderContext, markdown_lines, response_text, text_lines, tools_summary
+
+STATUS_MARK = {"ok": "✓", "error": "✗", "cancelled": "⊘", "running": "◌", "pending": "…"}
+EXPANDED_OUTPUT_LINES = 40
+
+
+@dataclass
+class Rendered:
+    lines: list[Strip]
+    # line index → key of the entry a click or Enter on that line toggles
+    targets: dict[int, str] = field(default_factory=dict)
+
+
+class Item:
+    """A finished piece of the transcript."""
+
+    def render(self, ctx: RenderContext) -> Rendered:
+        raise NotImplementedError
+
+    def toggle(self, key: str) -> None:
+        """Expand or collapse the entry `key`."""
+
+    def copy_text(self) -> str | None:
+        """What copying this item puts on the clipboard, or None if it has nothing to copy."""
+        return None
+
+    def estimate_height(self, width: int) -> int:
+        """A guess at the rendered height, before the item is rendered at this width."""
+        return 1
+
+
+def _prefixed(lines: list[Strip], prefix: str, style: Style) -> list[Strip]:
+    head = Strip([Segment(prefix, style)])
+    return [Strip.join([head, line]) for line in lines]
+
+
+def _narrower(ctx: RenderContext, by: int) -> RenderContext:
+    return replace(ctx, width=max(ctx.width - by, 10))
+
+
+@dataclass
+class UserItem(Item):
+    prompt: str
+
+    def render(self, ctx: RenderContext) -> Rendered:
+        body = text_lines(Text(self.prompt.rstrip()), _narrower(ctx, 2))
+        return Rendered(_prefixed(body, "▌ ", Style.parse(f"bold {ctx.palette.accent}")))
+
+    def copy_text(self) -> str:
+        return self.prompt
+
+    def estimate_height(self, width: int) -> int:
+        return sum(len(line) // max(width - 2, 10) + 1 for line in self.prompt.splitlines() or [""])
+
+
+@dataclass
+class AnswerItem(Item):
+    text: str
+    reasoning: str = ""
+    interrupted: bool = False
+    reasoning_open: bool = False
+    # The answer's Markdown lines for one width and palette: the live view hands over what it rendered.
+    rendered_text: dict[tuple[int, Palette], list[Strip]] = field(default_factory=dict, repr=False, compare=False)
+
+    def render(self, ctx: RenderContext) -> Rendered:
+        muted = Style.parse(ctx.palette.muted)
+        lines: list[Strip] = []
+        targets = {}
+        if self.reasoning:
+            targets[0] = "reasoning"
+            words = len(self.reasoning.split())
+            arrow = "▾" if self.reasoning_open else "▸"
+            lines += text_lines(Text(f"{arrow} reasoning · {words:,} words", muted), ctx)
+            if self.reasoning_open:
+                thought = text_lines(Text(self.reasoning.strip(), Style(italic=True, dim=True)), _narrower(ctx, 2))
+                lines += _prefixed(thought, "  ", muted)
+        key = (ctx.width, ctx.palette)
+        if key not in self.rendered_text:
+            self.rendered_text.clear()
+            self.rendered_text[key] = markdown_lines(self.text, ctx)
+        lines += self.rendered_text[key]
+        if self.interrupted:
+            lines += text_lines(Text("⊘ interrupted", Style.parse(ctx.palette.warning)), ctx)
+        return Rendered(lines, targets)
+
+    def toggle(self, key: str) -> None:
+        if key == "reasoning":
+            self.reasoning_open = not self.reasoning_open
+
+    def copy_text(self) -> str:
+        return self.text
+
+    def estimate_height(self, width: int) -> int:
+        return max(len(self.text) // max(width, 10) + self.text.count("\n") + 1, 1)
+
+
+@dataclass
+class ToolCall:
+    """A tool call as the transcript shows it, live or finished."""
+
+    call_id: str
+    name: str
+    arguments: str = ""
+    status: ToolStatus | str = "pending"
+    started: float | None = None
+    duration: float | None = None
+    output: list[str] = field(default_factory=list)
+    result: str = ""
+
+    def head(self, width: int = 80) -> str:
+        args = " ".join(self.arguments.split())
+        room = max(width - len(self.name) - 16, 8)
+        return f"{self.name} {args if len(args) <= room else args[: room - 1] + '…'}"
+
+    def full_text(self) -> str:
+        return self.result or "".join(self.output)
+
+
+@dataclass
+class ToolCallsItem(Item):
+    """A step's tool calls, one line each (expandable), and the summary line."""
+
+    calls: list[ToolCall]
+    wall: float
+    total: float
+    expanded: set[str] = field(default_factory=set)
+
+    def render(self, ctx: RenderContext) -> Rendered:
+        palette = ctx.palette
+        colours = {"ok": palette.success, "error": palette.error, "cancelled": palette.warning}
+        lines: list[Strip] = []
+        targets = {}
+        for call in self.calls:
+            targets[len(lines)] = call.call_id
+            open_ = call.call_id in self.expanded
+            line = Text(f"{'▾' if open_ else '▸'} ", palette.muted)
+            line.append(f"{STATUS_MARK.get(call.status, '?')} ", colours.get(call.status, ""))
+            line.append(call.head(ctx.width - 12), "")
+            if call.duration is not None:
+                line.append(f"  {seconds(call.duration)}", palette.muted)
+            lines += text_lines(line, ctx)[:1]
+            if open_:
+                lines += _prefixed(self._details(call, _narrower(ctx, 4)), "    ", Style.parse(palette.muted))
+        lines += text_lines(Text(tools_summary(len(self.calls), self.wall, self.total), palette.muted), ctx)
+        return Rendered(lines, targets)
+
+    def _details(self, call: ToolCall, ctx: RenderContext) -> list[Strip]:
+        try:
+            arguments = json.dumps(json.loads(call.arguments), indent=2, ensure_ascii=False)
+        except (json.JSONDecodeError, TypeError):
+            arguments = call.arguments
+        text = Text(arguments, Style.parse(ctx.palette.muted))
+        body = call.full_text().rstrip("\n").splitlines()
+        shown = body[:EXPANDED_OUTPUT_LINES]
+        text.append("\n" + "\n".join(shown) if shown else "\n(no output)")
+        if len(body) > len(shown):
+            text.append(f"\n… {len(body) - len(shown):,} more lines (c copies them all)", Style.parse(ctx.palette.muted))
+        return text_lines(text, ctx)
+
+    def toggle(self, key: str) -> None:
+        self.expanded ^= {key}
+
+    def copy_text(self) -> str:
+        return "\n\n".join(f"{call.name} {call.arguments}\n{call.full_text()}" for call in self.calls)
+
+    def estimate_height(self, width: int) -> int:
+        return len(self.calls) + 1
+
+
+@dataclass
+class UsageItem(Item):
+    step: StepFinished
+
+    def render(self, ctx: RenderContext) -> Rendered:
+        line = Text(f"step {self.step.step} · ", ctx.palette.muted)
+        line.append_text(response_text(self.step, ctx.palette))
+        return Rendered(text_lines(line, ctx))
+
+
+@dataclass
+class NoticeItem(Item):
+    level: str
+    message: str
+
+    def render(self, ctx: RenderContext) -> Rendered:
+        palette = ctx.palette
+        mark, colour = {"error": ("✗", palette.error), "warning": ("⚠", palette.warning)}.get(
+            self.level, ("ℹ", palette.muted)
+        )
+        return Rendered(text_lines(Text(f"{mark} {self.message}", colour), ctx))
+
+    def copy_text(self) -> str:
+        return self.message

@@ -1,0 +1,205 @@
+"""Rendering with Rich into Textual `Strip`s, styled from the app's theme.
+
+The live widgets and the frozen history items draw through the same functions, so a step
+that finishes looks exactly as it did while it streamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from rich.console import Console, RenderableType
+from rich.style import Style
+from rich.text import Text
+from rich.theme import Theme
+from textual.strip import Strip
+
+from hotloop.agent.events import ResponseFinished, StepFinished
+from hotloop.agent.figures import NOT_REPORTED, seconds, tokens
+from hotloop.markdown_blocks import block_starts, parser
+from hotloop.providers.events import UsageLedger
+
+
+@dataclass(frozen=True)
+class Palette:
+    """Rich styles for hotloop's own chrome, taken from the Textual theme."""
+
+    accent: str
+    muted: str
+    success: str
+    warning: str
+    error: str
+    surface: str
+    dark: bool
+
+    @property
+    def code_theme(self) -> str:
+        return "monokai" if self.dark else "friendly"
+
+    def markdown_theme(self) -> Theme:
+        return Theme(
+            {
+                "markdown.h1": f"bold {self.accent}",
+                "markdown.h1.border": self.accent,
+                "markdown.h2": f"bold {self.accent}",
+                "markdown.h3": f"bold {self.accent}",
+                "markdown.h4": f"italic {self.accent}",
+                "markdown.code": f"bold {self.accent} on {self.surface}",
+                "markdown.link": f"underline {self.accent}",
+                "markdown.link_url": self.muted,
+                "markdown.item.bullet": self.accent,
+                "markdown.item.number": self.accent,
+                "markdown.block_quote": self.muted,
+                "markdown.hr": self.muted,
+            },
+            inherit=True,
+        )
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    console: Console
+    width: int
+    palette: Palette
+
+    def lines(self, renderable: RenderableType) -> list[Strip]:
+        options = self.console.options.update(width=max(self.width, 10), height=None)
+        with self.console.use_theme(self.palette.markdown_theme()):
+            rendered = self.console.render_lines(renderable, options, pad=False)
+        # Meta would tie every segment to a widget; links live in the style, not the meta.
+        return [Strip(line).discard_meta() for line in rendered]
+
+
+def _is_blank(strip: Strip) -> bool:
+    return not strip.text.strip()
+
+
+def trimmed(strips: list[Strip]) -> list[Strip]:
+    start, end = 0, len(strips)
+    while start < end and _is_blank(strips[start]):
+        start += 1
+    while end > start and _is_blank(strips[end - 1]):
+        end -= 1
+    return strips[start:end]
+
+
+@lru_cache(maxsize=1)
+def _markdown_class() -> type:
+    """rich's Markdown, parsed by one shared parser: rich builds a new parser per document (~1 ms).
+
+    Built on first use: rich.markdown, markdown-it and pygments cost ~75 ms to import, which
+    the first paint doesn't need.
+    """
+    from rich.markdown import Markdown
+
+    class SharedParserMarkdown(Markdown):
+        def __init__(self, markup: str, code_theme: str) -> None:
+            self.markup = markup
+            self.parsed = parser().parse(markup)
+            self.code_theme = code_theme
+            self.justify = None
+            self.style = "none"
+            self.hyperlinks = True
+            self.inline_code_lexer = None
+            self.inline_code_theme = code_theme
+
+    return SharedParserMarkdown
+
+
+def warm_up() -> None:
+    """Import and prime Markdown rendering (safe in a thread: it renders nothing)."""
+    from rich.syntax import Syntax
+
+    _markdown_class()
+    Syntax("x = 1", "python").highlight("x = 1")
+    parser().parse("# warm")
+
+
+def markdown_block(source: str, ctx: RenderContext) -> list[Strip]:
+    """One top-level Markdown block, without blank lines at its edges."""
+    return trimmed(ctx.lines(_markdown_class()(source, ctx.palette.code_theme)))
+
+
+def split_blocks(source: str) -> list[str]:
+    """The top-level Markdown blocks of `source`, each with its own text."""
+    starts = block_starts(source)
+    if not starts:
+        return [source] if source.strip() else []
+    return [source[a:b] for a, b in zip(starts, [*starts[1:], len(source)])]
+
+
+def markdown_lines(source: str, ctx: RenderContext) -> list[Strip]:
+    """A whole document rendered block by block, blocks separated by one blank line.
+
+    Rendering per block is what lets streaming re-render only the open block: Rich spaces
+    a whole document differently around lists and code fences.
+    """
+    lines: list[Strip] = []
+    for block in split_blocks(source):
+        rendered = markdown_block(block, ctx)
+        if rendered and lines:
+            lines.append(Strip.blank(0))
+        lines.extend(rendered)
+    return lines
+
+
+def text_lines(text: Text, ctx: RenderContext) -> list[Strip]:
+    return ctx.lines(text)
+
+
+def usage_text(usage: UsageLedger | None, palette: Palette) -> Text:
+    """`prompt 2,351 ▕███░▏ read 2,320 · write – · uncached 31 · out 117`, never 0 for "not reported"."""
+    muted = Style.parse(palette.muted)
+    line = Text()
+    if usage is None or usage.prompt_total is None:
+        line.append(f"prompt {NOT_REPORTED}", muted)
+        if usage is not None and usage.output is not None:
+            line.append(f" · out {usage.output:,}")
+        return line
+    line.append(f"prompt {usage.prompt_total:,} ")
+    if usage.cache_read is None:
+        line.append(f"· cache {NOT_REPORTED}", muted)
+    else:
+        line.append_text(cache_bar(usage, palette))
+        line.append(f" read {usage.cache_read:,}", Style.parse(palette.success))
+        if usage.cache_write is not None:
+            line.append(f" · write {usage.cache_write:,}", Style.parse(palette.warning))
+        line.append(f" · uncached {tokens(usage.uncached)}")
+    line.append(" · out ")
+    line.append(tokens(usage.output), muted if usage.output is None else "")
+    return line
+
+
+def cache_bar(usage: UsageLedger, palette: Palette, width: int = 8) -> Text:
+    """A small bar: the prompt split into cache read, cache write and uncached prefill."""
+    total = usage.prompt_total or 0
+    if not total:
+        return Text("▕" + " " * width + "▏")
+    read = round(width * (usage.cache_read or 0) / total)
+    write = min(round(width * (usage.cache_write or 0) / total), width - read)
+    bar = Text("▕")
+    bar.append("█" * read, palette.success)
+    bar.append("█" * write, palette.warning)
+    bar.append("░" * (width - read - write), palette.muted)
+    bar.append("▏")
+    return bar
+
+
+def response_text(response: ResponseFinished | StepFinished, palette: Palette) -> Text:
+    """The usage line plus TTFT and decode speed."""
+    line = usage_text(response.usage, palette)
+    line.append(f" · ttft {seconds(response.ttft)}" if response.ttft is not None else f" · ttft {NOT_REPORTED}")
+    if response.decode_tps is not None:
+        line.append(f" · {response.decode_tps:,.0f} tok/s")
+    return line
+
+
+def tools_summary(count: int, wall: float, total: float) -> str:
+    """`3 tools · wall 1.02 s · sum 3.01 s · 2.9× from parallelism`."""
+    plural = "s" if count != 1 else ""
+    summary = f"{count} tool{plural} · wall {seconds(wall)} · sum {seconds(total)}"
+    # Below 1.05× the calls did not overlap in any way worth a figure (they were instant, or one was).
+    if count > 1 and wall > 0 and total / wall >= 1.05:
+        summary += f" · {total / wall:.1f}× from parallelism"
+    return summary

@@ -1,0 +1,44 @@
+"""`SessionView`: a saved session, drawn read-only from its log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from hotloop.sessions.store import LoggedSession
+from hotloop.tui.fold import fold_session
+from hotloop.tui.render import Palette
+from hotloop.tui.widgets.transcript import Transcript
+
+
+class SessionView(Screen[None]):
+    DEFAULT_CSS = """
+    SessionView > #title { dock: top; height: 1; background: $panel; padding: 0 1; color: $text-muted; }
+    """
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+
+    def __init__(self, session: LoggedSession, palette: Callable[[], Palette]) -> None:
+        super().__init__()
+        self.session = session
+        self.palette = palette
+
+    def compose(self) -> ComposeResult:
+        header = self.session.header
+        started = datetime.fromtimestamp(header.started).strftime("%Y-%m-%d %H:%M")
+        note = f" · {self.session.skipped} unreadable lines skipped" if self.session.skipped else ""
+        yield Static(f"session {header.id} · {started} · {header.provider} · {header.model} · read-only{note}", id="title")
+        # A finished session's time stands still: its last event is "now".
+        last = self.session.events[-1].ts if self.session.events else header.started
+        yield Transcript(lambda: last, self.palette)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        transcript = self.query_one(Transcript)
+        transcript.add_class("-started")
+        for item, gap in fold_session(self.session.events):
+            transcript.history.add(item, gap)

@@ -1,0 +1,39 @@
+"""Slash commands typed in the prompt: /model, /tier, /provider, /new, /help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMMANDS = {
+    "/model": "NAME: use another model of the current provider",
+    "/tier": "fast|balanced|strong: use the provider and model the tier maps to",
+    "/provider": "NAME [MODEL]: switch provider (and model); the conversation continues",
+    "/new": "start a new conversation (and session log)",
+    "/help": "show keys and commands",
+}
+_NEEDS_ARGUMENT = {"/model", "/tier", "/provider"}
+
+
+@dataclass(frozen=True)
+class Slash:
+    name: str
+    args: tuple[str, ...] = ()
+
+
+class SlashError(ValueError):
+    """A slash command that can't run; the message says why, in one line."""
+
+
+def parse(text: str) -> Slash | None:
+    """The slash command in `text`, None if it is an ordinary prompt, or a SlashError."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return None
+    name, *args = stripped.split()
+    if name not in COMMANDS:
+        raise SlashError(f"unknown command {name} (commands: {', '.join(COMMANDS)})")
+    if name in _NEEDS_ARGUMENT and not args:
+        raise SlashError(f"{name} needs an argument: {name} {COMMANDS[name]}")
+    if name == "/provider" and len(args) > 2 or name in ("/model", "/tier") and len(args) > 1:
+        raise SlashError(f"too many arguments: {name} {COMMANDS[name]}")
+    return Slash(name, tuple(args))

@@ -1,0 +1,93 @@
+"""`ToolPane`: one tool call, live — its arguments filling in, a spinner and timer, its output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.timer import Timer
+from textual.widgets import Log, Static
+
+from hotloop.agent.figures import seconds
+from hotloop.tui.items import STATUS_MARK, ToolCall
+
+SPINNER = "◐◓◑◒"
+
+
+class ToolPane(Vertical):
+    """A call's pane. Its border says how it is going: running, ok, error or cancelled."""
+
+    DEFAULT_CSS = """
+    ToolPane {
+        height: 100%;
+        border: round $primary-muted;
+        border-title-color: $text;
+        border-subtitle-color: $text-muted;
+        padding: 0 1;
+    }
+    ToolPane.-running { border: round $accent; }
+    ToolPane.-pending { border: round $primary-muted; }
+    ToolPane.-ok { border: round $success; }
+    ToolPane.-error { border: round $error; }
+    ToolPane.-cancelled { border: round $warning; }
+    ToolPane > .arguments { color: $text-muted; height: 2; }
+    ToolPane > Log {
+        height: 1fr;
+        background: $surface;
+        overflow-x: hidden;
+        scrollbar-size-vertical: 1;
+        scrollbar-background: $surface;
+    }
+    """
+
+    def __init__(self, call: ToolCall, clock: Callable[[], float]) -> None:
+        super().__init__(classes="-pending")
+        self.call = call
+        self.clock = clock
+        self._timer: Timer | None = None
+        self._written = 0  # output chunks already in the log
+        self._result_shown = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="arguments", markup=False)
+        yield Log(max_lines=500)
+
+    def on_mount(self) -> None:
+        self.sync()
+
+    def sync(self) -> None:
+        """Show the call as it is now. Events can outrun mounting, so this always works from the model."""
+        if not self.children:  # not composed yet; on_mount syncs (`is_mounted` is still False there)
+            return
+        call = self.call
+        self.border_title = call.name or "…"
+        self.query_one(".arguments", Static).update(" ".join(call.arguments.split()) or "…")
+        log = self.query_one(Log)
+        for text in call.output[self._written :]:
+            log.write_lines(text.rstrip("\n").splitlines())
+        self._written = len(call.output)
+        if call.status == "running" and self._timer is None:
+            self._timer = self.set_interval(0.1, self.tick)
+        if call.status in ("ok", "error", "cancelled"):
+            self._finish(log)
+        self.set_classes(f"-{call.status}")
+        self.tick()
+
+    def _finish(self, log: Log) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        # A tool that streamed nothing shows its result instead.
+        if not self.call.output and self.call.result and not self._result_shown:
+            log.write_lines(self.call.result.rstrip("\n").splitlines())
+            self._result_shown = True
+
+    def tick(self) -> None:
+        call = self.call
+        if call.duration is not None:
+            self.border_subtitle = f"{STATUS_MARK.get(call.status, '?')} {call.status} · {seconds(call.duration)}"
+        elif call.started is not None:
+            elapsed = max(self.clock() - call.started, 0.0)
+            self.border_subtitle = f"{SPINNER[int(elapsed * 8) % len(SPINNER)]} {seconds(elapsed)}"
+        else:
+            self.border_subtitle = "arguments…"

@@ -1,0 +1,43 @@
+"""`ToolPanes`: a step's tool calls as live panes side by side, wrapping to a grid past three."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.widget import Widget
+
+from hotloop.tui.items import ToolCall
+from hotloop.tui.widgets.tool_pane import ToolPane
+
+
+class ToolPanes(Widget):
+    DEFAULT_CSS = """
+    ToolPanes { layout: grid; grid-size: 3; grid-rows: 9; grid-gutter: 0 1; height: auto; }
+    ToolPanes.-columns-1 { grid-size: 1; }
+    ToolPanes.-columns-2 { grid-size: 2; }
+    ToolPanes.-empty { display: none; }
+    """
+
+    def __init__(self, clock: Callable[[], float], **kwargs: object) -> None:
+        super().__init__(classes="-empty", **kwargs)  # type: ignore[arg-type]
+        self.clock = clock
+        self.panes: dict[str, ToolPane] = {}
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [pane.call for pane in self.panes.values()]
+
+    def add(self, call: ToolCall) -> ToolPane:
+        pane = self.panes[call.call_id] = ToolPane(call, self.clock)
+        self.mount(pane)
+        columns = min(len(self.panes), 3)
+        self.set_classes(f"-columns-{columns}")
+        return pane
+
+    def pane(self, call_id: str) -> ToolPane | None:
+        return self.panes.get(call_id)
+
+    def clear(self) -> None:
+        self.panes.clear()
+        self.remove_children()
+        self.set_classes("-empty")
