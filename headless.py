@@ -8,7 +8,6 @@ event as a JSON line instead, exactly as the session log stores it.
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field

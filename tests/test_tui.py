@@ -271,3 +271,17 @@ async def test_ctrl_j_adds_a_line_and_enter_sends_both(isolated_home: Path) -> N
         await pilot.press("enter")
         await idle(app, pilot)
         assert app.agent.messages[0].content.startswith("first\ntwo")
+
+
+async def test_mouse_selection_copies_the_selected_text(isolated_home: Path) -> None:
+    write_config(isolated_home, [{"text": "alpha beta gamma delta\n\nsecond paragraph here"}])
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "x")
+        await idle(app, pilot)
+        history = app.transcript.history
+        row = history._starts[1]  # the answer's first line
+        await pilot.mouse_down(history, offset=(0, row))
+        await pilot.hover(history, offset=(15, row + 2))  # the end cell is part of the selection
+        await pilot.mouse_up(history, offset=(15, row + 2))
+        await pilot.press("ctrl+c")
+        assert app.clipboard == "alpha beta gamma delta\n\nsecond paragraph"
