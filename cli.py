@@ -12,8 +12,12 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hotloop import __version__
+
+if TYPE_CHECKING:
+    from hotloop.slash import Slash
 
 
 class UsageError(Exception):
@@ -29,11 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--provider", dest="app_provider", metavar="NAME", help="start on this provider")
     parser.add_argument("--model", dest="app_model", metavar="MODEL", help="start on this model")
     parser.add_argument("--tier", dest="app_tier", metavar="TIER", help="start on this tier: fast, balanced or strong")
-    parser.add_argument("--base-url", dest="app_base_url", metavar="URL", help="an OpenAI-compatible server")
+    parser.add_argument("--base-url", dest="app_base_url", metavar="URL", help="another server for the provider's protocol")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="run prompts headless, streaming the answer to stdout")
-    run.add_argument("prompts", nargs="*", metavar="PROMPT", help="consecutive user turns (default: read stdin)")
+    run.add_argument(
+        "prompts", nargs="*", metavar="PROMPT",
+        help="consecutive user turns (default: read stdin); /provider, /model or /tier between them switches",
+    )
     _provider_options(run)
     run.add_argument("--system", type=Path, metavar="FILE", help="add this file's text to the system prompt")
     run.add_argument("--mcp", action="append", default=[], metavar="CMD", help='an MCP stdio server, e.g. "npx -y pkg" (repeatable)')
@@ -42,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = commands.add_parser("sim", help="the embedded vLLM-like simulator")
     sim_commands = sim.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
-    serve = sim_commands.add_parser("serve", help="serve the simulator over HTTP for any OpenAI-compatible client")
+    serve = sim_commands.add_parser("serve", help="serve the simulator over HTTP to any OpenAI or Anthropic client")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--ttft-ms", type=_non_negative, metavar="MS", help="fixed time to first token")
@@ -51,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-latency", action="store_true", help="answer as fast as possible")
     serve.add_argument("--scenario", type=Path, metavar="FILE", help="follow a JSON list of steps")
     serve.add_argument("--cache-blocks", type=_positive_int, default=16_384, metavar="N", help="prefix-cache capacity in 16-token blocks")
+    serve.add_argument("--cache-min-tokens", type=_positive_int, default=1024, metavar="N", help="shortest prompt prefix the Anthropic API caches")
     serve.add_argument("--no-prompt-tokens-details", action="store_true", help="leave cached-token counts out of usage, like vLLM without --enable-prompt-tokens-details")
 
     config = commands.add_parser("config", help="where the config file is, and what it says")
@@ -69,7 +77,10 @@ def _provider_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", metavar="NAME", help="a configured provider: sim (default), openai, …")
     parser.add_argument("--model", metavar="MODEL")
     parser.add_argument("--tier", metavar="TIER", help="fast, balanced or strong: a provider and model from the config")
-    parser.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible server, e.g. http://localhost:8000/v1")
+    parser.add_argument(
+        "--base-url", metavar="URL",
+        help="another server for the provider's protocol, e.g. http://localhost:8000/v1 (openai) or a gateway (anthropic)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -138,13 +149,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from hotloop.headless import RunOptions, run
 
-    prompts = list(args.prompts)
-    if not prompts:
-        if sys.stdin.isatty():
-            raise UsageError('give a prompt, e.g. hotloop run "list the files here", or pipe one on stdin')
-        prompts = [sys.stdin.read()]
-    if not all(p.strip() for p in prompts):
-        raise UsageError("a prompt is empty")
+    prompts = _prompts(args.prompts)
     for line in args.mcp:
         try:
             if not shlex.split(line):
@@ -163,6 +168,33 @@ def _run(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
     )
     return asyncio.run(run(options))
+
+
+def _prompts(given: list[str]) -> list[str | Slash]:
+    """The turns to run: the arguments (where /model, /tier and /provider switch between turns), or stdin."""
+    from hotloop.slash import SWITCHES, Slash, SlashError, parse
+
+    if not given:
+        if sys.stdin.isatty():
+            raise UsageError('give a prompt, e.g. hotloop run "list the files here", or pipe one on stdin')
+        given = [sys.stdin.read()]
+        if not given[0].strip():
+            raise UsageError("the prompt on stdin is empty")
+        return list(given)
+    prompts: list[str | Slash] = []
+    for text in given:
+        if not text.strip():
+            raise UsageError("a prompt is empty")
+        try:
+            slash = parse(text)
+        except SlashError as error:
+            raise UsageError(str(error)) from None
+        if slash is not None and slash.name not in SWITCHES:
+            raise UsageError(f"{slash.name} works in the app; between prompts, hotloop run takes {', '.join(SWITCHES)}")
+        prompts.append(slash or text)
+    if all(isinstance(prompt, Slash) for prompt in prompts):
+        raise UsageError("give a prompt to run, not only commands")
+    return prompts
 
 
 def _read_system_file(path: Path | None) -> str | None:
@@ -187,7 +219,7 @@ def _sim_serve(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario) if args.scenario else ()
     except ScenarioError as error:
         raise UsageError(str(error)) from None
-    config = SimConfig(cache_blocks=args.cache_blocks, scenario=scenario,
+    config = SimConfig(cache_blocks=args.cache_blocks, scenario=scenario, cache_min_tokens=args.cache_min_tokens,
                        prompt_tokens_details=not args.no_prompt_tokens_details)
     if args.no_latency:
         config = config.with_latency(NO_LATENCY.ttft, NO_LATENCY.prefill_per_token, NO_LATENCY.decode_per_token)
@@ -202,8 +234,8 @@ def _sim_serve(args: argparse.Namespace) -> int:
             runner, port = await start(SimServer(config), args.host, args.port)
         except OSError as error:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
-        print(f"hotloop sim: OpenAI-compatible API on http://{args.host}:{port}/v1 "
-              f"(models: {', '.join(config.models)}); Ctrl-C stops", flush=True)
+        print(f"hotloop sim: OpenAI Chat Completions on http://{args.host}:{port}/v1 and Anthropic Messages on "
+              f"http://{args.host}:{port} (models: {', '.join(config.models)}); Ctrl-C stops", flush=True)
         try:
             await asyncio.Event().wait()
         finally:
@@ -236,10 +268,16 @@ def _config(args: argparse.Namespace) -> int:
             print("models = [" + ", ".join(f'"{m}"' for m in settings.models) + "]")
         if settings.default_model:
             print(f'default_model = "{settings.default_model}"')
+        if settings.protocol == "anthropic":
+            print(f'cache_breakpoints = {settings.cache_breakpoints}\ncache_ttl = "{settings.cache_ttl}"')
+            if settings.thinking_budget:
+                print(f"thinking_budget = {settings.thinking_budget}")
     for server in config.mcp:
         print(f"\n[mcp.{server.name}]\ncommand = \"{server.command}\"\nargs = {list(server.args)}")
         if server.env:
             print("env = {" + ", ".join(f'{k} = "{_masked(v)}"' for k, v in server.env.items()) + "}")
+    for warning in config.warnings:
+        print(f"hotloop: warning: {warning}", file=sys.stderr)
     return 0
 
 

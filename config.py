@@ -18,8 +18,13 @@ from hotloop.agent.tools.mcp import McpServer
 from hotloop.providers.errors import MissingApiKey
 
 OPENAI_URL = "https://api.openai.com/v1"
-KINDS = ("openai", "sim")
+ANTHROPIC_URL = "https://api.anthropic.com"
+# openai: any OpenAI-compatible server; anthropic: any Anthropic-compatible one; sim and
+# sim-anthropic: the embedded simulator, over each protocol.
+KINDS = ("openai", "anthropic", "sim", "sim-anthropic")
 DEFAULT_KEY_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+BREAKPOINT_LIMIT = 4
+CACHE_TTLS = ("5m", "1h")
 
 
 class ConfigError(Exception):
@@ -35,10 +40,35 @@ class ProviderSettings:
     models: tuple[str, ...] = ()
     default_model: str | None = None
     max_retries: int = 2
+    max_tokens: int | None = None
+    # Anthropic only: extended thinking, and prompt caching's breakpoints, TTL and minimum length.
+    thinking_budget: int | None = None
+    cache_breakpoints: int = BREAKPOINT_LIMIT
+    cache_ttl: str = "5m"
+    cache_min_tokens: int | None = None
+    # OpenAI: route a session's requests to one cache with `prompt_cache_key` (default: on for api.openai.com).
+    prompt_cache_key: bool | None = None
+
+    @property
+    def protocol(self) -> str:
+        return "anthropic" if self.kind in ("anthropic", "sim-anthropic") else "openai"
+
+    @property
+    def is_simulator(self) -> bool:
+        return self.kind.startswith("sim")
 
     @property
     def key_required(self) -> bool:
-        return self.kind == "openai" and (self.base_url or OPENAI_URL).rstrip("/") == OPENAI_URL
+        """Whether this is OpenAI's or Anthropic's own API, which need a key (gateways and local servers may not)."""
+        if self.kind == "openai":
+            return (self.base_url or OPENAI_URL).rstrip("/") == OPENAI_URL
+        return self.kind == "anthropic" and (self.base_url or ANTHROPIC_URL).rstrip("/") in (ANTHROPIC_URL, ANTHROPIC_URL + "/v1")
+
+    @property
+    def sends_prompt_cache_key(self) -> bool:
+        if self.prompt_cache_key is not None:
+            return self.prompt_cache_key
+        return self.kind == "openai" and self.key_required
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -51,6 +81,7 @@ class SimSettings:
     decode_ms_per_token: float | None = None
     scenario: Path | None = None
     cache_blocks: int = 16_384
+    cache_min_tokens: int = 1024
 
 
 @dataclass(frozen=True)
@@ -65,9 +96,14 @@ class Tier:
 TIER_NAMES = ("fast", "balanced", "strong")
 DEFAULT_TIERS = {name: Tier(name, "sim", f"sim-{name}") for name in TIER_NAMES}
 
+SIM_MODELS = ("sim-fast", "sim-balanced", "sim-strong")
 BUILTIN_PROVIDERS = {
-    "sim": ProviderSettings("sim", "sim", models=("sim-fast", "sim-balanced", "sim-strong"), default_model="sim-balanced"),
+    "sim": ProviderSettings("sim", "sim", models=SIM_MODELS, default_model="sim-balanced"),
+    "sim-anthropic": ProviderSettings("sim-anthropic", "sim-anthropic", models=SIM_MODELS, default_model="sim-balanced"),
     "openai": ProviderSettings("openai", "openai", OPENAI_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
+    "anthropic": ProviderSettings(
+        "anthropic", "anthropic", ANTHROPIC_URL, "ANTHROPIC_API_KEY", default_model="claude-sonnet-4-5"
+    ),
 }
 
 
@@ -82,6 +118,7 @@ class Config:
     sim: SimSettings = SimSettings()
     mcp: tuple[McpServer, ...] = ()
     tiers: dict[str, Tier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    warnings: tuple[str, ...] = ()  # settings that were adjusted to something usable
 
     def provider(self, name: str | None = None) -> ProviderSettings:
         name = name or self.default_provider
@@ -128,6 +165,7 @@ class _Reader:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.warnings: list[str] = []
 
     def fail(self, where: str, problem: str) -> ConfigError:
         return ConfigError(f"config {self.path}: {where} {problem}")
@@ -177,13 +215,15 @@ class _Reader:
             sim=self.sim(top.get("sim", {})),
             mcp=tuple(self.mcp_server(name, raw) for name, raw in self.named_tables(top.get("mcp", {}), "mcp").items()),
             tiers=self.tiers(top.get("tiers", {}), providers),
+            warnings=tuple(self.warnings),
         )
 
     def provider(self, name: str, raw: Any, base: ProviderSettings | None) -> ProviderSettings:
         where = f"providers.{name}."
         if isinstance(raw, dict) and "api_key" in raw:
             raise self.fail(f"{where}api_key", "is not allowed: keep keys in the environment and name the variable with api_key_env")
-        known = ("kind", "base_url", "api_key_env", "models", "default_model", "max_retries")
+        known = ("kind", "base_url", "api_key_env", "models", "default_model", "max_retries", "max_tokens",
+                 "thinking_budget", "cache_breakpoints", "cache_ttl", "cache_min_tokens", "prompt_cache_key")
         table = self.table(raw, where.rstrip("."), known)
         kind = self.typed(table, "kind", str, where, base.kind if base else None)
         if kind not in KINDS:
@@ -197,12 +237,39 @@ class _Reader:
         }
         if models is not None:
             changes["models"] = tuple(models)
-        if "max_retries" in table:
-            changes["max_retries"] = self.typed(table, "max_retries", int, where)
-        return replace(settings, **changes)
+        for key in ("max_retries", "max_tokens", "thinking_budget", "cache_breakpoints", "cache_min_tokens"):
+            if key in table:
+                changes[key] = self.typed(table, key, int, where)
+        if "cache_ttl" in table:
+            changes["cache_ttl"] = self.typed(table, "cache_ttl", str, where)
+        if "prompt_cache_key" in table:
+            changes["prompt_cache_key"] = self.typed(table, "prompt_cache_key", bool, where)
+        return self.checked(replace(settings, **changes), where)
+
+    def checked(self, settings: ProviderSettings, where: str) -> ProviderSettings:
+        """Provider settings that make sense together; a breakpoint count above the API's limit is capped."""
+        if settings.max_retries < 0 or any(
+            value is not None and value < 1 for value in (settings.max_tokens, settings.cache_min_tokens)
+        ):
+            raise self.fail(where.rstrip("."), "max_retries, max_tokens and cache_min_tokens must be positive")
+        if settings.cache_ttl not in CACHE_TTLS:
+            raise self.fail(f"{where}cache_ttl", f"must be one of {', '.join(CACHE_TTLS)} (got {settings.cache_ttl!r})")
+        if settings.cache_breakpoints < 0:
+            raise self.fail(f"{where}cache_breakpoints", "must be 0 (no caching) or more")
+        if settings.cache_breakpoints > BREAKPOINT_LIMIT:
+            self.warnings.append(
+                f"config {self.path}: {where}cache_breakpoints = {settings.cache_breakpoints} is more than the "
+                f"{BREAKPOINT_LIMIT} Anthropic allows; using {BREAKPOINT_LIMIT}"
+            )
+            settings = replace(settings, cache_breakpoints=BREAKPOINT_LIMIT)
+        budget = settings.thinking_budget
+        if budget is not None and not 1024 <= budget < (settings.max_tokens or 8192):
+            raise self.fail(f"{where}thinking_budget", "must be at least 1024 and less than max_tokens (default 8192)")
+        return settings
 
     def sim(self, raw: Any) -> SimSettings:
-        table = self.table(raw, "sim", ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token", "scenario", "cache_blocks"))
+        known = ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token", "scenario", "cache_blocks", "cache_min_tokens")
+        table = self.table(raw, "sim", known)
         figures = {key: self.typed(table, key, (int, float), "sim.") for key in ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token")}
         if any(value is not None and value < 0 for value in figures.values()):
             raise self.fail("sim", "latency figures must not be negative")
@@ -211,6 +278,7 @@ class _Reader:
             **figures,
             scenario=(self.path.parent / Path(scenario).expanduser()) if scenario else None,
             cache_blocks=self.typed(table, "cache_blocks", int, "sim.", 16_384),
+            cache_min_tokens=self.typed(table, "cache_min_tokens", int, "sim.", 1024),
         )
 
     def tiers(self, raw: Any, providers: dict[str, ProviderSettings]) -> dict[str, Tier]:
@@ -274,8 +342,10 @@ def resolve(config: Config, choice: Choice) -> Target:
         provider, model = tier.provider, tier.model
     settings = config.provider(provider)
     if choice.base_url:
-        if settings.kind == "sim":
-            raise ConfigError("--base-url does not apply to the embedded simulator; use --provider openai --base-url URL")
+        if settings.is_simulator:
+            raise ConfigError(
+                "--base-url does not apply to the embedded simulator; use --provider openai (or anthropic) --base-url URL"
+            )
         # The configured models belong to the configured server; another server is asked what it serves.
         settings = replace(settings, base_url=choice.base_url, models=(), default_model=None)
     if settings.key_required and not settings.api_key():

@@ -20,6 +20,7 @@ from rich.text import Text
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
+    ProviderSwitched,
     StepFinished,
     ToolFinished,
     ToolStarted,
@@ -27,8 +28,11 @@ from hotloop.agent.events import (
     encode,
 )
 from hotloop.agent.figures import seconds, step_summary
+from hotloop.agent.switching import describe_switch
+from hotloop.config import Choice, Config, load_config, resolve
 from hotloop.markdown_stream import MarkdownStream
-from hotloop.providers.events import ReasoningDelta, TextDelta
+from hotloop.providers.events import ReasoningDelta, ServerToolUsed, TextDelta
+from hotloop.slash import Slash
 
 _STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
@@ -61,8 +65,12 @@ class Printer:
             self._status(f"  ▸ {event.name} {_clip(event.arguments, 120)}", "dim")
         elif isinstance(event, ToolFinished):
             self._status(*_tool_line(event))
+        elif isinstance(event, ServerToolUsed):
+            self._status(f"  ⚙ {event.name} (run by the provider) {_clip(event.arguments, 120)}", "dim")
         elif isinstance(event, StepFinished):
             self._status(step_summary(event), "cyan")
+        elif isinstance(event, ProviderSwitched):
+            self._status(describe_switch(event), "cyan")
         elif isinstance(event, Notice):
             self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
         elif isinstance(event, TurnFinished):
@@ -116,7 +124,9 @@ def _tool_line(event: ToolFinished) -> tuple[str, str]:
 
 @dataclass
 class RunOptions:
-    prompts: list[str]
+    """`prompts` are consecutive turns; a `Slash` among them switches provider, model or tier before the next."""
+
+    prompts: list[str | Slash]
     provider: str | None = None
     model: str | None = None
     base_url: str | None = None
@@ -140,11 +150,11 @@ async def run(options: RunOptions) -> int:
     """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
     from hotloop.agent.loop import Agent
     from hotloop.agent.prompt import system_prompt
-    from hotloop.config import Choice, load_config, resolve
     from hotloop.runtime import Runtime
 
     config = load_config()
     target = resolve(config, Choice(options.provider, options.model, options.base_url, options.tier))
+    check_switches(config, target.settings.name, options.prompts)
     runtime = Runtime(config)
     try:
         provider = await runtime.connect(target)
@@ -154,6 +164,8 @@ async def run(options: RunOptions) -> int:
         printer = Printer(json_lines=options.json_lines)
         with runtime.open_session_log(provider, options.workspace) as log:
             emit = fan_out(printer, log.write)
+            for warning in config.warnings:
+                emit(Notice(level="warning", message=warning))
             await runtime.start_mcp(options.mcp, emit)
             agent = Agent(
                 provider,
@@ -163,11 +175,14 @@ async def run(options: RunOptions) -> int:
                 system=system_prompt(options.system),
                 max_steps=options.max_steps or config.max_steps,
                 tool_timeout=config.tool_timeout,
+                cache_key=log.id,
             )
             failed = False
             for prompt in options.prompts:
+                if isinstance(prompt, Slash):
+                    await runtime.switch(agent, prompt.choice(agent.provider.name))
                 # Later prompts build on this turn's answer; after a failure they would only fail again.
-                if (await agent.run_turn(prompt)).reason == "error":
+                elif (await agent.run_turn(prompt)).reason == "error":
                     failed = True
                     break
         if log.error is not None:
@@ -175,3 +190,10 @@ async def run(options: RunOptions) -> int:
         return 1 if failed else 0
     finally:
         await runtime.aclose()
+
+
+def check_switches(config: Config, provider: str, prompts: list[str | Slash]) -> None:
+    """Fail before the first turn if a switch among the prompts names a provider, model or tier that can't be used."""
+    for prompt in prompts:
+        if isinstance(prompt, Slash):
+            provider = resolve(config, prompt.choice(provider)).settings.name

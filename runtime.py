@@ -7,23 +7,27 @@ so switching back and forth reuses connections.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from hotloop import paths
-from hotloop.agent.events import Notice
+from hotloop.agent.events import Notice, ProviderSwitched
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.mcp import McpBridge, server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
-from hotloop.config import Config, ConfigError, ProviderSettings, Target
+from hotloop.config import Choice, Config, ConfigError, ProviderSettings, Target, resolve
 from hotloop.providers.base import Provider
 from hotloop.providers.errors import ProviderError
-from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.model import ScenarioError, load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.sessions.log import SessionLog
+
+if TYPE_CHECKING:
+    from hotloop.agent.loop import Agent
 
 PROBE_TIMEOUT = 3.0
 
@@ -35,13 +39,13 @@ class Runtime:
         self.config = config
         self.tools = ToolRegistry(builtin_tools())
         self.simulator: EmbeddedSimulator | None = None
-        self._providers: dict[tuple[str, str | None], OpenAIChatProvider] = {}
+        self._providers: dict[tuple[str, str | None], Provider] = {}
         self._bridge: McpBridge | None = None
 
-    async def connect(self, target: Target) -> OpenAIChatProvider:
+    async def connect(self, target: Target) -> Provider:
         """The provider for `target`, set to its model; a server with no model configured is asked."""
         settings = target.settings
-        provider = self._provider(settings)
+        provider = await self._provider(settings)
         if target.model:
             provider.model = target.model
         elif not provider.model:
@@ -51,25 +55,50 @@ class Runtime:
             provider.model = served[0]
         return provider
 
-    def _provider(self, settings: ProviderSettings) -> OpenAIChatProvider:
+    async def switch(self, agent: Agent, choice: Choice) -> ProviderSwitched:
+        """Move `agent`'s conversation to the provider, model or tier chosen; the event says what it costs."""
+        return agent.switch(await self.connect(resolve(self.config, choice)))
+
+    async def _provider(self, settings: ProviderSettings) -> Provider:
         key = (settings.name, settings.base_url)
         if key not in self._providers:
-            self._providers[key] = self._open(settings)
+            # An SDK takes a second or more to import here: off the event loop, so a screen stays live.
+            await asyncio.to_thread(importlib.import_module, settings.protocol)  # each SDK is named after its protocol
+            if key not in self._providers:
+                self._providers[key] = self._open(settings)
         return self._providers[key]
 
-    def _open(self, settings: ProviderSettings) -> OpenAIChatProvider:
-        if settings.kind == "sim":
+    def _open(self, settings: ProviderSettings) -> Provider:
+        base_url, location, sim_minimum = settings.base_url, None, None
+        if settings.is_simulator:
             if self.simulator is None:
                 self.simulator = EmbeddedSimulator(simulator_config(self.config)).start()
-            return OpenAIChatProvider(
-                name=settings.name, model="", base_url=self.simulator.base_url, location="the embedded simulator"
+            base_url, location, sim_minimum = self.simulator.url, "the embedded simulator", self.config.sim.cache_min_tokens
+        common: dict[str, Any] = {
+            "name": settings.name, "model": "", "api_key": settings.api_key(), "max_retries": settings.max_retries,
+            "location": location,
+        }
+        if settings.protocol == "anthropic":
+            from hotloop.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
+
+            return AnthropicProvider(
+                **common,
+                base_url=base_url,
+                max_tokens=settings.max_tokens or DEFAULT_MAX_TOKENS,
+                thinking_budget=settings.thinking_budget,
+                cache_ttl=settings.cache_ttl,
+                cache_breakpoints=settings.cache_breakpoints,
+                cache_min_tokens=sim_minimum or settings.cache_min_tokens,
             )
+        from hotloop.providers.openai_chat import OpenAIChatProvider
+
+        # OpenAI caches prompts of 1,024 tokens and more: a shorter one is not a miss.
+        official_minimum = 1024 if settings.kind == "openai" and settings.key_required else None
         return OpenAIChatProvider(
-            name=settings.name,
-            model="",
-            base_url=settings.base_url,
-            api_key=settings.api_key(),
-            max_retries=settings.max_retries,
+            **common,
+            base_url=f"{base_url}/v1" if settings.is_simulator else base_url,
+            prompt_cache_key=settings.sends_prompt_cache_key,
+            cache_min_tokens=settings.cache_min_tokens or official_minimum,
         )
 
     def open_session_log(self, provider: Provider, workspace: Path) -> SessionLog:
@@ -87,7 +116,10 @@ class Runtime:
         """The models a provider serves, or why it can't be used (missing key, unreachable)."""
         if settings.key_required and not settings.api_key():
             return f"missing API key: set {settings.api_key_env}"
-        provider = self._provider(settings)
+        if settings.is_simulator:
+            # In-process and always there: asking it would only load an SDK while the user works.
+            return list(SimConfig().models)
+        provider = await self._provider(settings)
         try:
             return await asyncio.wait_for(provider.list_models(), PROBE_TIMEOUT)
         except TimeoutError:
@@ -118,7 +150,7 @@ def simulator_config(config: Config) -> SimConfig:
         scenario = load_scenario(sim.scenario) if sim.scenario else ()
     except ScenarioError as error:
         raise ConfigError(str(error)) from None
-    return SimConfig(cache_blocks=sim.cache_blocks, scenario=scenario).with_latency(
+    return SimConfig(cache_blocks=sim.cache_blocks, scenario=scenario, cache_min_tokens=sim.cache_min_tokens).with_latency(
         ttft=sim.ttft_ms / 1000 if sim.ttft_ms is not None else None,
         prefill_per_token=sim.prefill_us_per_token / 1e6 if sim.prefill_us_per_token is not None else None,
         decode_per_token=sim.decode_ms_per_token / 1000 if sim.decode_ms_per_token is not None else None,

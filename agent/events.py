@@ -14,6 +14,9 @@ from hotloop.providers.events import (
     Event,
     Finished,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
+    ServerToolUsed,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -97,6 +100,22 @@ class TurnFinished(Event, frozen=True):
     wall: float
 
 
+class ProviderSwitched(Event, frozen=True):
+    """The conversation moved to another provider or model, and what that will cost.
+
+    `context_tokens` is the conversation's prompt size, estimated from the last reported
+    usage; `cold_tokens` is the part of it the new provider has not cached and must prefill.
+    Both are None while no usage has been reported.
+    """
+
+    provider: str
+    model: str
+    previous_provider: str
+    previous_model: str
+    context_tokens: int | None
+    cold_tokens: int | None
+
+
 class Notice(Event, frozen=True):
     """Something the user should read: a failed MCP server, a provider error, a step cap."""
 
@@ -109,9 +128,12 @@ AgentEvent = (
     | StepStarted
     | TextDelta
     | ReasoningDelta
+    | ReasoningSignature
+    | RedactedReasoning
     | ToolCallStarted
     | ToolCallArgsDelta
     | ToolCallReady
+    | ServerToolUsed
     | Usage
     | Finished
     | ResponseFinished
@@ -120,6 +142,7 @@ AgentEvent = (
     | ToolFinished
     | StepFinished
     | TurnFinished
+    | ProviderSwitched
     | Notice
 )
 

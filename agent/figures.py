@@ -25,6 +25,8 @@ def prompt_breakdown(usage: UsageLedger | None) -> str:
         return f"usage {NOT_REPORTED}"
     if usage.prompt_total is None:
         return f"prompt {NOT_REPORTED}"
+    if usage.below_cache_min is not None:
+        return f"prompt {usage.prompt_total:,} (below cache minimum {usage.below_cache_min:,}: not cached)"
     if usage.cache_read is None:
         return f"prompt {usage.prompt_total:,} (cache {NOT_REPORTED})"
     parts = [f"cache read {usage.cache_read:,}"]
@@ -68,11 +70,12 @@ class SessionTotals:
             return
         self.prompt += usage.prompt_total
         self.output += usage.output or 0
-        if usage.cache_read is not None:
+        # A prompt below the cache minimum could not be cached at all: it is not a miss.
+        if usage.cache_read is not None and usage.below_cache_min is None:
             self._cache_read += usage.cache_read
             self._cache_prompt += usage.prompt_total
 
     @property
     def cache_hit(self) -> float | None:
-        """cache-read ÷ prompt total over the steps that reported it; None if none did."""
+        """cache-read ÷ prompt total over the steps that reported it and could be cached; None if none."""
         return self._cache_read / self._cache_prompt if self._cache_prompt else None

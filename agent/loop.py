@@ -22,6 +22,7 @@ from typing import Any
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
+    ProviderSwitched,
     ResponseFinished,
     StepFinished,
     StepStarted,
@@ -34,14 +35,25 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
+from hotloop.agent.switching import CacheWarmth
 from hotloop.agent.tools.registry import ToolContext, ToolError, ToolRegistry, cap_output
 from hotloop.providers.base import Provider
-from hotloop.providers.conversation import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from hotloop.providers.conversation import (
+    AssistantMessage,
+    Message,
+    Thinking,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    repaired,
+)
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
     ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -63,6 +75,8 @@ class _Stream:
     started: float
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
+    thinking: list[Thinking] = field(default_factory=list)
+    signed_upto: int = 0  # reasoning parts already closed into a signed block
     calls: list[ToolCall] = field(default_factory=list)
     usage: UsageLedger | None = None
     finish_reason: str = ""
@@ -78,6 +92,11 @@ class _Stream:
             self.text.append(event.text)
         elif isinstance(event, ReasoningDelta):
             self.reasoning.append(event.text)
+        elif isinstance(event, ReasoningSignature):
+            self.thinking.append(Thinking("".join(self.reasoning[self.signed_upto :]), event.signature))
+            self.signed_upto = len(self.reasoning)
+        elif isinstance(event, RedactedReasoning):
+            self.thinking.append(Thinking(redacted=event.data))
         elif isinstance(event, ToolCallReady):
             self.calls.append(ToolCall(event.call_id, event.name, event.arguments))
         elif isinstance(event, Usage):
@@ -86,7 +105,9 @@ class _Stream:
             self.finish_reason = event.reason
 
     def message(self, interrupted: bool = False) -> AssistantMessage:
-        return AssistantMessage("".join(self.text), "".join(self.reasoning), tuple(self.calls), interrupted)
+        return AssistantMessage(
+            "".join(self.text), "".join(self.reasoning), tuple(self.calls), interrupted, tuple(self.thinking)
+        )
 
     def decode_tps(self) -> float | None:
         output = self.usage.output if self.usage else None
@@ -111,7 +132,11 @@ class _ToolPhase:
 
 
 class Agent:
-    """Runs turns of one conversation against one provider at a time."""
+    """Runs turns of one conversation against one provider at a time; `switch` moves it to another.
+
+    `cache_key` (the session id) is sent to providers that route by it, so a session's
+    requests reach the same cache.
+    """
 
     def __init__(
         self,
@@ -125,8 +150,12 @@ class Agent:
         tool_timeout: float = 120.0,
         max_tokens: int | None = None,
         context: Callable[[], str] | None = None,
+        cache_key: str | None = None,
     ) -> None:
         self.provider = provider
+        self.cache_key = cache_key
+        self.warmth = CacheWarmth()
+        self._using = (provider.name, provider.model)
         self.tools = tools
         self.emit = emit
         self.workspace = workspace
@@ -137,6 +166,22 @@ class Agent:
         self.turn = 0
         self._builder = PromptBuilder(system if system is not None else system_prompt(), tools)
         self._context = context or (lambda: volatile_context(workspace))
+
+    def switch(self, provider: Provider) -> ProviderSwitched:
+        """Continue the conversation on `provider` (at its current model) from the next request on."""
+        context, cold = self.warmth.cost(provider.name, provider.model)
+        previous, self._using = self._using, (provider.name, provider.model)
+        self.provider = provider
+        switched = ProviderSwitched(
+            provider=provider.name,
+            model=provider.model,
+            previous_provider=previous[0],
+            previous_model=previous[1],
+            context_tokens=context if self.messages else 0,
+            cold_tokens=cold if self.messages else 0,
+        )
+        self.emit(switched)
+        return switched
 
     async def run_turn(self, prompt: str) -> TurnFinished:
         """Answer one user prompt, calling tools as the model asks, and report how the turn ended."""
@@ -170,7 +215,9 @@ class Agent:
 
     async def _step(self, turn: int, step: int) -> bool:
         """One request and its tool phase; True if the model asked for tools."""
-        request = self._builder.request(self.messages, self.max_tokens)
+        self._repair()
+        self._using = (self.provider.name, self.provider.model)
+        request = self._builder.request(self.messages, self.max_tokens, self.cache_key)
         self.emit(StepStarted(turn=turn, step=step, provider=self.provider.name, model=self.provider.model))
         stream = _Stream(started=time.perf_counter())
         try:
@@ -190,6 +237,7 @@ class Agent:
             finish_reason=stream.finish_reason,
         )
         self.emit(response)
+        self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         self.messages.append(stream.message())
         phase = await self._run_tools(stream.calls)
         self.emit(
@@ -208,6 +256,13 @@ class Agent:
             )
         )
         return bool(stream.calls)
+
+    def _repair(self) -> None:
+        """Make the history one every provider accepts, saying what changed (it goes to the session log)."""
+        messages, notes = repaired(self.messages)
+        if notes:
+            self.messages = messages
+            self.emit(Notice(level="warning", message="repaired the conversation before sending it: " + "; ".join(notes)))
 
     def _keep_interrupted(self, stream: _Stream) -> None:
         """Keep a partial answer; calls that were complete get a cancelled result so history stays valid."""

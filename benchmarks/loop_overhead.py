@@ -6,12 +6,13 @@ answer. Two things are measured, interleaved in the same process so machine nois
 
 - a full step: request building, the SDK request, parsing the stream, running the tool, and
   emitting every event to a session log and the headless printer;
-- the bare SDK request underneath: the same request bodies through the same `openai` client
+- the bare SDK request underneath: the same request bodies through the same SDK client
   (`client.post`, response drained), with nothing of hotloop's on top.
 
 hotloop's own time is the difference. CPU time includes the kernel's loopback work.
+`--protocol anthropic` measures the Anthropic provider and the `anthropic` SDK instead.
 
-    python benchmarks/loop_overhead.py [--rounds N]
+    python benchmarks/loop_overhead.py [--rounds N] [--protocol openai|anthropic]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.headless import Printer, fan_out
+from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionLog
 
@@ -43,6 +45,7 @@ RUNS_PER_ROUND = 3
 
 
 def start_simulator(scenario: Path) -> tuple[subprocess.Popen[str], str]:
+    """The simulator in its own process, and its root URL."""
     process = subprocess.Popen(
         [sys.executable, "-m", "hotloop", "sim", "serve", "--no-latency", "--port", "0", "--scenario", str(scenario)],
         stdout=subprocess.PIPE,
@@ -50,7 +53,7 @@ def start_simulator(scenario: Path) -> tuple[subprocess.Popen[str], str]:
     )
     assert process.stdout is not None
     line = process.stdout.readline()
-    return process, line.split(" on ", 1)[1].split(" ", 1)[0]
+    return process, line.split(" on ", 1)[1].split(" ", 1)[0].removesuffix("/v1")
 
 
 class StepClock:
@@ -67,15 +70,35 @@ class StepClock:
             self.cpu.append(time.process_time() - self._started)
 
 
-class RecordingProvider(OpenAIChatProvider):
-    """The real provider, keeping each request body so the bare SDK can send the same bytes."""
+class Recording:
+    """Mixed into a real provider: keeps each request body so the bare SDK can send the same bytes."""
 
     bodies: list[bytes]
 
     def request_body(self, request):  # type: ignore[no-untyped-def]
-        body = super().request_body(request)
+        body = super().request_body(request)  # type: ignore[misc]
         self.bodies.append(body)
         return body
+
+
+class RecordingOpenAI(Recording, OpenAIChatProvider):
+    pass
+
+
+class RecordingAnthropic(Recording, AnthropicProvider):
+    pass
+
+
+RecordingProvider = RecordingOpenAI | RecordingAnthropic
+
+
+def recording_provider(protocol: str, root_url: str) -> RecordingProvider:
+    if protocol == "anthropic":
+        provider: RecordingProvider = RecordingAnthropic(name="sim", model="sim-balanced", base_url=root_url, max_retries=0)
+    else:
+        provider = RecordingOpenAI(name="sim", model="sim-balanced", base_url=f"{root_url}/v1", max_retries=0)
+    provider.bodies = []
+    return provider
 
 
 async def hotloop_steps(provider: RecordingProvider, workspace: Path, clock: StepClock) -> None:
@@ -93,7 +116,7 @@ async def bare_sdk_requests(provider: RecordingProvider, bodies: list[bytes]) ->
     cpu = []
     for body in bodies:
         started = time.process_time()
-        response = await client.post("/chat/completions", content=body, cast_to=httpx2.Response, stream=True)
+        response = await client.post(provider.path, content=body, cast_to=httpx2.Response, stream=True)
         async for _ in response.aiter_bytes():
             pass
         await response.aclose()
@@ -110,14 +133,13 @@ def workload(root: Path) -> Path:
     return scenario
 
 
-async def measure(rounds: int) -> list[tuple[float, float]]:
+async def measure(rounds: int, protocol: str) -> list[tuple[float, float]]:
     """Per round: (median full step, median bare SDK request), in milliseconds of CPU."""
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        process, base_url = start_simulator(workload(root))
-        provider = RecordingProvider(name="sim", model="sim-balanced", base_url=base_url, max_retries=0)
-        provider.bodies = []
+        process, root_url = start_simulator(workload(root))
+        provider = recording_provider(protocol, root_url)
         try:
             await hotloop_steps(provider, root, StepClock())  # warm-up
             gc.collect()
@@ -139,16 +161,19 @@ async def measure(rounds: int) -> list[tuple[float, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help=f"rounds of {RUNS_PER_ROUND} runs of {STEPS} steps (default 7)")
-    rounds = asyncio.run(measure(parser.parse_args().rounds))
+    parser.add_argument("--protocol", choices=("openai", "anthropic"), default="openai")
+    args = parser.parse_args()
+    rounds = asyncio.run(measure(args.rounds, args.protocol))
     full = [f for f, _ in rounds]
     own = [f - b for f, b in rounds]
     bare = [b for _, b in rounds]
-    print(f"loop overhead: {len(rounds)} rounds × {RUNS_PER_ROUND} runs × {STEPS} steps, simulator at zero latency, CPU per step")
+    print(f"loop overhead ({args.protocol} protocol): {len(rounds)} rounds × {RUNS_PER_ROUND} runs × {STEPS} steps, "
+          "simulator at zero latency, CPU per step")
     print(f"  hotloop's own time (full step − bare SDK request): median {statistics.median(own):.2f} ms "
           f"(rounds {min(own):.2f}–{max(own):.2f})  target ≤ 3 ms")
     print(f"  full step, SDK request included:                   median {statistics.median(full):.2f} ms "
           f"(rounds {min(full):.2f}–{max(full):.2f})")
-    print(f"  bare openai SDK request, same bytes:               median {statistics.median(bare):.2f} ms "
+    print(f"  bare {args.protocol + ' SDK request, same bytes:':<44}  median {statistics.median(bare):.2f} ms "
           f"(rounds {min(bare):.2f}–{max(bare):.2f})")
 
 

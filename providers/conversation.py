@@ -7,6 +7,8 @@ which is what keeps a provider's prefix cache warm from step to step.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 import msgspec
@@ -32,11 +34,25 @@ class UserMessage(msgspec.Struct, frozen=True, gc=False, tag="user"):
     content: str
 
 
+class Thinking(msgspec.Struct, frozen=True, gc=False):
+    """A reasoning block as the provider signed it (`signature`) or encrypted it (`redacted`).
+
+    Anthropic requires these back, unchanged, with the tool results of the same turn.
+    """
+
+    text: str = ""
+    signature: str = ""
+    redacted: str = ""
+
+
 class AssistantMessage(msgspec.Struct, frozen=True, gc=False, tag="assistant"):
+    """`reasoning` is the reasoning text as people read it; `thinking` holds the signed blocks, if any."""
+
     text: str = ""
     reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     interrupted: bool = False
+    thinking: tuple[Thinking, ...] = ()
 
 
 class ToolResultMessage(msgspec.Struct, frozen=True, gc=False, tag="tool_result"):
@@ -57,3 +73,52 @@ class ChatRequest(msgspec.Struct, frozen=True, gc=False):
     messages: tuple[Message, ...]
     max_tokens: int | None = None
     cache_key: str | None = None
+
+
+MISSING_RESULT = "error: no result was recorded for this call (it was cancelled or lost)"
+
+
+def repaired(messages: list[Message]) -> tuple[list[Message], list[str]]:
+    """The conversation with every tool call answered exactly once, and what had to change.
+
+    Every provider rejects a call without its result, or a result without its call. A
+    cancelled turn or a damaged history can leave either; a missing result becomes an error
+    result, placed right after its call's message, and an orphan result is dropped.
+    """
+    fixed: list[Message] = []
+    notes: list[str] = []
+    awaiting: dict[str, ToolCall] = {}
+
+    def answer_missing() -> None:
+        for call in awaiting.values():
+            fixed.append(ToolResultMessage(call.id, call.name, MISSING_RESULT, is_error=True))
+            notes.append(f"added an error result for call {call.id} ({call.name}), which had none")
+        awaiting.clear()
+
+    for message in messages:
+        if isinstance(message, ToolResultMessage):
+            if awaiting.pop(message.call_id, None) is None:
+                notes.append(f"dropped a result for call {message.call_id} ({message.name}), which no message made")
+                continue
+        else:
+            answer_missing()
+            if isinstance(message, AssistantMessage):
+                awaiting = {call.id: call for call in message.tool_calls}
+        fixed.append(message)
+    answer_missing()
+    return fixed, notes
+
+
+_PORTABLE_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def portable_call_id(call_id: str) -> str:
+    """A tool call id every provider accepts: the id itself when it is short and plain.
+
+    Ids travel between providers when the user switches: OpenAI caps them at 40 characters
+    (vLLM makes 46) and Anthropic allows only letters, digits, `_` and `-`. Others are
+    replaced by a hash, the same one every time, so the request bytes stay stable.
+    """
+    if _PORTABLE_ID.fullmatch(call_id):
+        return call_id
+    return "call_" + hashlib.blake2b(call_id.encode(), digest_size=12).hexdigest()

@@ -31,7 +31,9 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """One step's token usage, normalized across providers.
 
     `None` means the provider did not report the figure. It is never silently 0.
-    `uncached` is the prompt part that was prefilled from scratch.
+    `uncached` is the prompt part that was prefilled from scratch. `below_cache_min` is set
+    when nothing was cached because the prompt was shorter than the provider's minimum
+    cacheable length (the minimum it fell short of): that is not a cache miss.
     """
 
     prompt_total: int | None = None
@@ -40,6 +42,7 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     uncached: int | None = None
     output: int | None = None
     reasoning: int | None = None
+    below_cache_min: int | None = None
 
     @classmethod
     def from_openai(cls, usage: dict[str, Any]) -> UsageLedger:
@@ -65,6 +68,35 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
             output=_int_or_none(usage.get("completion_tokens")),
             reasoning=reasoning,
         )
+
+    @classmethod
+    def from_anthropic(cls, start: dict[str, Any] | None, delta: dict[str, Any] | None) -> UsageLedger:
+        """Read Anthropic's usage: `message_start`'s, overwritten by the cumulative values of `message_delta`.
+
+        `input_tokens` is the uncached part only; the prompt is input + cache read + cache creation.
+        """
+        merged = {**(start or {}), **{key: value for key, value in (delta or {}).items() if value is not None}}
+        uncached = _int_or_none(merged.get("input_tokens"))
+        cache_read = _int_or_none(merged.get("cache_read_input_tokens"))
+        cache_write = _int_or_none(merged.get("cache_creation_input_tokens"))
+        details = merged.get("output_tokens_details")
+        reasoning = _int_or_none(details.get("thinking_tokens")) if isinstance(details, dict) else None
+        return cls(
+            prompt_total=uncached + (cache_read or 0) + (cache_write or 0) if uncached is not None else None,
+            cache_read=cache_read,
+            cache_write=cache_write,
+            uncached=uncached,
+            output=_int_or_none(merged.get("output_tokens")),
+            reasoning=reasoning,
+        )
+
+    def with_cache_minimum(self, minimum: int | None) -> UsageLedger:
+        """This ledger, marked if nothing was cached because the prompt was below `minimum` tokens."""
+        if minimum is None or self.prompt_total is None or self.prompt_total >= minimum:
+            return self
+        if self.cache_read is None or self.cache_read or self.cache_write:
+            return self
+        return msgspec.structs.replace(self, below_cache_min=minimum)
 
     @property
     def cache_reported(self) -> bool:
@@ -104,6 +136,26 @@ class ToolCallReady(Event, frozen=True):
     arguments: str
 
 
+class ReasoningSignature(Event, frozen=True):
+    """Closes a reasoning block the provider signed; the block must go back with its signature (Anthropic)."""
+
+    signature: str
+
+
+class RedactedReasoning(Event, frozen=True):
+    """A reasoning block the provider sent encrypted; it is kept and sent back as is."""
+
+    data: str
+
+
+class ServerToolUsed(Event, frozen=True):
+    """A tool the provider ran on its own side (web search, code execution); hotloop only shows it."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
 class Usage(Event, frozen=True):
     ledger: UsageLedger
     raw: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -115,4 +167,15 @@ class Finished(Event, frozen=True):
     reason: str
 
 
-ModelEvent = TextDelta | ReasoningDelta | ToolCallStarted | ToolCallArgsDelta | ToolCallReady | Usage | Finished
+ModelEvent = (
+    TextDelta
+    | ReasoningDelta
+    | ReasoningSignature
+    | RedactedReasoning
+    | ToolCallStarted
+    | ToolCallArgsDelta
+    | ToolCallReady
+    | ServerToolUsed
+    | Usage
+    | Finished
+)

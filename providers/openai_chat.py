@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
 
-from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, ToolResultMessage, ToolSpec
-from hotloop.providers.errors import (
-    AuthenticationFailed,
-    ConnectionFailed,
-    ProviderError,
-    RequestRejected,
-    StreamInterrupted,
-    UnknownModel,
+from hotloop.providers.conversation import (
+    AssistantMessage,
+    ChatRequest,
+    Message,
+    ToolResultMessage,
+    ToolSpec,
+    portable_call_id,
 )
+from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
@@ -41,14 +42,17 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
+from hotloop.providers.transport import SdkProvider
 
 _encode = msgspec.json.Encoder().encode
 
 
-class OpenAIChatProvider:
+class OpenAIChatProvider(SdkProvider):
     """Streams one Chat Completions response per request as model events."""
 
-    protocol = "openai"
+    protocol = sdk = "openai"
+    client_class = "AsyncOpenAI"
+    path = "/chat/completions"
 
     def __init__(
         self,
@@ -59,34 +63,23 @@ class OpenAIChatProvider:
         api_key: str | None = None,
         max_retries: int = 2,
         location: str | None = None,
+        prompt_cache_key: bool = False,
+        cache_min_tokens: int | None = None,
     ) -> None:
-        import httpx2
-        from openai import AsyncOpenAI, DefaultAioHttpClient
-
-        self.name = name
-        self.model = model
-        self._location = location
-        # Servers such as vLLM and Ollama accept any key; the SDK refuses to start without one.
-        # The SDK's aiohttp transport costs ~40% less CPU per request than its default.
-        self._client = AsyncOpenAI(
-            api_key=api_key or "no-key",
-            base_url=base_url,
-            max_retries=max_retries,
-            timeout=httpx2.Timeout(600.0, connect=10.0),
-            http_client=DefaultAioHttpClient(),
-        )
+        super().__init__(name, model, location, base_url, api_key, max_retries)
+        self._prompt_cache_key = prompt_cache_key
+        self._cache_min_tokens = cache_min_tokens
         self._sent: dict[Message, bytes] = {}
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return str(self._client.base_url).rstrip("/")
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the messages, each as first serialized."""
         head = b'{"model":' + _encode(self.model) + b',"stream":true,"stream_options":{"include_usage":true}'
         if request.max_tokens is not None:
             head += b',"max_tokens":' + _encode(request.max_tokens)
+        if self._prompt_cache_key and request.cache_key:
+            # Routes every request of the session to the same cache shard (OpenAI only).
+            head += b',"prompt_cache_key":' + _encode(request.cache_key)
         if request.tools:
             head += b',"tools":' + self._tools_bytes(request.tools)
         messages = [_encode(render_system(request.system))] if request.system else []
@@ -105,26 +98,13 @@ class OpenAIChatProvider:
         return sent
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
-        import httpx2
-        import openai
-
-        parser = ChunkParser()
-        try:
-            response = await self._client.post(
-                "/chat/completions", content=self.request_body(request), cast_to=httpx2.Response, stream=True
-            )
-        except openai.APIError as error:
-            raise await self._explain(error) from None
-        try:
-            # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
-            async for data in server_sent_data(response):
+        parser = ChunkParser(self._cache_min_tokens)
+        # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
+        async with aclosing(self.server_events(self.request_body(request))) as stream:
+            async for data in stream:
                 if data != b"[DONE]":
                     for event in parser.feed(self._chunk(data)):
                         yield event
-        except httpx2.TransportError as error:
-            raise StreamInterrupted(f"{self._where()} stream broke off: {_root_cause(error)}") from None
-        finally:
-            await response.aclose()
         for event in parser.finish():
             yield event
 
@@ -138,94 +118,6 @@ class OpenAIChatProvider:
             message = chunk.error.get("message") if isinstance(chunk.error, dict) else chunk.error
             raise StreamInterrupted(f"{self._where()} stream failed: {message}")
         return chunk
-
-    async def list_models(self) -> list[str]:
-        """The models the server serves, in its own order (vLLM lists the base model first)."""
-        import openai
-
-        try:
-            page = await self._client.models.list()
-        except openai.APIError as error:
-            raise await self._explain(error, listing=True) from None
-        return [model.id for model in page.data]
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    def _where(self) -> str:
-        return f"{self.name} ({self._location or self.base_url})"
-
-    async def _explain(self, error: Exception, listing: bool = False) -> ProviderError:
-        import openai
-
-        where, detail = self._where(), _error_detail(error)
-        if isinstance(error, openai.APIConnectionError):
-            # The aiohttp transport reports a refused connection as a connect timeout; the root cause tells.
-            root = _root_exception(error)
-            if isinstance(root, OSError) and not isinstance(root, TimeoutError):
-                return ConnectionFailed(f"cannot reach {where}: {_root_cause(error)}")
-            if isinstance(error, openai.APITimeoutError):
-                return ConnectionFailed(f"{where} timed out")
-            return ConnectionFailed(f"cannot reach {where}: {_root_cause(error)}")
-        if isinstance(error, openai.AuthenticationError):
-            return AuthenticationFailed(f"{where} rejected the API key (401): {detail}")
-        if isinstance(error, openai.NotFoundError) and not listing:
-            return UnknownModel(f"unknown model {self.model!r} at {where}{await self._available_models()}")
-        if isinstance(error, openai.APIStatusError):
-            return RequestRejected(f"{where} answered {error.status_code}: {detail}")
-        return StreamInterrupted(f"{where} failed: {detail}")
-
-    async def _available_models(self) -> str:
-        try:
-            models = await self.list_models()
-        except ProviderError:  # the listing only decorates an error message
-            return ""
-        return f" (available: {', '.join(sorted(models))})" if models else ""
-
-
-async def server_sent_data(response: Any) -> AsyncIterator[bytes]:
-    """The `data` of each server-sent event in an HTTP response, as bytes (multi-line data joined by newlines).
-
-    Working on bytes skips text decoding and line objects: msgspec decodes JSON from bytes directly.
-    """
-    pending = b""
-    data: list[bytes] = []
-    async for block in response.aiter_bytes():
-        *lines, pending = (pending + block).split(b"\n")
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if not line:
-                if data:
-                    yield b"\n".join(data)
-                    data = []
-            elif line.startswith(b"data:"):
-                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
-    if pending.startswith(b"data:"):
-        data.append(pending[6:] if pending.startswith(b"data: ") else pending[5:])
-    if data:
-        yield b"\n".join(data)
-
-
-def _error_detail(error: Exception) -> str:
-    body = getattr(error, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"]
-    return getattr(error, "message", None) or str(error) or type(error).__name__
-
-
-def _root_exception(error: BaseException) -> BaseException:
-    while error.__cause__ is not None or error.__context__ is not None:
-        error = error.__cause__ or error.__context__  # type: ignore[assignment]
-    return error
-
-
-def _root_cause(error: BaseException) -> str:
-    root = _root_exception(error)
-    text = str(root).strip()
-    return text.splitlines()[-1] if text else type(root).__name__
 
 
 def render_system(system: str) -> dict[str, Any]:
@@ -244,14 +136,18 @@ def render_message(message: Message) -> dict[str, Any]:
         rendered: dict[str, Any] = {"role": "assistant", "content": message.text or None}
         if message.tool_calls:
             rendered["tool_calls"] = [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                {
+                    "id": portable_call_id(call.id),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
                 for call in message.tool_calls
             ]
         elif rendered["content"] is None:
             rendered["content"] = ""
         return rendered
     if isinstance(message, ToolResultMessage):
-        return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
+        return {"role": "tool", "tool_call_id": portable_call_id(message.call_id), "content": message.content}
     return {"role": "user", "content": message.content}
 
 
@@ -310,7 +206,8 @@ class ChunkParser:
     finishes, or once another call takes over its index.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cache_min_tokens: int | None = None) -> None:
+        self._cache_min_tokens = cache_min_tokens
         self._by_index: dict[int, _OpenCall] = {}
         self._calls: list[_OpenCall] = []
         self._finish_reason: str | None = None
@@ -321,7 +218,8 @@ class ChunkParser:
             if choice.index == 0:
                 self._feed_choice(choice, events)
         if chunk.usage is not None:
-            events.append(Usage(ledger=UsageLedger.from_openai(chunk.usage), raw=chunk.usage))
+            ledger = UsageLedger.from_openai(chunk.usage).with_cache_minimum(self._cache_min_tokens)
+            events.append(Usage(ledger=ledger, raw=chunk.usage))
         return events
 
     def finish(self) -> list[ModelEvent]:

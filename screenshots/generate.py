@@ -43,6 +43,8 @@ SCENARIO = [
     {"text": "Reading both.\n", "tool_calls": READS},
     {"tool_calls": [{"name": "grep", "arguments": {"pattern": "TODO"}}]},
     {"text": "`app.py` starts the server; `cache.py` holds the prefix cache. No TODOs left."},
+    {"text": "Same question, over Anthropic's API this time.\n", "tool_calls": READS},
+    {"text": "Same files, same answer: the conversation carried over, and from its second step the cache read it."},
 ]
 
 
@@ -96,6 +98,17 @@ async def shoot(workspace: Path) -> None:
         app.save_screenshot("palette.svg", str(HERE))
         await pilot.press("escape")
 
+        await pilot.press("ctrl+p")
+        for key in "anthropic":
+            await pilot.press(key)
+        await pilot.pause(0.8)
+        app.save_screenshot("switch-cost.svg", str(HERE))
+        await pilot.press("down", "enter")
+        while app.agent.provider.name != "sim-anthropic":
+            await asyncio.sleep(0.05)
+        await turn(app, pilot, "Read app.py and cache.py again")
+        app.save_screenshot("switched-to-anthropic.svg", str(HERE))
+
         await pilot.resize_terminal(200, 50)
         await pilot.pause(1.0)
         app.save_screenshot("wide-200x50.svg", str(HERE))
@@ -105,7 +118,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         (home / "scenario.json").write_text(json.dumps(SCENARIO))
-        (home / "config.toml").write_text(f'[sim]\nscenario = "{home / "scenario.json"}"\n')
+        (home / "config.toml").write_text(f'[sim]\nscenario = "{home / "scenario.json"}"\ncache_min_tokens = 512\n')
         workspace = home / "project"
         workspace.mkdir()
         (workspace / "app.py").write_text("from cache import PrefixCache\n\n\ndef main():\n    return PrefixCache()\n")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+from aiohttp import web
 
 from hotloop.agent.events import AgentEvent
 from hotloop.agent.loop import Agent
@@ -64,3 +67,27 @@ def make_agent(
     registry = registry or ToolRegistry(builtin_tools() + (tools or []))
     agent = Agent(provider_for(sim), registry, emit=recorder, workspace=workspace, **options)  # type: ignore[arg-type]
     return agent, recorder
+
+
+async def serve_events(events: list[bytes], route: str) -> AsyncIterator[str]:
+    """A one-route server that streams `events` at `route`, one write each, and yields its `/v1` base URL."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events:
+            await response.write(event)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post(route, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()

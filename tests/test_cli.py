@@ -93,7 +93,7 @@ def test_json_mode_prints_every_event(workspace, capsys) -> None:
 
 def test_unknown_provider(workspace, capsys) -> None:
     assert main(["run", "--provider", "nope", "hi"]) == 2
-    assert one_line_error(capsys.readouterr().err) == "hotloop: unknown provider 'nope' (configured: openai, sim)"
+    assert one_line_error(capsys.readouterr().err) == "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)"
 
 
 def test_missing_api_key_fails_before_any_session(workspace, isolated_home, capsys) -> None:
@@ -186,7 +186,7 @@ def test_the_installed_entry_point_runs_from_a_fresh_process(workspace: Path, is
 
 def test_the_app_refuses_a_bad_starting_point_before_taking_the_screen(workspace, capsys) -> None:
     cases = {
-        ("--provider", "nope"): "hotloop: unknown provider 'nope' (configured: openai, sim)",
+        ("--provider", "nope"): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)",
         ("--tier", "turbo"): "hotloop: unknown tier 'turbo' (tiers: fast, balanced, strong)",
         ("--provider", "openai"): "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY",
         ("--tier", "fast", "--model", "x"): "hotloop: pick a tier, or a provider and model, not both",
@@ -202,3 +202,65 @@ def test_run_takes_a_tier(workspace, capsys) -> None:
     assert main(["run", "--json", "--tier", "strong", "hello"]) == 0
     events = [decode(line) for line in capsys.readouterr().out.splitlines()]
     assert {e.model for e in events if isinstance(e, StepStarted)} == {"sim-strong"}
+
+
+def test_run_switches_provider_between_prompts(workspace, isolated_home, capsys) -> None:
+    from hotloop.agent.events import ProviderSwitched, StepStarted
+
+    assert main(["run", "--json", "Read README.md", "/provider sim-anthropic", "Read README.md again", "/tier fast", "bye"]) == 0
+    events = [decode(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(e.provider, e.model) for e in events if isinstance(e, StepStarted)] == [
+        ("sim", "sim-balanced"), ("sim", "sim-balanced"),
+        ("sim-anthropic", "sim-balanced"), ("sim-anthropic", "sim-balanced"), ("sim", "sim-fast"),
+    ]
+    switches = [e for e in events if isinstance(e, ProviderSwitched)]
+    assert [(s.previous_provider, s.provider) for s in switches] == [("sim", "sim-anthropic"), ("sim-anthropic", "sim")]
+    assert all(s.cold_tokens and s.context_tokens for s in switches)
+    assert [e.reason for e in events if isinstance(e, TurnFinished)] == ["answer"] * 3
+    (log,) = session_lines(isolated_home)
+    assert sum(b'"type":"provider_switched"' in line for line in log) == 2
+
+
+def test_the_switch_and_its_cost_are_printed(workspace, capsys) -> None:
+    assert main(["run", "hello", "/provider sim-anthropic", "hello again"]) == 0
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if line.startswith("switched ")]
+    assert line.startswith("switched sim · sim-balanced → sim-anthropic · sim-balanced: ~")
+    assert line.endswith("prompt tokens to prefill uncached (its cache is cold for this conversation)")
+
+
+def test_run_rejects_commands_it_cannot_run_before_starting(workspace, isolated_home, capsys) -> None:
+    cases = {
+        ("hi", "/new", "again"): "hotloop: /new works in the app; between prompts, hotloop run takes /model, /tier, /provider",
+        ("hi", "/provider nope"): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)",
+        ("hi", "/provider"): "hotloop: /provider needs an argument: /provider NAME [MODEL]: switch provider (and model); the conversation continues",
+        ("/tier fast",): "hotloop: give a prompt to run, not only commands",
+    }
+    for prompts, message in cases.items():
+        assert main(["run", *prompts]) == 2
+        assert one_line_error(capsys.readouterr().err) == message
+    assert session_lines(isolated_home) == []
+
+
+def test_any_anthropic_compatible_endpoint_without_a_config_file(workspace, isolated_home, capsys, sim) -> None:
+    (isolated_home / "config.toml").unlink()
+    assert main(["run", "--provider", "anthropic", "--base-url", sim.url, "--model", "sim-fast", "Read README.md"]) == 0
+    out, err = capsys.readouterr()
+    assert "# Demo project" in out and "✓ read_file" in err
+    assert {r.path for r in sim.server.requests} == {"/v1/messages"}
+    # The official endpoint needs a key; a gateway or proxy may not.
+    assert main(["run", "--provider", "anthropic", "hi"]) == 2
+    assert one_line_error(capsys.readouterr().err) == "hotloop: missing API key for provider 'anthropic': set ANTHROPIC_API_KEY"
+
+
+def test_too_many_breakpoints_are_capped_with_a_warning(workspace, isolated_home, capsys) -> None:
+    write_config(isolated_home, FAST_SIM + '[providers.sim-anthropic]\ncache_breakpoints = 6\n')
+    assert main(["run", "--provider", "sim-anthropic", "hello"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: config " in err and "providers.sim-anthropic.cache_breakpoints = 6 is more than the 4 Anthropic allows; using 4" in err
+    (log,) = session_lines(isolated_home)
+    assert any(b'"type":"notice"' in line and b"cache_breakpoints = 6" in line for line in log)
+
+    write_config(isolated_home, FAST_SIM + '[providers.sim-anthropic]\ncache_ttl = "2h"\n')
+    assert main(["run", "--provider", "sim-anthropic", "hello"]) == 2
+    assert one_line_error(capsys.readouterr().err).endswith("providers.sim-anthropic.cache_ttl must be one of 5m, 1h (got '2h')")

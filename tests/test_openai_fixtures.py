@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web
-from support import FIXTURES
+from support import FIXTURES, serve_events
 
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.events import (
@@ -26,32 +24,8 @@ from hotloop.providers.openai_chat import OpenAIChatProvider
 REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
 
 
-async def serve_events(events: list[bytes]) -> AsyncIterator[str]:
-    """A one-route server that streams `events`, one write each, and yields its base URL."""
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for event in events:
-            await response.write(event)
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        await runner.cleanup()
-
-
 async def stream_fixture(events: list[bytes]) -> list[ModelEvent]:
-    async for base_url in serve_events(events):
+    async for base_url in serve_events(events, "/v1/chat/completions"):
         provider = OpenAIChatProvider(name="fixture", model="m", base_url=base_url, max_retries=0)
         try:
             return [event async for event in provider.stream(REQUEST)]

@@ -53,3 +53,73 @@ def test_tokenizer_is_lossless_deterministic_and_bpe_sized() -> None:
     assert encode(text) == encode(text[:]) and "<|im_end|>" in pieces(text)
     prose = "Prefix caching keeps the static part of every request warm across steps. " * 20
     assert 3.0 < len(prose) / len(encode(prose)) < 6.0
+
+
+def blocks(count: int, size: int = 100, marks: dict[int, float] | None = None) -> list:
+    """`count` distinct content blocks of `size` tokens; `marks` puts a breakpoint (TTL) on some."""
+    from hotloop.providers.sim.cache import CacheBlock
+
+    marks = marks or {}
+    return [CacheBlock(size, n, marks.get(n)) for n in range(count)]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_breakpoints_write_up_to_the_last_one_and_read_back_at_block_boundaries() -> None:
+    from hotloop.providers.sim.cache import BreakpointCache
+
+    cache = BreakpointCache(min_tokens=250)
+    first = cache.use(blocks(10, marks={2: 300.0, 5: 300.0}))
+    # Nothing after the last breakpoint is written: blocks 6..9 stay uncached input.
+    assert (first.read, first.write) == (0, 600)
+    # A longer conversation with its breakpoint moved to the end reads the old prefix and writes the rest.
+    longer = cache.use(blocks(12, marks={11: 300.0}))
+    assert (longer.read, longer.write) == (600, 600)
+
+
+def test_a_prefix_below_the_minimum_is_neither_written_nor_read() -> None:
+    from hotloop.providers.sim.cache import BreakpointCache
+
+    cache = BreakpointCache(min_tokens=1024)
+    assert cache.use(blocks(5, marks={4: 300.0})).write == 0
+    assert cache.use(blocks(5, marks={4: 300.0})).read == 0
+    # The short breakpoint's tokens are written by the next one that is long enough.
+    use = cache.use(blocks(12, marks={4: 300.0, 11: 300.0}))
+    assert (use.read, use.write) == (0, 1200)
+
+
+def test_lookback_stops_twenty_blocks_before_a_breakpoint() -> None:
+    from hotloop.providers.sim.cache import BreakpointCache
+
+    cache = BreakpointCache(min_tokens=1)
+    cache.use(blocks(3, marks={2: 300.0}))
+    assert cache.use(blocks(23, marks={22: 300.0})).read == 300  # block 2 is 20 blocks back: found
+    cache.clear()
+    cache.use(blocks(3, marks={2: 300.0}))
+    assert cache.use(blocks(24, marks={23: 300.0})).read == 0  # 21 blocks back: out of reach
+    cache.clear()
+    cache.use(blocks(3, marks={2: 300.0}))
+    # A second breakpoint on the older message brings it back in reach, which is why hotloop places one there.
+    assert cache.use(blocks(24, marks={2: 300.0, 23: 300.0})).read == 300
+
+
+def test_entries_live_for_their_ttl_from_their_last_use() -> None:
+    from hotloop.providers.sim.cache import BreakpointCache
+
+    clock = Clock()
+    cache = BreakpointCache(min_tokens=1, clock=clock)
+    cache.use(blocks(4, marks={3: 300.0}))
+    clock.now = 299.0
+    assert cache.use(blocks(4, marks={3: 300.0})).read == 400  # a read refreshes the 5-minute TTL...
+    clock.now = 598.0
+    assert cache.use(blocks(4, marks={3: 300.0})).read == 400
+    clock.now = 899.0
+    assert cache.use(blocks(4, marks={3: 300.0})).read == 0  # ...and 5 minutes idle expire it
+    hour = cache.use(blocks(6, marks={5: 3600.0}))
+    assert hour.write_1h == 600 - 400 and hour.read == 400

@@ -170,3 +170,34 @@ def test_palette_lists_tiers(snap_compare, isolated_home: Path) -> None:
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_a_switch_to_anthropic_and_its_cache(snap_compare, isolated_home: Path) -> None:
+    """A switch from sim to sim-anthropic, noted with its cost ("~1,314 prompt tokens to prefill
+    uncached (its cache is cold for this conversation)"), then a two-step Anthropic turn. Step 1's
+    prompt (900) is under the minimum cacheable length: "below cache minimum (1,024): not cached,
+    not a miss", no bar. Step 2 writes: the bar is amber, read 0 · write 1,496 · uncached 4. Step 3
+    reads the previous step's prefix: a mostly green bar, read 1,496 · write 210 · uncached 4. The
+    status bar follows the switch (sim-anthropic · sim-balanced, no tier) and its cache hit is 47%
+    (1,496 ÷ 3,210: the step below the minimum is left out)."""
+    from hotloop.agent.events import ProviderSwitched
+
+    def anthropic(prompt: int, read: int, write: int, output: int) -> UsageLedger:
+        ledger = UsageLedger(prompt_total=prompt, cache_read=read, cache_write=write,
+                             uncached=prompt - read - write, output=output)
+        return ledger.with_cache_minimum(1024)
+
+    events = [ProviderSwitched(provider="sim-anthropic", model="sim-balanced", previous_provider="sim",
+                               previous_model="sim-balanced", context_tokens=1_314, cold_tokens=1_314, ts=T),
+              TurnStarted(turn=1, prompt="Read app.py, then cache.py", ts=T),
+              StepStarted(turn=1, step=1, provider="sim-anthropic", model="sim-balanced", ts=T),
+              TextDelta("Reading app.py.\n", ts=T),
+              *step_events(1, anthropic(900, 0, 0, 41)),
+              StepStarted(turn=1, step=2, provider="sim-anthropic", model="sim-balanced", ts=T + 2),
+              TextDelta("Now cache.py.\n", ts=T + 2),
+              *step_events(2, anthropic(1_500, 0, 1_496, 38)),
+              StepStarted(turn=1, step=3, provider="sim-anthropic", model="sim-balanced", ts=T + 3),
+              TextDelta("Both read: `app.py` starts the server and `cache.py` holds the cache.", ts=T + 3),
+              *step_events(3, anthropic(1_710, 1_496, 210, 52)),
+              TurnFinished(turn=1, reason="answer", steps=3, wall=4.0, ts=T + 4)]
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))

@@ -285,3 +285,44 @@ async def test_mouse_selection_copies_the_selected_text(isolated_home: Path) -> 
         await pilot.mouse_up(history, offset=(15, row + 2))
         await pilot.press("ctrl+c")
         assert app.clipboard == "alpha beta gamma delta\n\nsecond paragraph"
+
+
+async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_turn(isolated_home: Path, tmp_path: Path) -> None:
+    """Three turns with tool calls on sim (OpenAI API), sim-anthropic, then sim again: every request is accepted."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("# Project\n\nTODO: docs\n")
+    (workspace / "pyproject.toml").write_text('[project]\nname = "project"\n')
+    write_config(isolated_home, sim="cache_min_tokens = 512\n")
+    async with running_app(workspace=workspace) as (app, pilot):
+        for prompt, provider in (("read README.md then grep for TODO", "sim-anthropic"),
+                                 ("read pyproject.toml", "sim"), ("list the files in .", None)):
+            await send(app, pilot, prompt)
+            await idle(app, pilot)
+            if provider:
+                await send(app, pilot, f"/provider {provider}")
+                await wait_until(lambda provider=provider: app.status.provider == provider)
+        requests = list(app.runtime.simulator.server.requests)
+        usage = [item.step.usage for item in items_of(app, UsageItem)]
+        notices = items_of(app, NoticeItem)
+        strips = [strip.text for item in items_of(app, UsageItem) for strip in item.render(app.transcript.context(150)).lines]
+        tools = items_of(app, ToolCallsItem)
+
+    assert [r.path.rsplit("/", 1)[-1] for r in requests] == ["completions"] * 3 + ["messages"] * 2 + ["completions"] * 2
+    assert len(usage) == len(requests) and {n.level for n in notices} == {"info"}  # no request failed
+    assert [u.prompt_total for u in usage] == [r.prompt_tokens for r in requests]
+    anthropic = usage[3:5]
+    assert [(u.cache_read, u.cache_write) for u in anthropic] == [(r.cached_tokens, r.cache_write_tokens) for r in requests[3:5]]
+    assert anthropic[0].cache_read == 0 and anthropic[0].cache_write == anthropic[0].prompt_total - 4
+    # The second step reads all the first one wrote: the previous step's whole prefix.
+    assert anthropic[1].cache_read == anthropic[0].cache_write
+    assert f"read {anthropic[1].cache_read:,} · write {anthropic[1].cache_write:,}" in strips[4]
+    # Back on sim, the vLLM-style cache still holds turn 1: the first request of turn 3 reads it.
+    assert usage[5].cache_read >= usage[2].prompt_total - 16
+    switched = [n.message for n in notices if n.message.startswith("switched ")]
+    turn_one_size = usage[2].prompt_total + usage[2].output
+    assert switched[0] == (f"switched sim · sim-balanced → sim-anthropic · sim-balanced: ~{turn_one_size:,} prompt tokens "
+                           "to prefill uncached (its cache is cold for this conversation)")
+    assert switched[1].startswith("switched sim-anthropic · sim-balanced → sim · sim-balanced: ~")
+    assert len(tools) == 4 and all(call.status == "ok" for item in tools for call in item.calls)
+    assert sum(type(e).__name__ == "ProviderSwitched" for e in logged_events(isolated_home)) == 2

@@ -19,7 +19,7 @@ from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelt
 from hotloop.tui.fold import TranscriptFold, fold_session
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, tools_summary, usage_text
-from hotloop.tui.slash import Slash, SlashError, parse
+from hotloop.slash import Slash, SlashError, parse
 
 PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
 
@@ -106,6 +106,40 @@ def test_usage_never_shows_a_missing_figure_as_zero() -> None:
     assert full == "prompt 1,000 ▕████████▏ read 750 · write 200 · uncached 50 · out 7"
     assert plain(usage_text(UsageLedger(prompt_total=100, cache_read=0, uncached=100, output=3), PALETTE)).startswith(
         "prompt 100 ▕░░░░░░░░▏ read 0 ·")
+
+
+def test_a_prompt_below_the_cache_minimum_is_not_shown_as_a_miss() -> None:
+    from hotloop.agent.figures import prompt_breakdown
+
+    short = UsageLedger(prompt_total=900, cache_read=0, cache_write=0, uncached=900, output=3).with_cache_minimum(1024)
+    assert plain(usage_text(short, PALETTE)) == "prompt 900 · below cache minimum (1,024): not cached, not a miss · out 3"
+    assert prompt_breakdown(short) == "prompt 900 (below cache minimum 1,024: not cached)"
+    # A long enough prompt that read nothing is a miss, and says so.
+    long = UsageLedger(prompt_total=2000, cache_read=0, cache_write=0, uncached=2000, output=3).with_cache_minimum(1024)
+    assert long.below_cache_min is None and "▕░░░░░░░░▏ read 0" in plain(usage_text(long, PALETTE))
+    totals = SessionTotals()
+    totals.add(step(1, short))
+    totals.add(step(2, UsageLedger(prompt_total=2000, cache_read=1000, cache_write=0, uncached=1000, output=3)))
+    assert totals.cache_hit == 0.5  # the uncacheable step is not counted as a miss
+
+
+def test_switches_and_server_tools_fold_into_notes() -> None:
+    from hotloop.agent.events import ProviderSwitched
+    from hotloop.providers.events import ServerToolUsed
+
+    events = [
+        ProviderSwitched(provider="sim-anthropic", model="m2", previous_provider="sim", previous_model="m1",
+                         context_tokens=3412, cold_tokens=3412),
+        TurnStarted(turn=1, prompt="sum squares"),
+        ServerToolUsed("srv_1", "bash_code_execution", '{"command": "seq 3"}'),
+        TextDelta("It is 14."),
+        step(1, UsageLedger(prompt_total=10, output=3)),
+    ]
+    items = [item for item, _ in fold_session(events)]
+    assert [type(item).__name__ for item in items] == ["NoticeItem", "UserItem", "AnswerItem", "NoticeItem", "UsageItem"]
+    assert items[0].message == ("switched sim · m1 → sim-anthropic · m2: ~3,412 prompt tokens to prefill uncached "
+                                "(its cache is cold for this conversation)")
+    assert items[3].message == '⚙ bash_code_execution ran on the provider\'s side: {"command": "seq 3"}'
 
 
 def test_tool_summaries_only_claim_real_parallelism() -> None:

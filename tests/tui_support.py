@@ -18,9 +18,12 @@ from hotloop.tui.widgets.prompt_input import PromptInput
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 
 
-def write_config(home: Path, steps: list[dict[str, Any]] | None = None, decode_ms: float = 0) -> None:
-    """A config whose simulator answers at once (or at `decode_ms` a token), following `steps` if given."""
-    text = FAST_SIM.replace("decode_ms_per_token = 0", f"decode_ms_per_token = {decode_ms}")
+def write_config(home: Path, steps: list[dict[str, Any]] | None = None, decode_ms: float = 0, sim: str = "") -> None:
+    """A config whose simulator answers at once (or at `decode_ms` a token), following `steps` if given.
+
+    `sim` adds settings to the `[sim]` table.
+    """
+    text = FAST_SIM.replace("decode_ms_per_token = 0", f"decode_ms_per_token = {decode_ms}") + sim
     if steps is not None:
         scenario = home / "scenario.json"
         scenario.write_text(json.dumps(steps))

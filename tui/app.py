@@ -23,14 +23,15 @@ from textual.theme import Theme
 from textual.widgets import Footer, OptionList
 from textual.worker import Worker, WorkerState
 
-from hotloop.agent.events import AgentEvent, Notice, StepFinished, StepStarted, TurnFinished
+from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepFinished, StepStarted, TurnFinished
 from hotloop.agent.figures import SessionTotals
+from hotloop.agent.switching import describe_cost
 from hotloop.config import Choice, Config, ConfigError, resolve
 from hotloop.markdown_blocks import code_blocks
 from hotloop.tui.commands import SwitchCommands
-from hotloop.tui.items import AnswerItem, NoticeItem
+from hotloop.tui.items import AnswerItem
 from hotloop.tui.render import Palette
-from hotloop.tui.slash import Slash, SlashError, parse
+from hotloop.slash import Slash, SlashError, parse
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
@@ -170,6 +171,8 @@ class HotloopApp(App[None]):
         )
         self._show_provider()
         self.status.state = "ready"
+        for warning in self.config.warnings:
+            self.emit(Notice(level="warning", message=warning))
         await self.runtime.start_mcp([], self.emit)
         self._probes = asyncio.create_task(self._probe_all())
         # The startup heap never dies: keep the collector off it, and collect old objects rarely.
@@ -207,6 +210,9 @@ class HotloopApp(App[None]):
         elif isinstance(event, StepFinished):
             self.totals.add(event)
             self.status.totals = self.totals
+        elif isinstance(event, ProviderSwitched):
+            self.status.provider, self.status.model = event.provider, event.model
+            self.status.tier = self.config.tier_of(event.provider, event.model)
         elif isinstance(event, Notice) and event.level != "info":
             self.notify(event.message, severity="error" if event.level == "error" else "warning", timeout=8)
         elif isinstance(event, TurnFinished):
@@ -241,6 +247,7 @@ class HotloopApp(App[None]):
         if self.session_log is None:
             # A session is logged from its first turn, so an app opened and closed leaves no empty file.
             self.session_log = self.runtime.open_session_log(self.agent.provider, self.workspace)
+            self.agent.cache_key = self.session_log.id
         await self.agent.run_turn(prompt)
 
     def run_slash(self, slash: Slash) -> None:
@@ -250,12 +257,8 @@ class HotloopApp(App[None]):
             self.action_help()
         elif self.agent is None:
             self.notify("not connected yet", severity="warning")
-        elif slash.name == "/model":
-            self.switch_to(Choice(provider=self.agent.provider.name, model=slash.args[0]))
-        elif slash.name == "/tier":
-            self.switch_to(Choice(tier=slash.args[0]))
         else:
-            self.switch_to(Choice(provider=slash.args[0], model=slash.args[1] if len(slash.args) > 1 else None))
+            self.switch_to(slash.choice(self.agent.provider.name))
 
     @work(exclusive=True, group="switch", exit_on_error=False)
     async def switch_to(self, choice: Choice) -> None:
@@ -270,33 +273,37 @@ class HotloopApp(App[None]):
             self.notify("switching after this turn")
             return
         try:
-            provider = await self.runtime.connect(resolve(self.config, choice))
+            # The agent reports the switch, with its cost, through the event stream.
+            await self.runtime.switch(self.agent, choice)
         except (ConfigError, ProviderError) as error:
             self.notify(str(error), severity="error")
-            return
-        self.agent.provider = provider
-        self._show_provider()
-        note = f"switched to {provider.name} · {provider.model}; the conversation continues"
-        self.transcript.history.add(NoticeItem("info", note))
-
     async def switch_options(self) -> list[SwitchOption]:
+        """Every tier, provider and model, each with what switching to it would cost now."""
         probes = await self._probes if self._probes is not None else {}
         options = []
         for tier in self.config.tiers.values():
             reason = probes.get(tier.provider)
+            help_text = f"{tier.provider} · {tier.model}{self._switch_cost(tier.provider, tier.model)}"
             options.append(
-                SwitchOption(f"tier: {tier.name}", f"{tier.provider} · {tier.model}", Choice(tier=tier.name),
-                             reason if isinstance(reason, str) else None)
+                SwitchOption(f"tier: {tier.name}", help_text, Choice(tier=tier.name), reason if isinstance(reason, str) else None)
             )
         for name, settings in self.config.providers.items():
             served = probes.get(name, [])
             if isinstance(served, str):
                 options.append(SwitchOption(f"provider: {name}", f"unavailable: {served}", Choice(provider=name), served))
                 continue
+            where = settings.base_url or f"embedded simulator, {settings.protocol} API"
             for model in settings.models or tuple(served):
-                options.append(SwitchOption(f"model: {name} · {model}", settings.base_url or "embedded simulator",
+                options.append(SwitchOption(f"model: {name} · {model}", f"{where}{self._switch_cost(name, model)}",
                                             Choice(provider=name, model=model)))
         return options
+
+    def _switch_cost(self, provider: str, model: str) -> str:
+        if self.agent is None or not self.agent.messages:
+            return ""
+        if (provider, model) == (self.agent.provider.name, self.agent.provider.model):
+            return " · current"
+        return " · " + describe_cost(*self.agent.warmth.cost(provider, model))
 
     async def _probe_all(self) -> dict[str, list[str] | str]:
         assert self.runtime is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
+    ProviderSwitched,
     StepFinished,
     ToolFinished,
     ToolOutput,
@@ -16,7 +17,15 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted
+from hotloop.agent.switching import describe_switch
+from hotloop.providers.events import (
+    ReasoningDelta,
+    ServerToolUsed,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+)
 from hotloop.tui.items import AnswerItem, Item, NoticeItem, ToolCall, ToolCallsItem, UsageItem, UserItem
 
 FINAL = ("ok", "error", "cancelled")
@@ -29,6 +38,7 @@ class TranscriptFold:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[str, ToolCall] = {}
+        self.server_tools: list[ServerToolUsed] = []
 
     def apply(self, event: AgentEvent) -> list[tuple[Item, int]]:
         """Record `event`; return the items it completes, each with the blank lines to put before it."""
@@ -51,6 +61,8 @@ class TranscriptFold:
         elif isinstance(event, ToolFinished):
             call = self.call(event.call_id)
             call.status, call.duration, call.result = event.status, event.duration, event.result
+        elif isinstance(event, ServerToolUsed):
+            self.server_tools.append(event)
         elif isinstance(event, TurnStarted):
             return [(UserItem(event.prompt), 1)]
         elif isinstance(event, StepFinished):
@@ -59,6 +71,8 @@ class TranscriptFold:
             return self._turn_finished(event)
         elif isinstance(event, Notice):
             return [(NoticeItem(event.level, event.message), 1)]
+        elif isinstance(event, ProviderSwitched):
+            return [(NoticeItem("info", describe_switch(event)), 1)]
         return []
 
     def call(self, call_id: str) -> ToolCall:
@@ -82,6 +96,8 @@ class TranscriptFold:
         text, reasoning = "".join(self.text), "".join(self.reasoning)
         if text or reasoning:
             items.append((AnswerItem(text, reasoning, interrupted=step is None), 1))
+        for used in self.server_tools:
+            items.append((NoticeItem("info", f"⚙ {used.name} ran on the provider's side: {used.arguments}"), 1))
         calls = list(self.calls.values())
         if calls:
             for call in calls:
@@ -93,7 +109,7 @@ class TranscriptFold:
             items.append((ToolCallsItem(calls, wall, total), 1))
         if step is not None:
             items.append((UsageItem(step), 0))
-        self.text, self.reasoning, self.calls = [], [], {}
+        self.text, self.reasoning, self.calls, self.server_tools = [], [], {}, []
         return items
 
 

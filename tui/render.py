@@ -158,7 +158,9 @@ def usage_text(usage: UsageLedger | None, palette: Palette) -> Text:
             line.append(f" · out {usage.output:,}")
         return line
     line.append(f"prompt {usage.prompt_total:,} ")
-    if usage.cache_read is None:
+    if usage.below_cache_min is not None:
+        line.append(f"· below cache minimum ({usage.below_cache_min:,}): not cached, not a miss", muted)
+    elif usage.cache_read is None:
         line.append(f"· cache {NOT_REPORTED}", muted)
     else:
         line.append_text(cache_bar(usage, palette))

@@ -1,15 +1,23 @@
-"""vLLM-style automatic prefix caching.
+"""The simulator's two prompt caches.
 
-The prompt is cut into blocks of 16 tokens. Each full block's hash chains its parent's, so
-a block hits only if everything before it is identical too. Partial blocks are never
-cached. Evictable blocks leave in LRU order; a finished request's blocks are queued tail
-first, so a prompt's last blocks are evicted before its first ones, as in vLLM.
+`PrefixCache` is vLLM's automatic prefix caching. The prompt is cut into blocks of 16
+tokens. Each full block's hash chains its parent's, so a block hits only if everything
+before it is identical too. Partial blocks are never cached. Evictable blocks leave in LRU
+order; a finished request's blocks are queued tail first, so a prompt's last blocks are
+evicted before its first ones, as in vLLM.
+
+`BreakpointCache` is Anthropic's explicit caching. Only a prefix that ends at a
+`cache_control` breakpoint is written, only if it is at least the minimum cacheable length,
+and it lives for its TTL from its last use. A request reads the longest live prefix that
+ends at a content-block boundary at, or up to 20 blocks before, one of its breakpoints.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 BLOCK_SIZE = 16
 
@@ -64,3 +72,88 @@ class PrefixCache:
 
     def clear(self) -> None:
         self._blocks.clear()
+
+
+@dataclass(frozen=True)
+class CacheBlock:
+    """One content block of an Anthropic prompt: its size, its content's hash, and its breakpoint's TTL."""
+
+    tokens: int
+    key: int
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    """What one request read from the cache and wrote to it, in tokens, by TTL."""
+
+    read: int = 0
+    write_5m: int = 0
+    write_1h: int = 0
+
+    @property
+    def write(self) -> int:
+        return self.write_5m + self.write_1h
+
+
+LOOKBACK_BLOCKS = 20
+ONE_HOUR = 3600.0
+
+
+class BreakpointCache:
+    """Prefixes cached at breakpoints, each alive for its TTL since it was last written or read."""
+
+    def __init__(
+        self, min_tokens: int = 1024, capacity: int = 4096, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.min_tokens = min_tokens
+        self.capacity = capacity
+        self.clock = clock
+        self._entries: OrderedDict[int, tuple[float, float]] = OrderedDict()  # prefix hash -> (expiry, ttl)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def use(self, blocks: Sequence[CacheBlock]) -> CacheUse:
+        """Read the longest live prefix this request may read, and write what its breakpoints add."""
+        prefixes, ends, parent, total = [], [], 0, 0
+        for block in blocks:
+            parent = hash((parent, block.key))
+            total += block.tokens
+            prefixes.append(parent)
+            ends.append(total)
+        marks = [n for n, block in enumerate(blocks) if block.ttl is not None]
+        now = self.clock()
+        hit = max((self._hit(prefixes, mark, now) for mark in marks), default=-1)
+        read = ends[hit] if hit >= 0 else 0
+        written = {300.0: 0, ONE_HOUR: 0}
+        covered = read
+        for mark in marks:
+            if ends[mark] > covered and ends[mark] >= self.min_tokens:
+                ttl = blocks[mark].ttl or 300.0
+                written[ONE_HOUR if ttl >= ONE_HOUR else 300.0] += ends[mark] - covered
+                self._store(prefixes[mark], ttl, now)
+                covered = ends[mark]
+        return CacheUse(read, written[300.0], written[ONE_HOUR])
+
+    def _hit(self, prefixes: list[int], mark: int, now: float) -> int:
+        """The last block, from `mark` back through the lookback window, whose prefix is cached; -1 if none."""
+        for n in range(mark, max(mark - LOOKBACK_BLOCKS - 1, -1), -1):
+            entry = self._entries.get(prefixes[n])
+            if entry is None:
+                continue
+            if entry[0] <= now:
+                del self._entries[prefixes[n]]
+                continue
+            self._store(prefixes[n], entry[1], now)  # a read refreshes the TTL
+            return n
+        return -1
+
+    def _store(self, prefix: int, ttl: float, now: float) -> None:
+        self._entries[prefix] = (now + ttl, ttl)
+        self._entries.move_to_end(prefix)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()

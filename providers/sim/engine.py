@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hotloop.providers.sim.cache import PrefixCache, block_hashes
-from hotloop.providers.sim.model import Reply, reply
+from hotloop.providers.sim.cache import BreakpointCache, CacheBlock, CacheUse, PrefixCache, block_hashes
+from hotloop.providers.sim.model import Reply, reply, thinking_for
 from hotloop.providers.sim.template import END, Call, Turn, assistant_body, call_text, render
 from hotloop.providers.sim.tokenizer import encode, pieces
 
@@ -42,6 +42,8 @@ class SimConfig:
     scenario: tuple[Reply, ...] = ()
     prompt_tokens_details: bool = True
     max_model_len: int = 131_072
+    # Anthropic's minimum cacheable prompt for Sonnet-class models; shorter prefixes are not cached.
+    cache_min_tokens: int = 1024
 
     def with_latency(
         self, ttft: float | None = None, prefill_per_token: float | None = None, decode_per_token: float | None = None
@@ -66,6 +68,24 @@ class Emission:
     call: Call | None = None
 
 
+@dataclass(frozen=True)
+class SimRequest:
+    """A request in the engine's terms, whichever wire protocol it came in.
+
+    `blocks` is set for Anthropic requests: the prompt as content blocks with their
+    breakpoints, cached explicitly. Without it, the ChatML prompt is cached as vLLM does.
+    `thinking`: None sends reasoning as planned, False drops it, True makes sure there is some.
+    """
+
+    model: str
+    turns: list[Turn]
+    tools: list[dict[str, Any]]
+    max_tokens: int | None = None
+    blocks: tuple[CacheBlock, ...] | None = None
+    thinking: bool | None = None
+    call_ids: str = "vllm"  # or "anthropic": the id format of the tool calls made
+
+
 @dataclass
 class Generation:
     model: str
@@ -78,6 +98,7 @@ class Generation:
     finish_reason: str
     request_id: str
     prompt_ids: list[int] = field(default_factory=list, repr=False)
+    cache: CacheUse = CacheUse()
 
     @property
     def prefill_seconds(self) -> float:
@@ -123,55 +144,81 @@ class SimEngine:
 
         self.config = config or SimConfig()
         self.cache = PrefixCache(self.config.cache_blocks)
+        self.breakpoints = BreakpointCache(self.config.cache_min_tokens)
         self.metrics = Metrics()
         for model in self.config.models:
             self.metrics.register_model(model)
 
-    def generate(self, model: str, turns: list[Turn], tools: list[dict[str, Any]], max_tokens: int | None) -> Generation:
-        profile = self.config.models.get(model)
+    def generate(self, request: SimRequest) -> Generation:
+        profile = self.config.models.get(request.model)
         if profile is None:
-            raise ModelNotFound(model)
-        prompt = render(turns, tools)
-        blocks = block_hashes(prompt.tokens)
-        # Blocks count as computed once the request is scheduled, as in vLLM.
-        cached = self.cache.lookup(blocks, len(prompt.tokens))
-        self.cache.insert(blocks)
-        request_id = hashlib.blake2b("".join(prompt.segments).encode(), digest_size=16).hexdigest()
-        answer = _with_call_ids(reply(turns, tools, self.config.scenario), request_id)
-        emissions, truncated = _emissions(answer, max_tokens)
+            raise ModelNotFound(request.model)
+        if request.blocks is None:
+            prompt = render(request.turns, request.tools)
+            prompt_ids, prompt_tokens = prompt.tokens, len(prompt.tokens)
+            use = self._prefix_cache_use(prompt_ids)
+            fingerprint = "".join(prompt.segments)
+        else:
+            prompt_ids, prompt_tokens = [], sum(block.tokens for block in request.blocks)
+            use = self.breakpoints.use(request.blocks)
+            fingerprint = repr([block.key for block in request.blocks])
+        request_id = hashlib.blake2b(fingerprint.encode(), digest_size=16).hexdigest()
+        answer = _with_call_ids(self._reply(request), request_id, request.call_ids)
+        emissions, truncated = _emissions(answer, request.max_tokens)
         finish = "length" if truncated else "tool_calls" if any(e.kind == "call_start" for e in emissions) else "stop"
         generation = Generation(
-            model=model,
+            model=request.model,
             profile=profile,
-            prompt_tokens=len(prompt.tokens),
-            cached_tokens=cached,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=use.read,
             reply=answer,
             emissions=emissions,
             output_tokens=0,
             finish_reason=finish,
             request_id=request_id,
-            prompt_ids=prompt.tokens,
+            prompt_ids=prompt_ids,
+            cache=use,
         )
         # Like vLLM's completion_tokens, the count includes the end-of-message token.
         generation.output_tokens = len(encode(generation.generated)) + (0 if truncated else 1)
-        self.metrics.started(model, len(prompt.tokens), cached, self.cache)
+        self.metrics.started(request.model, prompt_tokens, use.read, self.cache)
         return generation
 
+    def _prefix_cache_use(self, tokens: list[int]) -> CacheUse:
+        blocks = block_hashes(tokens)
+        # Blocks count as computed once the request is scheduled, as in vLLM.
+        cached = self.cache.lookup(blocks, len(tokens))
+        self.cache.insert(blocks)
+        return CacheUse(read=cached)
+
+    def _reply(self, request: SimRequest) -> Reply:
+        answer = reply(request.turns, request.tools, self.config.scenario)
+        if request.thinking is False:
+            return replace(answer, reasoning="")
+        if request.thinking and not answer.reasoning:
+            return replace(answer, reasoning=thinking_for(request.turns, answer))
+        return answer
+
     def finish(self, generation: Generation) -> None:
-        """Cache the generated tokens too: the next step's prompt starts with them."""
-        output = [*encode(generation.generated)]
-        if generation.finish_reason != "length":
-            output += encode(END)[:1]
-        self.cache.insert(block_hashes([*generation.prompt_ids, *output]))
+        """Cache the generated tokens too (vLLM does; Anthropic caches only at breakpoints)."""
+        if generation.prompt_ids:
+            output = [*encode(generation.generated)]
+            if generation.finish_reason != "length":
+                output += encode(END)[:1]
+            self.cache.insert(block_hashes([*generation.prompt_ids, *output]))
         self.metrics.finished(generation.model, generation.output_tokens, generation.finish_reason, self.cache)
 
     def abort(self, generation: Generation) -> None:
         self.metrics.finished(generation.model, 0, "abort", self.cache)
 
 
-def _with_call_ids(answer: Reply, request_id: str) -> Reply:
+_CALL_ID_FORMATS = {"vllm": ("chatcmpl-tool-", 16), "anthropic": ("toolu_", 12)}
+
+
+def _with_call_ids(answer: Reply, request_id: str, style: str) -> Reply:
+    prefix, size = _CALL_ID_FORMATS[style]
     calls = tuple(
-        replace(call, id=f"chatcmpl-tool-{hashlib.blake2b(f'{request_id}:{n}'.encode(), digest_size=16).hexdigest()}")
+        replace(call, id=prefix + hashlib.blake2b(f"{request_id}:{n}".encode(), digest_size=size).hexdigest())
         for n, call in enumerate(answer.calls)
     )
     return replace(answer, calls=calls)

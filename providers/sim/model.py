@@ -18,11 +18,16 @@ from typing import Any
 from hotloop.providers.sim.template import Call, Turn
 
 
+# Errors a scenario step can end with, mid-stream, after its text: (HTTP status, message).
+STREAM_ERRORS = {"overloaded_error": (529, "Overloaded"), "api_error": (500, "Internal server error")}
+
+
 @dataclass(frozen=True)
 class Reply:
     text: str = ""
     reasoning: str = ""
     calls: tuple[Call, ...] = ()
+    error: str = ""
 
 
 class ScenarioError(ValueError):
@@ -30,7 +35,10 @@ class ScenarioError(ValueError):
 
 
 def load_scenario(path: str | Path) -> tuple[Reply, ...]:
-    """Read a scenario: a JSON list of steps `{"text", "reasoning", "tool_calls": [{"name", "arguments"}]}`."""
+    """Read a scenario: a JSON list of steps `{"text", "reasoning", "tool_calls": [{"name", "arguments"}], "error"}`.
+
+    `error` (`overloaded_error` or `api_error`) makes the step's stream fail after its text.
+    """
     try:
         steps = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as error:
@@ -43,8 +51,11 @@ def load_scenario(path: str | Path) -> tuple[Reply, ...]:
 
 
 def _scenario_step(step: Any, where: str) -> Reply:
-    if not isinstance(step, dict) or not set(step) <= {"text", "reasoning", "tool_calls"}:
-        raise ScenarioError(f"{where}: expected an object with text, reasoning and/or tool_calls")
+    if not isinstance(step, dict) or not set(step) <= {"text", "reasoning", "tool_calls", "error"}:
+        raise ScenarioError(f"{where}: expected an object with text, reasoning, tool_calls and/or error")
+    error = step.get("error", "")
+    if error and error not in STREAM_ERRORS:
+        raise ScenarioError(f"{where}: error must be one of {', '.join(STREAM_ERRORS)} (got {error!r})")
     calls = []
     for n, call in enumerate(step.get("tool_calls") or []):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
@@ -56,7 +67,7 @@ def _scenario_step(step: Any, where: str) -> Reply:
     text, reasoning = step.get("text", ""), step.get("reasoning", "")
     if not isinstance(text, str) or not isinstance(reasoning, str):
         raise ScenarioError(f"{where}: text and reasoning must be strings")
-    return Reply(text=text, reasoning=reasoning, calls=tuple(calls))
+    return Reply(text=text, reasoning=reasoning, calls=tuple(calls), error=error)
 
 
 def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply, ...] = ()) -> Reply:
@@ -72,6 +83,16 @@ def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply,
     if done < len(batches):
         return Reply(text=_preface(batches[done]), calls=tuple(batches[done]))
     return Reply(text=answer(task, since))
+
+
+def thinking_for(task_turns: list[Turn], answer: Reply) -> str:
+    """What the model "thinks" before a reply, for a client that asked for reasoning but got none planned."""
+    last_user = next((turn.text for turn in reversed(task_turns) if turn.role == "user"), "")
+    task = _headline(_strip_context(last_user))
+    if answer.calls:
+        names = ", ".join(sorted({call.name for call in answer.calls}))
+        return f"The task is: {task}. I need {len(answer.calls)} tool call(s) first ({names}); they can run in parallel."
+    return f"The task is: {task}. I have what I need to answer."
 
 
 def _tool_names(tools: list[dict[str, Any]]) -> list[str]:

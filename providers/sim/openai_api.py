@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hotloop.providers.sim.engine import DEFAULT_MODEL, Emission, Generation
+from hotloop.providers.sim.engine import DEFAULT_MODEL, Emission, Generation, SimRequest
+from hotloop.providers.sim.model import STREAM_ERRORS
 from hotloop.providers.sim.template import Call, Turn
 
 
@@ -28,12 +29,9 @@ class ApiError(Exception):
 
 @dataclass(frozen=True)
 class ChatCall:
-    model: str
-    turns: list[Turn]
-    tools: list[dict[str, Any]]
+    request: SimRequest
     stream: bool
     include_usage: bool
-    max_tokens: int | None
 
 
 def parse_chat(body: Any) -> ChatCall:
@@ -48,13 +46,11 @@ def parse_chat(body: Any) -> ChatCall:
     if not isinstance(tools, list) or not all(_is_function_tool(t) for t in tools):
         raise ApiError(400, "tools must be a list of {type: function, function: {name, parameters}}", param="tools")
     options = body.get("stream_options") or {}
+    request = SimRequest(body.get("model") or DEFAULT_MODEL, _turns(messages), tools, _max_tokens(body))
     return ChatCall(
-        model=body.get("model") or DEFAULT_MODEL,
-        turns=_turns(messages),
-        tools=tools,
+        request=request,
         stream=bool(body.get("stream")),
         include_usage=bool(options.get("include_usage")) if isinstance(options, dict) else False,
-        max_tokens=_max_tokens(body),
     )
 
 
@@ -169,6 +165,10 @@ def stream_chunks(generation: Generation, include_usage: bool, prompt_tokens_det
     for emission in generation.emissions:
         decoded += emission.tokens
         yield decoded, delta(_delta_of(emission))
+    if generation.reply.error:
+        # vLLM reports a failure inside the stream as an error object, then ends it.
+        yield max(decoded, 1), f"data: {_dumps(failure(generation.reply.error).body())}\n\ndata: [DONE]\n\n".encode()
+        return
     if generation.finish_reason != "length":
         decoded += 1  # the end-of-message token
     last = max(decoded, 1)
@@ -177,6 +177,12 @@ def stream_chunks(generation: Generation, include_usage: bool, prompt_tokens_det
     if include_usage:
         yield last, f'data: {head},"choices":[],"usage":{_dumps(usage(generation, prompt_tokens_details))}}}\n\n'.encode()
     yield last, b"data: [DONE]\n\n"
+
+
+def failure(kind: str) -> ApiError:
+    """The error a scenario step ends with, as vLLM would report it (it has no 529: overload is 503)."""
+    status, message = STREAM_ERRORS[kind]
+    return ApiError(503 if status == 529 else status, message, "ServiceUnavailableError" if status == 529 else "InternalServerError")
 
 
 def _delta_of(emission: Emission) -> dict[str, Any]:

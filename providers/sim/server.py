@@ -1,4 +1,4 @@
-"""The simulator's HTTP server: vLLM's OpenAI-compatible endpoints on a real socket."""
+"""The simulator's HTTP server: vLLM's OpenAI-compatible endpoints and Anthropic's Messages API on a real socket."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from typing import Any
 from aiohttp import web
 
 from hotloop import __version__
-from hotloop.providers.sim import openai_api
-from hotloop.providers.sim.engine import Generation, ModelNotFound, SimConfig, SimEngine
+from hotloop.providers.sim import anthropic_api, openai_api
+from hotloop.providers.sim.anthropic_api import AnthropicError
+from hotloop.providers.sim.engine import Generation, ModelNotFound, SimConfig, SimEngine, SimRequest
 from hotloop.providers.sim.openai_api import ApiError
 
 
@@ -31,6 +32,13 @@ class RecordedRequest:
     prompt_tokens: int
     cached_tokens: int
     received: float
+    cache_write_tokens: int = 0
+
+
+class ContextTooLong(ValueError):
+    def __init__(self, prompt_tokens: int) -> None:
+        super().__init__(prompt_tokens)
+        self.prompt_tokens = prompt_tokens
 
 
 class SimServer:
@@ -46,6 +54,7 @@ class SimServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/messages", self.messages)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
@@ -55,40 +64,73 @@ class SimServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
-            call = openai_api.parse_chat(_json(raw))
-            generation = self._generate(call.model, call)
+            call = openai_api.parse_chat(_json(raw, ApiError))
+            generation = self._generate(call.request)
+        except ModelNotFound as missing:
+            error = ApiError(404, f"The model `{missing}` does not exist.", "NotFoundError", "model")
+            return _json_response(error.body(), error.status)
+        except ContextTooLong as long:
+            error = ApiError(
+                400,
+                f"This model's maximum context length is {self.config.max_model_len} tokens. However, your request "
+                f"has {long.prompt_tokens} input tokens. Please reduce the length of the input messages.",
+            )
+            return _json_response(error.body(), error.status)
         except ApiError as error:
             return _json_response(error.body(), error.status)
-        self.requests.append(
-            RecordedRequest(request.path, raw, call.model, generation.prompt_tokens, generation.cached_tokens, time.time())
-        )
+        self._record(request, raw, generation)
         details = self.config.prompt_tokens_details
         if not call.stream:
-            return await self._respond_whole(generation, openai_api.completion(generation, details))
+            failure = openai_api.failure(generation.reply.error) if generation.reply.error else None
+            return await self._respond_whole(generation, openai_api.completion(generation, details), failure)
         chunks = openai_api.stream_chunks(generation, call.include_usage, details)
         return await self._respond_stream(request, generation, chunks)
 
-    def _generate(self, model: str, call: openai_api.ChatCall) -> Generation:
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's Messages API over the same engine, cached at the request's breakpoints."""
+        raw = await request.read()
         try:
-            generation = self.engine.generate(model, call.turns, call.tools, call.max_tokens)
-        except ModelNotFound:
-            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model") from None
+            if "anthropic-version" not in request.headers:
+                raise AnthropicError(400, "anthropic-version: header is required")
+            call = anthropic_api.parse_messages(_json(raw, AnthropicError))
+            generation = self._generate(call.request)
+        except ModelNotFound as missing:
+            return _anthropic_error(AnthropicError(404, f"model: {missing}"))
+        except ContextTooLong as long:
+            return _anthropic_error(AnthropicError(400, f"prompt is too long: {long.prompt_tokens} tokens > {self.config.max_model_len} maximum"))
+        except AnthropicError as error:
+            return _anthropic_error(error)
+        self._record(request, raw, generation)
+        if not call.stream:
+            failure = anthropic_api.failure(generation.reply.error) if generation.reply.error else None
+            return await self._respond_whole(generation, anthropic_api.message(generation), failure)
+        return await self._respond_stream(request, generation, anthropic_api.stream_events(generation))
+
+    def _generate(self, request: SimRequest) -> Generation:
+        generation = self.engine.generate(request)
         if generation.prompt_tokens > self.config.max_model_len:
             self.engine.abort(generation)
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {self.config.max_model_len} tokens. However, your request "
-                f"has {generation.prompt_tokens} input tokens. Please reduce the length of the input messages.",
-            )
+            raise ContextTooLong(generation.prompt_tokens)
         return generation
 
-    async def _respond_whole(self, generation: Generation, body: dict[str, Any]) -> web.Response:
+    def _record(self, request: web.Request, raw: bytes, generation: Generation) -> None:
+        self.requests.append(
+            RecordedRequest(request.path, raw, generation.model, generation.prompt_tokens, generation.cached_tokens,
+                            time.time(), generation.cache.write)
+        )
+
+    async def _respond_whole(
+        self, generation: Generation, body: dict[str, Any], failure: ApiError | AnthropicError | None
+    ) -> web.Response:
         try:
             total = generation.prefill_seconds + generation.profile.decode_per_token * max(generation.output_tokens - 1, 0)
             await asyncio.sleep(total)
         except BaseException:
             self.engine.abort(generation)
             raise
+        if failure is not None:
+            self.engine.abort(generation)
+            return _json_response(failure.body(), failure.status)
         self.engine.finish(generation)
         return _json_response(body)
 
@@ -105,10 +147,13 @@ class SimServer:
         except ConnectionResetError:
             pass  # the client went away mid-stream (a cancelled turn): an aborted request, as in vLLM
         finally:
-            (self.engine.finish if finished else self.engine.abort)(generation)
+            (self.engine.finish if finished and not generation.reply.error else self.engine.abort)(generation)
         return response
 
     async def models(self, request: web.Request) -> web.Response:
+        if "anthropic-version" in request.headers:
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started))
+            return _json_response(anthropic_api.models_page(list(self.config.models), created))
         created = int(self.started)
         data = [
             {"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": name, "parent": None,
@@ -133,11 +178,18 @@ def _json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="application/json")
 
 
-def _json(raw: bytes) -> Any:
+def _anthropic_error(error: AnthropicError) -> web.Response:
+    body = error.body()
+    response = _json_response(body, error.status)
+    response.headers["request-id"] = body["request_id"]
+    return response
+
+
+def _json(raw: bytes, error: type[ApiError] | type[AnthropicError]) -> Any:
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
+        raise error(400, f"the request body is not valid JSON: {problem}") from None
 
 
 async def _send_paced(response: web.StreamResponse, generation: Generation, chunks: Iterator[tuple[int, bytes]]) -> None:
@@ -183,8 +235,14 @@ class EmbeddedSimulator:
         self._thread: threading.Thread | None = None
 
     @property
+    def url(self) -> str:
+        """The server's root: Anthropic clients add `/v1/messages` to it."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        """The OpenAI-style base URL, which clients add `/chat/completions` to."""
+        return f"{self.url}/v1"
 
     def start(self) -> EmbeddedSimulator:
         # In-process, the server's logs would land on the user's terminal; errors reach the client as HTTP 500.

@@ -1,8 +1,13 @@
-"""Slash commands typed in the prompt: /model, /tier, /provider, /new, /help."""
+"""Slash commands typed as a prompt: /model, /tier, /provider, /new, /help.
+
+The app takes all of them; `hotloop run` takes the switching ones between its prompts.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from hotloop.config import Choice
 
 COMMANDS = {
     "/model": "NAME: use another model of the current provider",
@@ -12,12 +17,21 @@ COMMANDS = {
     "/help": "show keys and commands",
 }
 _NEEDS_ARGUMENT = {"/model", "/tier", "/provider"}
+SWITCHES = ("/model", "/tier", "/provider")
 
 
 @dataclass(frozen=True)
 class Slash:
     name: str
     args: tuple[str, ...] = ()
+
+    def choice(self, current_provider: str) -> Choice:
+        """What a switching command picks; `/model` stays on the current provider."""
+        if self.name == "/model":
+            return Choice(provider=current_provider, model=self.args[0])
+        if self.name == "/tier":
+            return Choice(tier=self.args[0])
+        return Choice(provider=self.args[0], model=self.args[1] if len(self.args) > 1 else None)
 
 
 class SlashError(ValueError):

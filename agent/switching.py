@@ -1,0 +1,52 @@
+"""What a switch of provider or model costs: the prompt the new one must prefill uncached.
+
+Prompt caches belong to one provider and one model. Switching means the next request's
+whole prompt is new to that cache, except for whatever it cached when this conversation
+last used it. The conversation's size is estimated from the last reported usage.
+"""
+
+from __future__ import annotations
+
+from hotloop.agent.events import ProviderSwitched
+from hotloop.providers.events import UsageLedger
+
+
+class CacheWarmth:
+    """How much of the conversation each provider and model has seen, by the usage they reported."""
+
+    def __init__(self) -> None:
+        self.context: int | None = 0
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def record(self, provider: str, model: str, usage: UsageLedger | None) -> None:
+        """A step's usage: its prompt plus its answer is what the next request starts with."""
+        if usage is None or usage.prompt_total is None:
+            self.context = None
+            return
+        self.context = usage.prompt_total + (usage.output or 0)
+        self._seen[(provider, model)] = self.context
+
+    def cost(self, provider: str, model: str) -> tuple[int | None, int | None]:
+        """`(conversation tokens, of which cold for this provider and model)`; None when unknown."""
+        if self.context is None:
+            return None, None
+        return self.context, max(self.context - self._seen.get((provider, model), 0), 0)
+
+
+def describe_cost(context: int | None, cold: int | None) -> str:
+    """e.g. `~3,412 prompt tokens to prefill uncached (its cache is cold for this conversation)`."""
+    if context is None or cold is None:
+        return "prompt size unknown until a provider reports usage"
+    if context == 0:
+        return "nothing to prefill yet"
+    if cold == 0:
+        return f"none of the ~{context:,} prompt tokens is new to its cache, if the cache still holds them"
+    if cold == context:
+        return f"~{cold:,} prompt tokens to prefill uncached (its cache is cold for this conversation)"
+    return f"~{cold:,} of ~{context:,} prompt tokens to prefill uncached (the rest may still be cached from earlier)"
+
+
+def describe_switch(event: ProviderSwitched) -> str:
+    """e.g. `switched sim · sim-fast → sim-anthropic · sim-fast: ~3,412 prompt tokens to prefill uncached (…)`."""
+    before, after = f"{event.previous_provider} · {event.previous_model}", f"{event.provider} · {event.model}"
+    return f"switched {before} → {after}: {describe_cost(event.context_tokens, event.cold_tokens)}"

@@ -1,0 +1,390 @@
+"""Anthropic Messages over the official `anthropic` SDK.
+
+As with the OpenAI provider, the SDK's client does the transport (auth, retries, typed status
+errors) while hotloop serializes the request itself, static part first and every message
+once, and parses the event stream into msgspec structs.
+
+Anthropic caches only what a `cache_control` breakpoint marks. hotloop places up to four, in
+this order of value: on the newest message (each step writes its whole prefix), on the system
+prompt (the static part), on the message that was newest one step earlier (so reading the
+previous step's prefix never depends on the API's 20-block lookback), and on the last tool.
+A breakpoint is a marker, not content: moving it does not change what the prefix hashes to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from contextlib import aclosing
+from typing import Any
+
+import msgspec
+
+from hotloop.providers.conversation import (
+    AssistantMessage,
+    ChatRequest,
+    Message,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+    portable_call_id,
+)
+from hotloop.providers.errors import StreamInterrupted
+from hotloop.providers.events import (
+    Finished,
+    ModelEvent,
+    ReasoningDelta,
+    ReasoningSignature,
+    RedactedReasoning,
+    ServerToolUsed,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    Usage,
+    UsageLedger,
+)
+from hotloop.providers.transport import SdkProvider
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+BREAKPOINT_LIMIT = 4
+BREAKPOINT_ORDER = ("newest", "system", "previous", "tools")
+DEFAULT_MAX_TOKENS = 8192
+
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+# The documented minimum cacheable prompt, by model-name prefix; the first match wins.
+_CACHE_MINIMUMS = (
+    ("claude-opus-4-6", 4096),
+    ("claude-opus-4-5", 4096),
+    ("claude-haiku-4-5", 4096),
+    ("claude-opus-4", 1024),
+    ("claude-sonnet-4", 1024),
+    ("claude-3-7-sonnet", 1024),
+    ("claude-3-5-haiku", 2048),
+    ("claude-3-haiku", 2048),
+)
+
+_encode = msgspec.json.Encoder().encode
+
+
+def min_cacheable_tokens(model: str) -> int | None:
+    """The minimum prompt length a Claude model caches, when hotloop knows it."""
+    return next((minimum for prefix, minimum in _CACHE_MINIMUMS if model.startswith(prefix)), None)
+
+
+class AnthropicProvider(SdkProvider):
+    """Streams one Messages response per request as model events."""
+
+    protocol = sdk = "anthropic"
+    client_class = "AsyncAnthropic"
+    path = "/v1/messages"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 2,
+        location: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        thinking_budget: int | None = None,
+        cache_ttl: str = "5m",
+        cache_breakpoints: int = BREAKPOINT_LIMIT,
+        cache_min_tokens: int | None = None,
+    ) -> None:
+        # Without a URL the SDK would read ANTHROPIC_BASE_URL; hotloop's config decides instead.
+        super().__init__(name, model, location, base_url or ANTHROPIC_URL, api_key, max_retries)
+        self._max_tokens = max_tokens
+        self._thinking_budget = thinking_budget
+        self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
+        self._cache_control = _encode({"type": "ephemeral", "ttl": "1h"} if cache_ttl == "1h" else {"type": "ephemeral"})
+        self._cache_min_tokens = cache_min_tokens
+        self._blocks: dict[Message, list[bytes]] = {}
+        self._tools: tuple[tuple[ToolSpec, ...], list[bytes]] | None = None
+
+    # -- the request ---------------------------------------------------------------------
+
+    def request_body(self, request: ChatRequest) -> bytes:
+        """The request as sent: static part first, then the messages, breakpoints placed."""
+        head = b'{"model":' + _encode(self.model) + b',"max_tokens":'
+        head += _encode(request.max_tokens or self._max_tokens) + b',"stream":true'
+        if self._thinking_budget:
+            head += b',"thinking":{"type":"enabled","budget_tokens":' + _encode(self._thinking_budget) + b"}"
+        if request.tools:
+            tools = list(self._tool_blocks(request.tools))
+            if "tools" in self._breakpoints:
+                tools[-1] = self._marked(tools[-1])
+            head += b',"tools":[' + b",".join(tools) + b"]"
+        if request.system:
+            system = _encode({"type": "text", "text": request.system})
+            head += b',"system":[' + (self._marked(system) if "system" in self._breakpoints else system) + b"]"
+        return head + b',"messages":[' + b",".join(self._messages(request.messages)) + b"]}"
+
+    def _tool_blocks(self, tools: tuple[ToolSpec, ...]) -> list[bytes]:
+        if self._tools is None or self._tools[0] is not tools:
+            rendered = [_encode({"name": t.name, "description": t.description, "input_schema": t.parameters}) for t in tools]
+            self._tools = (tools, rendered)
+        return self._tools[1]
+
+    def _messages(self, messages: tuple[Message, ...]) -> list[bytes]:
+        turns = _merged_turns((message, self._message_blocks(message)) for message in messages)
+        marks = {len(turns) - 1} if "newest" in self._breakpoints else set()
+        # The previous step's request ended with the user message before the latest reply.
+        if "previous" in self._breakpoints and len(turns) >= 3 and turns[-3][0] == "user":
+            marks.add(len(turns) - 3)
+        wire = []
+        for n, (role, blocks, _) in enumerate(turns):
+            if n in marks:
+                blocks = [*blocks[:-1], self._marked(blocks[-1])]
+            wire.append(b'{"role":"' + role.encode() + b'","content":[' + b",".join(blocks) + b"]}")
+        return wire
+
+    def _message_blocks(self, message: Message) -> list[bytes]:
+        blocks = self._blocks.get(message)
+        if blocks is None:
+            blocks = self._blocks[message] = [_encode(block) for block in render_blocks(message)]
+        return blocks
+
+    def _marked(self, block: bytes) -> bytes:
+        return block[:-1] + b',"cache_control":' + self._cache_control + b"}"
+
+    # -- the response --------------------------------------------------------------------
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
+        parser = MessageParser(self._where(), self._cache_min_tokens or min_cacheable_tokens(self.model))
+        async with aclosing(self.server_events(self.request_body(request))) as stream:
+            async for data in stream:
+                for event in parser.feed(self._event(data)):
+                    yield event
+        for event in parser.finish():
+            yield event
+
+    def _event(self, data: bytes) -> StreamEvent:
+        try:
+            return _decode_event(data)
+        except msgspec.DecodeError as error:
+            shown = data[:120].decode(errors="replace")
+            raise StreamInterrupted(f"{self._where()} sent a malformed event ({error}): {shown}") from None
+
+
+def render_blocks(message: Message) -> list[dict[str, Any]]:
+    """The content blocks of one message; an assistant message may have none worth sending."""
+    if isinstance(message, UserMessage):
+        return [{"type": "text", "text": message.content}] if message.content.strip() else []
+    if isinstance(message, ToolResultMessage):
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": portable_call_id(message.call_id)}
+        if message.content:
+            block["content"] = message.content
+        if message.is_error:
+            block["is_error"] = True
+        return [block]
+    blocks: list[dict[str, Any]] = []
+    for thinking in message.thinking:
+        if thinking.redacted:
+            blocks.append({"type": "redacted_thinking", "data": thinking.redacted})
+        elif thinking.signature:
+            blocks.append({"type": "thinking", "thinking": thinking.text, "signature": thinking.signature})
+    if message.text.strip():
+        blocks.append({"type": "text", "text": message.text})
+    for call in message.tool_calls:
+        blocks.append({"type": "tool_use", "id": portable_call_id(call.id), "name": call.name, "input": _input(call.arguments)})
+    return blocks
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the object Anthropic requires; text that isn't one was already answered with an error."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _merged_turns(rendered: Iterable[tuple[Message, list[bytes]]]) -> list[tuple[str, list[bytes], int]]:
+    """Messages as Anthropic turns: same-role neighbours merged, tool results first in their user turn.
+
+    Each turn is `(role, blocks, number of leading tool_result blocks)`.
+    """
+    turns: list[tuple[str, list[bytes], int]] = []
+    for message, blocks in rendered:
+        if not blocks:
+            continue
+        role = "assistant" if isinstance(message, AssistantMessage) else "user"
+        is_result = isinstance(message, ToolResultMessage)
+        if turns and turns[-1][0] == role:
+            _, merged, results = turns[-1]
+            merged = list(merged)
+            if is_result:
+                merged[results:results] = blocks
+                results += len(blocks)
+            else:
+                merged.extend(blocks)
+            turns[-1] = (role, merged, results)
+        else:
+            turns.append((role, list(blocks), len(blocks) if is_result else 0))
+    return turns
+
+
+class Block(msgspec.Struct, gc=False):
+    type: str
+    id: str = ""
+    name: str = ""
+    text: str = ""
+    thinking: str = ""
+    signature: str = ""
+    data: str = ""
+    input: Any = None
+
+
+class Delta(msgspec.Struct, gc=False):
+    type: str = ""
+    text: str = ""
+    partial_json: str = ""
+    thinking: str = ""
+    signature: str = ""
+    stop_reason: str | None = None
+
+
+class MessageHead(msgspec.Struct, gc=False):
+    usage: dict[str, Any] | None = None
+
+
+class StreamEvent(msgspec.Struct, gc=False):
+    """The parts of a Messages stream event hotloop reads; everything else is ignored."""
+
+    type: str
+    index: int = 0
+    message: MessageHead | None = None
+    content_block: Block | None = None
+    delta: Delta | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+_decode_event = msgspec.json.Decoder(StreamEvent).decode
+
+
+class _OpenBlock:
+    __slots__ = ("kind", "call_id", "name", "parts", "signature", "call_index")
+
+    def __init__(self, block: Block, call_index: int) -> None:
+        self.kind = block.type
+        self.call_id = block.id
+        self.name = block.name
+        self.parts: list[str] = []
+        self.signature = block.signature
+        self.call_index = call_index
+
+
+class MessageParser:
+    """Turns Messages stream events into model events.
+
+    Blocks are keyed by their `index`. A tool call is ready when its block stops. Usage is
+    `message_start`'s, overwritten by the cumulative figures of `message_delta`.
+    """
+
+    def __init__(self, where: str = "the provider", cache_min_tokens: int | None = None) -> None:
+        self._where = where
+        self._cache_min_tokens = cache_min_tokens
+        self._blocks: dict[int, _OpenBlock] = {}
+        self._calls = 0
+        self._start_usage: dict[str, Any] | None = None
+        self._delta_usage: dict[str, Any] | None = None
+        self._stop_reason: str | None = None
+
+    def feed(self, event: StreamEvent) -> list[ModelEvent]:
+        kind = event.type
+        if kind == "content_block_delta" and event.delta is not None:
+            return self._delta(event.index, event.delta)
+        if kind == "content_block_start" and event.content_block is not None:
+            return self._start(event.index, event.content_block)
+        if kind == "content_block_stop":
+            return self._stop(event.index)
+        if kind == "message_start" and event.message is not None:
+            self._start_usage = event.message.usage
+        elif kind == "message_delta":
+            return self._message_delta(event)
+        elif kind == "error":
+            raise StreamInterrupted(self._error_line(event.error or {}))
+        return []
+
+    def finish(self) -> list[ModelEvent]:
+        if self._stop_reason is None:
+            raise StreamInterrupted("the stream ended before the model finished its message")
+        return [Finished(_STOP_REASONS.get(self._stop_reason, self._stop_reason))]
+
+    def _start(self, index: int, block: Block) -> list[ModelEvent]:
+        opened = self._blocks[index] = _OpenBlock(block, self._calls)
+        if block.type == "tool_use":
+            self._calls += 1
+            events: list[ModelEvent] = [ToolCallStarted(opened.call_index, block.id, block.name)]
+            # A block may arrive whole, with its input already filled in.
+            if block.input:
+                opened.parts.append(_encode(block.input).decode())
+                events.append(ToolCallArgsDelta(opened.call_index, block.id, opened.parts[0]))
+            return events
+        if block.type == "text" and block.text:
+            return [TextDelta(block.text)]
+        if block.type == "thinking" and block.thinking:
+            return [ReasoningDelta(block.thinking)]
+        if block.type == "redacted_thinking":
+            opened.parts.append(block.data)
+        elif block.type == "server_tool_use" and block.input:
+            opened.parts.append(_encode(block.input).decode())
+        return []
+
+    def _delta(self, index: int, delta: Delta) -> list[ModelEvent]:
+        kind = delta.type
+        if kind == "text_delta":
+            return [TextDelta(delta.text)] if delta.text else []
+        block = self._blocks.get(index)
+        if block is None:
+            raise StreamInterrupted(f"{self._where} sent a delta for block {index}, which never started")
+        if kind == "input_json_delta" and delta.partial_json:
+            block.parts.append(delta.partial_json)
+            if block.kind == "tool_use":
+                return [ToolCallArgsDelta(block.call_index, block.call_id, delta.partial_json)]
+        elif kind == "thinking_delta" and delta.thinking:
+            return [ReasoningDelta(delta.thinking)]
+        elif kind == "signature_delta":
+            block.signature += delta.signature
+        return []
+
+    def _stop(self, index: int) -> list[ModelEvent]:
+        block = self._blocks.pop(index, None)
+        if block is None:
+            return []
+        if block.kind == "tool_use":
+            return [ToolCallReady(block.call_index, block.call_id, block.name, "".join(block.parts) or "{}")]
+        if block.kind == "thinking" and block.signature:
+            return [ReasoningSignature(block.signature)]
+        if block.kind == "redacted_thinking":
+            return [RedactedReasoning("".join(block.parts))]
+        if block.kind == "server_tool_use":
+            return [ServerToolUsed(block.call_id, block.name, "".join(block.parts) or "{}")]
+        return []
+
+    def _message_delta(self, event: StreamEvent) -> list[ModelEvent]:
+        if event.delta is not None and event.delta.stop_reason is not None:
+            self._stop_reason = event.delta.stop_reason
+        if event.usage is None:
+            return []
+        self._delta_usage = event.usage
+        ledger = UsageLedger.from_anthropic(self._start_usage, self._delta_usage)
+        raw = {"message_start": self._start_usage or {}, "message_delta": self._delta_usage}
+        return [Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=raw)]
+
+    def _error_line(self, error: dict[str, Any]) -> str:
+        kind, message = error.get("type", "error"), error.get("message", "no details")
+        if kind == "overloaded_error":
+            return f"{self._where} is overloaded and stopped mid-answer ({message}); try again, or switch with /provider"
+        return f"{self._where} stream failed: {kind}: {message}"
