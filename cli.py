@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hotloop import __version__
+from hotloop import InputError, __version__
 
 if TYPE_CHECKING:
     from hotloop.slash import Slash
 
 
-class UsageError(Exception):
+class UsageError(InputError):
     """Bad command-line input; the message is shown as one line."""
 
 
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", dest="app_model", metavar="MODEL", help="start on this model")
     parser.add_argument("--tier", dest="app_tier", metavar="TIER", help="start on this tier: fast, balanced or strong")
     parser.add_argument("--base-url", dest="app_base_url", metavar="URL", help="another server for the provider's protocol")
+    _resume_options(parser, dest="app_resume")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="run prompts headless, streaming the answer to stdout")
@@ -46,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mcp", action="append", default=[], metavar="CMD", help='an MCP stdio server, e.g. "npx -y pkg" (repeatable)')
     run.add_argument("--json", action="store_true", help="print every event as a JSON line instead of text")
     run.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop a turn after N model requests")
+    _resume_options(run, dest="resume")
+
+    replay = commands.add_parser("replay", help="redraw a saved session as it happened (never calls a provider)")
+    replay.add_argument("session", nargs="?", metavar="SESSION", help="a session id or its prefix (default: the latest)")
+    replay.add_argument("--speed", type=_non_negative, default=1.0, metavar="N", help="pace × N (default 1; 0 draws it all at once)")
+    replay.add_argument("--headless", action="store_true", help="print the replay to stdout, as hotloop run would have")
 
     sim = commands.add_parser("sim", help="the embedded vLLM-like simulator")
     sim_commands = sim.add_subparsers(dest="sim_command", metavar="COMMAND", required=True)
@@ -70,7 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
     session_commands = sessions.add_subparsers(dest="sessions_command", metavar="COMMAND", required=True)
     listing = session_commands.add_parser("list", help="list sessions, newest first")
     listing.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+    listing.add_argument("--search", metavar="TEXT", help="only sessions whose prompts, id or model contain TEXT")
+    show = session_commands.add_parser("show", help="print a session's conversation")
+    show.add_argument("session", metavar="ID", help="a session id or a unique prefix")
+    export = session_commands.add_parser("export", help="write a session as Markdown, JSON or HTML")
+    export.add_argument("session", metavar="ID", help="a session id or a unique prefix")
+    export.add_argument("--format", choices=("md", "json", "html"), default="md")
+    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
+    delete = session_commands.add_parser("delete", help="delete a session's log")
+    delete.add_argument("session", metavar="ID", help="a session id or a unique prefix")
     return parser
+
+
+def _resume_options(parser: argparse.ArgumentParser, dest: str) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--resume", dest=dest, metavar="ID", help="continue a saved session (an id or a unique prefix)")
+    group.add_argument("-c", "--continue", dest=dest, action="store_const", const="", help="continue the latest session")
 
 
 def _provider_options(parser: argparse.ArgumentParser) -> None:
@@ -100,12 +122,11 @@ def _non_negative(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from hotloop.config import ConfigError
-    from hotloop.providers.errors import MissingApiKey, ProviderError
+    from hotloop.providers.errors import ProviderError
 
     try:
         return _dispatch(args)
-    except (ConfigError, UsageError, MissingApiKey) as error:
+    except InputError as error:
         _fail(str(error))
         return 2
     except ProviderError as error:
@@ -129,7 +150,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sim_serve(args)
     if args.command == "config":
         return _config(args)
-    return _sessions_list(args)
+    from hotloop import session_commands
+
+    if args.command == "replay":
+        return session_commands.replay(args.session, args.speed, args.headless)
+    return session_commands.run(args)
 
 
 def _app(args: argparse.Namespace) -> int:
@@ -140,8 +165,24 @@ def _app(args: argparse.Namespace) -> int:
     config = load_config()
     choice = Choice(args.app_provider, args.app_model, args.app_base_url, args.app_tier)
     resolve(config, choice)
-    HotloopApp(config, choice).run()
+    resume = _session_to_resume(args.app_resume)
+    HotloopApp(config, choice, resume=resume).run()
     return 0
+
+
+def _session_to_resume(reference: str | None) -> Path | None:
+    """The log of the session to continue (`""`: the latest), checked before the screen takes over."""
+    if reference is None:
+        return None
+    from hotloop import paths
+    from hotloop.sessions.log import SessionInUse, is_in_use
+    from hotloop.sessions.store import find_session, read_header, session_id_of
+
+    path = find_session(paths.sessions_dir(), reference or None)
+    read_header(path)
+    if is_in_use(path):
+        raise SessionInUse(f"session {session_id_of(path)} is open in another hotloop process")
+    return path
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -166,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         mcp=args.mcp,
         json_lines=args.json,
         max_steps=args.max_steps,
+        resume=_session_to_resume(args.resume),
     )
     return asyncio.run(run(options))
 
@@ -285,23 +327,3 @@ def _masked(value: str | None) -> str:
     if not value:
         return "not set"
     return f"set: ••••{value[-4:]}" if len(value) >= 12 else "set: ••••"
-
-
-def _sessions_list(args: argparse.Namespace) -> int:
-    from datetime import datetime
-
-    from hotloop import paths
-    from hotloop.sessions.store import list_sessions
-
-    sessions = list_sessions(paths.sessions_dir())[: args.limit]
-    if not sessions:
-        print(f"no sessions yet in {paths.sessions_dir()}")
-        return 0
-    print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<18} first prompt")
-    for s in sessions:
-        started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
-        tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
-        prompt = " ".join(s.first_prompt.split())
-        prompt = prompt if len(prompt) <= 60 else prompt[:59] + "…"
-        print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {s.provider + '/' + s.model:<18.18} {prompt}")
-    return 0

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hotloop import paths
-from hotloop.agent.tools.mcp import McpServer
+from hotloop import InputError, paths
+from hotloop.agent.tools.mcp_config import McpServer
 from hotloop.providers.errors import MissingApiKey
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -27,7 +27,7 @@ BREAKPOINT_LIMIT = 4
 CACHE_TTLS = ("5m", "1h")
 
 
-class ConfigError(Exception):
+class ConfigError(InputError):
     """The configuration can't be used; `str(error)` is the one-line reason."""
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -33,6 +33,10 @@ from hotloop.config import Choice, Config, load_config, resolve
 from hotloop.markdown_stream import MarkdownStream
 from hotloop.providers.events import ReasoningDelta, ServerToolUsed, TextDelta
 from hotloop.slash import Slash
+
+if TYPE_CHECKING:
+    from hotloop.agent.loop import Agent
+    from hotloop.runtime import Runtime
 
 _STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
@@ -75,6 +79,10 @@ class Printer:
             self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
         elif isinstance(event, TurnFinished):
             self._end_stream()
+
+    def close(self) -> None:
+        """End a stream left open (a replay of a session that stopped mid-answer)."""
+        self._end_stream()
 
     def _stream(self, kind: str, text: str) -> None:
         if self._open != kind:
@@ -124,7 +132,10 @@ def _tool_line(event: ToolFinished) -> tuple[str, str]:
 
 @dataclass
 class RunOptions:
-    """`prompts` are consecutive turns; a `Slash` among them switches provider, model or tier before the next."""
+    """`prompts` are consecutive turns; a `Slash` among them switches provider, model or tier before the next.
+
+    With `resume`, the prompts continue that saved session, appending to its log.
+    """
 
     prompts: list[str | Slash]
     provider: str | None = None
@@ -136,6 +147,7 @@ class RunOptions:
     json_lines: bool = False
     max_steps: int | None = None
     workspace: Path = field(default_factory=Path.cwd)
+    resume: Path | None = None
 
 
 def fan_out(*sinks: Callable[[AgentEvent], None]) -> Callable[[AgentEvent], None]:
@@ -150,11 +162,16 @@ async def run(options: RunOptions) -> int:
     """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
     from hotloop.agent.loop import Agent
     from hotloop.agent.prompt import system_prompt
+    from hotloop.resumption import Resumption
     from hotloop.runtime import Runtime
 
     config = load_config()
-    target = resolve(config, Choice(options.provider, options.model, options.base_url, options.tier))
+    choice = Choice(options.provider, options.model, options.base_url, options.tier)
+    resumed = Resumption.load(options.resume) if options.resume else None
+    target, notes = resumed.target(config, choice) if resumed else (resolve(config, choice), [])
     check_switches(config, target.settings.name, options.prompts)
+    workspace, moved = resumed.workspace(options.workspace) if resumed else (options.workspace, [])
+    system = resumed.session.header.system if resumed and resumed.session.header.system else system_prompt(options.system)
     runtime = Runtime(config)
     try:
         provider = await runtime.connect(target)
@@ -162,34 +179,35 @@ async def run(options: RunOptions) -> int:
         gc.collect()
         gc.freeze()
         printer = Printer(json_lines=options.json_lines)
-        with runtime.open_session_log(provider, options.workspace) as log:
+        log = (runtime.reopen_session_log(resumed.path, resumed.session) if resumed
+               else runtime.open_session_log(provider, workspace, system))
+        with log:
             emit = fan_out(printer, log.write)
-            for warning in config.warnings:
-                emit(Notice(level="warning", message=warning))
+            opening = resumed.opening_events(notes + moved) if resumed else []
+            for event in [*(Notice(level="warning", message=w) for w in config.warnings), *opening]:
+                emit(event)
             await runtime.start_mcp(options.mcp, emit)
-            agent = Agent(
-                provider,
-                runtime.tools,
-                emit=emit,
-                workspace=options.workspace,
-                system=system_prompt(options.system),
-                max_steps=options.max_steps or config.max_steps,
-                tool_timeout=config.tool_timeout,
-                cache_key=log.id,
-            )
-            failed = False
-            for prompt in options.prompts:
-                if isinstance(prompt, Slash):
-                    await runtime.switch(agent, prompt.choice(agent.provider.name))
-                # Later prompts build on this turn's answer; after a failure they would only fail again.
-                elif (await agent.run_turn(prompt)).reason == "error":
-                    failed = True
-                    break
+            agent = Agent(provider, runtime.tools, emit=emit, workspace=workspace, system=system,
+                          max_steps=options.max_steps or config.max_steps, tool_timeout=config.tool_timeout,
+                          cache_key=log.id)
+            if resumed:
+                agent.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
+            failed = await _run_prompts(agent, runtime, options.prompts)
         if log.error is not None:
             printer(Notice(level="warning", message=f"the session log stopped at {log.path}: {log.error.strerror}"))
         return 1 if failed else 0
     finally:
         await runtime.aclose()
+
+
+async def _run_prompts(agent: Agent, runtime: Runtime, prompts: list[str | Slash]) -> bool:
+    """Run the turns and switches in order; True if a turn failed (the rest would only fail again)."""
+    for prompt in prompts:
+        if isinstance(prompt, Slash):
+            await runtime.switch(agent, prompt.choice(agent.provider.name))
+        elif (await agent.run_turn(prompt)).reason == "error":
+            return True
+    return False
 
 
 def check_switches(config: Config, provider: str, prompts: list[str | Slash]) -> None:

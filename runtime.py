@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from hotloop import paths
 from hotloop.agent.events import Notice, ProviderSwitched
 from hotloop.agent.tools.builtins import builtin_tools
-from hotloop.agent.tools.mcp import McpBridge, server_from_command_line
+from hotloop.agent.tools.mcp import McpBridge
+from hotloop.agent.tools.mcp_config import server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.config import Choice, Config, ConfigError, ProviderSettings, Target, resolve
 from hotloop.providers.base import Provider
@@ -25,6 +26,7 @@ from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.model import ScenarioError, load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.sessions.log import SessionLog
+from hotloop.sessions.store import LoggedSession
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
@@ -101,16 +103,24 @@ class Runtime:
             cache_min_tokens=settings.cache_min_tokens or official_minimum,
         )
 
-    def open_session_log(self, provider: Provider, workspace: Path) -> SessionLog:
+    def open_session_log(self, provider: Provider, workspace: Path, system: str) -> SessionLog:
         """A new session log that masks every configured key's value, or a one-line ConfigError."""
-        secrets = [value for name in self.config.key_env_names() if (value := os.environ.get(name))]
         folder = paths.sessions_dir()
         try:
-            return SessionLog.create(
-                folder, provider=provider.name, model=provider.model, workspace=workspace, secrets_to_mask=secrets
-            )
+            return SessionLog.create(folder, provider=provider.name, model=provider.model, workspace=workspace,
+                                     system=system, secrets_to_mask=self._secrets())
         except OSError as error:
             raise ConfigError(f"cannot create a session log in {folder}: {error.strerror}") from None
+
+    def reopen_session_log(self, path: Path, session: LoggedSession) -> SessionLog:
+        """The log of a session being resumed, to append to; SessionInUse if another process has it."""
+        try:
+            return SessionLog.reopen(path, session.header.id, session.header_size, self._secrets())
+        except OSError as error:
+            raise ConfigError(f"cannot append to {path}: {error.strerror}") from None
+
+    def _secrets(self) -> list[str]:
+        return [value for name in self.config.key_env_names() if (value := os.environ.get(name))]
 
     async def probe(self, settings: ProviderSettings) -> list[str] | str:
         """The models a provider serves, or why it can't be used (missing key, unreachable)."""

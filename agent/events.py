@@ -26,7 +26,8 @@ from hotloop.providers.events import (
 )
 
 ToolStatus = Literal["ok", "error", "cancelled"]
-TurnEnd = Literal["answer", "max_steps", "cancelled", "error"]
+# "interrupted": the process stopped mid-turn (killed); written when the session is resumed.
+TurnEnd = Literal["answer", "max_steps", "cancelled", "error", "interrupted"]
 
 
 class TurnStarted(Event, frozen=True):

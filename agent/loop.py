@@ -163,9 +163,19 @@ class Agent:
         self.tool_timeout = tool_timeout
         self.max_tokens = max_tokens
         self.messages: list[Message] = []
+        self._checked = 0  # messages already repaired: history only grows, so only the rest needs a look
         self.turn = 0
         self._builder = PromptBuilder(system if system is not None else system_prompt(), tools)
         self._context = context or (lambda: volatile_context(workspace))
+
+    @property
+    def system(self) -> str:
+        return self._builder.system
+
+    def restore(self, messages: list[Message], turns: int, warmth: CacheWarmth) -> None:
+        """Go on with a conversation rebuilt from its session log."""
+        self.messages, self.turn, self.warmth = list(messages), turns, warmth
+        self._checked = 0
 
     def switch(self, provider: Provider) -> ProviderSwitched:
         """Continue the conversation on `provider` (at its current model) from the next request on."""
@@ -259,10 +269,11 @@ class Agent:
 
     def _repair(self) -> None:
         """Make the history one every provider accepts, saying what changed (it goes to the session log)."""
-        messages, notes = repaired(self.messages)
+        tail, notes = repaired(self.messages[self._checked :])
         if notes:
-            self.messages = messages
+            self.messages[self._checked :] = tail
             self.emit(Notice(level="warning", message="repaired the conversation before sending it: " + "; ".join(notes)))
+        self._checked = len(self.messages)
 
     def _keep_interrupted(self, stream: _Stream) -> None:
         """Keep a partial answer; calls that were complete get a cancelled result so history stays valid."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hotloop import InputError
+
 
 class ProviderError(Exception):
     """A request to a provider failed. `str(error)` is the one-line message shown to the user."""
@@ -31,5 +33,5 @@ class StreamInterrupted(ProviderError):
     kind = "interrupted"
 
 
-class MissingApiKey(ProviderError):
+class MissingApiKey(ProviderError, InputError):
     kind = "missing_key"

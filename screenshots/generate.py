@@ -109,9 +109,27 @@ async def shoot(workspace: Path) -> None:
         await turn(app, pilot, "Read app.py and cache.py again")
         app.save_screenshot("switched-to-anthropic.svg", str(HERE))
 
+        await pilot.press("ctrl+b")
+        await pilot.pause(0.8)
+        app.save_screenshot("sessions-sidebar.svg", str(HERE))
+        await pilot.press("ctrl+b")
+
         await pilot.resize_terminal(200, 50)
         await pilot.pause(1.0)
         app.save_screenshot("wide-200x50.svg", str(HERE))
+
+
+async def shoot_replay(sessions: Path) -> None:
+    """The session just shot, replayed at its recorded pace, caught while its three panes run again."""
+    from hotloop.sessions.store import find_session, read_session
+    from hotloop.tui.replay_app import ReplayApp
+
+    app = ReplayApp(read_session(find_session(sessions)), speed=1)
+    async with app.run_test(size=(100, 30)) as pilot:
+        while len(app.screen.query("ToolPane.-running")) < 3:
+            await asyncio.sleep(0.05)
+        await pilot.pause(1.5)
+        app.save_screenshot("replay.svg", str(HERE))
 
 
 def main() -> None:
@@ -126,6 +144,7 @@ def main() -> None:
         os.environ["HOTLOOP_CONFIG"] = str(home / "config.toml")
         os.environ["HOTLOOP_DATA_DIR"] = str(home / "data")
         asyncio.run(shoot(workspace))
+        asyncio.run(shoot_replay(home / "data" / "sessions"))
     print(f"screenshots written to {HERE}")
 
 

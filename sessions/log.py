@@ -3,13 +3,14 @@
 The first line is a header naming the session. Events are buffered and written at step,
 tool and turn boundaries, and at least every quarter second while a stream runs, so a
 killed process loses at most that much. Files are private (0600, in a 0700 folder), and
-any secret value the log is told about is masked before it reaches the disk.
+any secret value the log is told about is masked before it reaches the disk. A log is
+locked while a process writes it, so two hotloop processes never append to one session.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-import secrets
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -17,16 +18,19 @@ from pathlib import Path
 
 import msgspec
 
-from hotloop import __version__
+from hotloop import InputError, __version__
 from hotloop.agent.events import AgentEvent, Notice, StepFinished, ToolFinished, TurnFinished, TurnStarted, encode
+from hotloop.sessions.masking import MASK, Masker
+from hotloop.sessions.summary import Summary, read_summary, summary_bytes, summary_path
 
 FORMAT_VERSION = 1
 FLUSH_INTERVAL = 0.25
 _FLUSH_ON = (TurnStarted, StepFinished, ToolFinished, TurnFinished, Notice)
-_MASK = b"[redacted]"
 
 
 class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"):
+    """`system` is the system prompt the session ran with, so a resumed session sends the same bytes."""
+
     id: str
     format: int
     started: float
@@ -34,51 +38,83 @@ class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"
     provider: str
     model: str
     workspace: str
+    system: str = ""
+
+
+class SessionInUse(InputError):
+    """Another hotloop process is writing this session; `str(error)` says which."""
 
 
 def new_session_id() -> str:
-    return secrets.token_hex(4)
+    return os.urandom(4).hex()
 
 
 class SessionLog:
-    """Appends a session's events to `<folder>/<start time>_<id>.jsonl`."""
+    """Appends a session's events to `<folder>/<start time>_<id>.jsonl`, keeping its summary beside it."""
 
-    def __init__(self, path: Path, session_id: str, secrets_to_mask: Iterable[str] = ()) -> None:
+    def __init__(self, path: Path, session_id: str, fd: int, summary: Summary, secrets_to_mask: Iterable[str] = ()) -> None:
         self.path = path
         self.id = session_id
-        self._secrets = [s.encode() for s in secrets_to_mask if len(s) >= 4]
+        self._masker = Masker(list(secrets_to_mask))
+        self._secrets = [secret.encode() for secret in self._masker.secrets]
         self._buffer: list[bytes] = []
         self._last_flush = time.monotonic()
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        self._fd: int | None = fd
+        self._summary = summary
         self.error: OSError | None = None
 
     @classmethod
     def create(
-        cls, folder: Path, *, provider: str, model: str, workspace: Path, secrets_to_mask: Iterable[str] = ()
+        cls,
+        folder: Path,
+        *,
+        provider: str,
+        model: str,
+        workspace: Path,
+        system: str = "",
+        secrets_to_mask: Iterable[str] = (),
     ) -> SessionLog:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
         session_id = new_session_id()
         started = time.time()
         stamp = datetime.fromtimestamp(started).strftime("%Y%m%dT%H%M%S")
-        log = cls(folder / f"{stamp}_{session_id}.jsonl", session_id, secrets_to_mask)
-        header = SessionHeader(session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace))
+        path = folder / f"{stamp}_{session_id}.jsonl"
+        fd = _locked(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        log = cls(path, session_id, fd, Summary(), secrets_to_mask)
+        header = SessionHeader(session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system)
         log._write_line(msgspec.json.encode(header))
         log.flush()
+        log._summary.size = log._written()
         return log
+
+    @classmethod
+    def reopen(cls, path: Path, session_id: str, header_size: int, secrets_to_mask: Iterable[str] = ()) -> SessionLog:
+        """Append to an existing session (resume). Raises SessionInUse if another process writes it."""
+        fd = _locked(path, os.O_WRONLY | os.O_APPEND)
+        if not _ends_a_line(path):
+            os.write(fd, b"\n")  # a line torn by a killed process stays alone on its line
+        return cls(path, session_id, fd, read_summary(path, header_size), secrets_to_mask)
 
     def write(self, event: AgentEvent) -> None:
         if self._fd is None:
             return  # closed, or stopped by a write error
-        self._write_line(encode(event))
+        for masked in self._masker.events(event):
+            self._write_line(encode(masked))
+        self._summary.observe(event)
         if isinstance(event, _FLUSH_ON) or time.monotonic() - self._last_flush >= FLUSH_INTERVAL:
             self.flush()
+        if isinstance(event, TurnFinished):
+            self._save_summary()
 
     def _write_line(self, line: bytes) -> None:
+        self._buffer.append(self._masked(line) + b"\n")
+
+    def _masked(self, data: bytes) -> bytes:
         for secret in self._secrets:
-            if secret in line:
-                line = line.replace(secret, _MASK)
-        self._buffer.append(line + b"\n")
+            if secret in data:
+                data = data.replace(secret, MASK.encode())
+        return data
 
     def flush(self) -> None:
         """Write what is buffered. A failing disk stops the log (see `error`), never the run."""
@@ -90,14 +126,40 @@ class SessionLog:
                 while view:
                     view = view[os.write(self._fd, view) :]
             except OSError as error:
-                self.error = error
-                os.close(self._fd)
-                self._fd = None
+                self._stop(error)
         self._last_flush = time.monotonic()
+
+    def _written(self) -> int:
+        return os.fstat(self._fd).st_size if self._fd is not None else self._summary.size
+
+    def _save_summary(self) -> None:
+        """Replace the summary beside the log; readers never see half of one."""
+        if self._fd is None:
+            return
+        self._summary.size = self._written()
+        target = summary_path(self.path)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}")
+        try:
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(self._masked(summary_bytes(self._summary)))
+            os.replace(temporary, target)
+        except OSError as error:
+            self._stop(error)
+
+    def _stop(self, error: OSError) -> None:
+        self.error = error
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def close(self) -> None:
         if self._fd is not None:
+            for held in self._masker.release():
+                self._write_line(encode(held))
             self.flush()
+            self._save_summary()
+        if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
@@ -106,3 +168,37 @@ class SessionLog:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _locked(path: Path, flags: int) -> int:
+    """Open `path` and take its write lock, or raise SessionInUse."""
+    fd = os.open(path, flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SessionInUse(f"session {path.stem.rsplit('_', 1)[-1]} is open in another hotloop process") from None
+    return fd
+
+
+def _ends_a_line(path: Path) -> bool:
+    with path.open("rb") as file:
+        if file.seek(0, os.SEEK_END) == 0:
+            return True
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) == b"\n"
+
+
+def is_in_use(path: Path) -> bool:
+    """Whether another process holds the session's write lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

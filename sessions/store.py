@@ -1,4 +1,8 @@
-"""Finding saved sessions and summarizing them without loading every event."""
+"""Saved sessions: finding them by id prefix, listing and searching them, reading and deleting them.
+
+Reading never fails on one bad line: a torn or corrupt line is skipped, with a warning that
+names the file and the line, and everything else loads.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,18 @@ from pathlib import Path
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, StepFinished, TurnStarted, decode
-from hotloop.sessions.log import SessionHeader
+from hotloop import InputError
+from hotloop.agent.events import AgentEvent, decode
+from hotloop.sessions.log import FORMAT_VERSION, SessionHeader, is_in_use
+from hotloop.sessions.summary import read_summary, summary_path
 
 _header = msgspec.json.Decoder(SessionHeader)
-_turn = msgspec.json.Decoder(TurnStarted)
-_step = msgspec.json.Decoder(StepFinished)
-# The encoder writes the tag first, so a line's kind can be told from its first bytes.
-_TURN_PREFIX = b'{"type":"turn_started"'
-_STEP_PREFIX = b'{"type":"step_finished"'
+_events = msgspec.json.Decoder(AgentEvent)
+MAX_WARNINGS = 5
+
+
+class SessionError(InputError):
+    """A session that can't be found or read; `str(error)` is the one-line reason."""
 
 
 @dataclass(frozen=True)
@@ -25,62 +32,152 @@ class SessionSummary:
     started: float
     provider: str
     model: str
-    first_prompt: str
+    title: str
     turns: int
     tokens: int | None  # prompt + output over the steps that reported usage; None if none did
+    prompts: tuple[str, ...]
+
+    def matches(self, text: str) -> bool:
+        """Whether `text` appears, ignoring case, in the session's id, model or any of its prompts."""
+        needle = text.casefold()
+        return any(needle in field.casefold() for field in (self.id, self.model, *self.prompts))
 
 
-def list_sessions(folder: Path) -> list[SessionSummary]:
-    """Every readable session in `folder`, newest first."""
-    if not folder.is_dir():
-        return []
-    found = (summarize(path) for path in folder.glob("*.jsonl"))
-    return sorted((s for s in found if s is not None), key=lambda s: s.started, reverse=True)
+@dataclass(frozen=True)
+class Listing:
+    sessions: list[SessionSummary]
+    problems: list[str]  # files that are not readable sessions, one line each
 
 
-def summarize(path: Path) -> SessionSummary | None:
-    try:
-        lines = path.read_bytes().splitlines()
-        header = _header.decode(lines[0])
-    except (OSError, IndexError, msgspec.DecodeError):
-        return None
-    first_prompt, turns, tokens, reported = "", 0, 0, False
-    for line in lines[1:]:
+def session_id_of(path: Path) -> str:
+    return path.stem.rsplit("_", 1)[-1]
+
+
+def list_sessions(folder: Path, search: str | None = None) -> Listing:
+    """The readable sessions in `folder`, newest first, those matching `search` if given."""
+    sessions, problems = [], []
+    for path in sorted(folder.glob("*.jsonl"), reverse=True) if folder.is_dir() else []:
         try:
-            if line.startswith(_TURN_PREFIX):
-                turn = _turn.decode(line)
-                turns += 1
-                first_prompt = first_prompt or turn.prompt
-            elif line.startswith(_STEP_PREFIX):
-                usage = _step.decode(line).usage
-                if usage is not None and usage.prompt_total is not None:
-                    tokens += usage.prompt_total + (usage.output or 0)
-                    reported = True
-        except msgspec.DecodeError:
-            continue  # a torn last line after a crash; the rest of the session still counts
-    return SessionSummary(
-        header.id, path, header.started, header.provider, header.model, first_prompt, turns, tokens if reported else None
+            summary = summarize(path)
+        except SessionError as error:
+            problems.append(str(error))
+            continue
+        if search is None or summary.matches(search):
+            sessions.append(summary)
+    sessions.sort(key=lambda s: s.started, reverse=True)
+    return Listing(sessions, problems)
+
+
+def summarize(path: Path) -> SessionSummary:
+    try:
+        with path.open("rb") as file:
+            header, header_size = _header_of(path, file.readline())
+            summary = read_summary(path, header_size, file)
+    except OSError as error:
+        raise SessionError(f"cannot read {path}: {error.strerror}") from None
+    return SessionSummary(header.id, path, header.started, header.provider, header.model, summary.title,
+                          summary.turns, summary.tokens, tuple(summary.prompts))
+
+
+def read_header(path: Path) -> tuple[SessionHeader, int]:
+    """The session's header and its size in bytes, or a SessionError that says what is wrong."""
+    try:
+        with path.open("rb") as file:
+            first = file.readline()
+    except OSError as error:
+        raise SessionError(f"cannot read {path}: {error.strerror}") from None
+    return _header_of(path, first)
+
+
+def _header_of(path: Path, first: bytes) -> tuple[SessionHeader, int]:
+    if not first.strip():
+        raise SessionError(f"{path} is empty: not a hotloop session log")
+    try:
+        header = _header.decode(first)
+    except msgspec.DecodeError:
+        version = _format_of(first)
+        if version is not None and version > FORMAT_VERSION:
+            raise _newer(path, version) from None
+        raise SessionError(f"{path} is not a hotloop session log (its first line is not a session header)") from None
+    if header.format > FORMAT_VERSION:
+        raise _newer(path, header.format)
+    return header, len(first)
+
+
+def _format_of(line: bytes) -> int | None:
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    version = value.get("format") if isinstance(value, dict) else None
+    return version if isinstance(version, int) else None
+
+
+def _newer(path: Path, version: int) -> SessionError:
+    return SessionError(
+        f"{path} was written by a newer hotloop (log format {version}; this one reads format {FORMAT_VERSION}): upgrade to open it"
     )
 
 
 @dataclass(frozen=True)
 class LoggedSession:
     header: SessionHeader
+    header_size: int
     events: list[AgentEvent]
-    skipped: int  # lines that did not decode (a torn last line after a crash)
+    warnings: list[str]  # lines skipped, each named by file and line number
 
 
 def read_session(path: Path) -> LoggedSession:
-    """Every event of a session log. Raises OSError, or ValueError if the file has no valid header."""
-    lines = path.read_bytes().splitlines()
+    """Every readable event of a session, or a SessionError if the file isn't a readable session."""
+    header, header_size = read_header(path)
     try:
-        header = _header.decode(lines[0])
-    except (IndexError, msgspec.DecodeError):
-        raise ValueError(f"{path} is not a hotloop session log") from None
-    events, skipped = [], 0
-    for line in lines[1:]:
+        data = path.read_bytes()[header_size:]
+    except OSError as error:
+        raise SessionError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        return LoggedSession(header, header_size, _events.decode_lines(data), [])
+    except msgspec.DecodeError:
+        pass  # a bad line somewhere: read line by line to keep everything else
+    events, skipped = [], []
+    for number, line in enumerate(data.split(b"\n"), start=2):
+        if not line.strip():
+            continue
         try:
             events.append(decode(line))
         except msgspec.DecodeError:
-            skipped += 1
-    return LoggedSession(header, events, skipped)
+            skipped.append(number)
+    return LoggedSession(header, header_size, events, _skipped_lines(path, skipped))
+
+
+def _skipped_lines(path: Path, numbers: list[int]) -> list[str]:
+    warnings = [f"{path.name} line {n}: not a complete event, skipped" for n in numbers[:MAX_WARNINGS]]
+    if len(numbers) > MAX_WARNINGS:
+        warnings.append(f"{path.name}: {len(numbers) - MAX_WARNINGS} more unreadable lines skipped")
+    return warnings
+
+
+def find_session(folder: Path, reference: str | None = None) -> Path:
+    """The session whose id starts with `reference`, or the newest one when it is None."""
+    paths = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    if not paths:
+        raise SessionError(f"no sessions yet in {folder}")
+    if reference is None:
+        return max(paths, key=lambda path: (path.name.split("_", 1)[0], path.stat().st_mtime))
+    matches = [path for path in paths if session_id_of(path).startswith(reference.lower())]
+    if not matches:
+        raise SessionError(f"no session id starts with {reference!r} (hotloop sessions list shows them)")
+    if len(matches) > 1:
+        ids = ", ".join(session_id_of(path) for path in matches[:5])
+        raise SessionError(f"{reference!r} matches {len(matches)} sessions ({ids}); give more of the id")
+    return matches[0]
+
+
+def delete_session(path: Path) -> None:
+    """Remove a session's log and summary; a session another process is writing is left alone."""
+    if is_in_use(path):
+        raise SessionError(f"session {session_id_of(path)} is open in another hotloop process; close it first")
+    try:
+        path.unlink()
+        summary_path(path).unlink(missing_ok=True)
+    except OSError as error:
+        raise SessionError(f"cannot delete {path}: {error.strerror}") from None

@@ -29,3 +29,14 @@ def sim() -> Iterator[EmbeddedSimulator]:
     simulator = start_sim()
     yield simulator
     simulator.stop()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A small project for the agent's tools to read and grep."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "README.md").write_text("# Demo\n\nTODO: write the docs.\n")
+    (root / "pyproject.toml").write_text('[project]\nname = "demo"\n')
+    (root / "notes.txt").write_text("TODO: more tests\n")
+    return root

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -91,3 +96,26 @@ async def serve_events(events: list[bytes], route: str) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         await runner.cleanup()
+
+
+def killed_mid_answer(home: Path) -> Path:
+    """A session whose `hotloop run` was killed with SIGKILL while the answer streamed."""
+    scenario = home / "killed.json"
+    scenario.write_text(json.dumps([{"text": "word " * 400}, {"text": "Picked up again."}]))
+    (home / "config.toml").write_text(
+        f'[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 20\nscenario = "{scenario}"\n'
+    )
+    environment = {**os.environ, "HOTLOOP_CONFIG": str(home / "config.toml"), "HOTLOOP_DATA_DIR": str(home / "data")}
+    process = subprocess.Popen([sys.executable, "-m", "hotloop", "run", "talk at length"], cwd=home, env=environment,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    folder = home / "data" / "sessions"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        logs = list(folder.glob("*.jsonl")) if folder.is_dir() else []
+        if logs and logs[0].read_bytes().count(b'"type":"text_delta"') >= 20:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    [path] = folder.glob("*.jsonl")
+    return path

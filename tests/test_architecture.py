@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+CORE = ("hotloop.cli", "hotloop.headless", "hotloop.runtime", "hotloop.resumption", "hotloop.session_commands")
 FORBIDDEN = {
-    "providers": ("hotloop.agent", "hotloop.sessions", "hotloop.tui", "hotloop.cli", "hotloop.headless", "hotloop.runtime", "hotloop.config"),
-    "agent": ("hotloop.sessions", "hotloop.tui", "hotloop.cli", "hotloop.headless", "hotloop.runtime", "hotloop.config"),
-    "sessions": ("hotloop.tui", "hotloop.cli", "hotloop.headless", "hotloop.runtime"),
+    "providers": ("hotloop.agent", "hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
+    "agent": ("hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
+    "sessions": ("hotloop.tui", *CORE),
 }
 
 
@@ -40,8 +41,9 @@ def test_layers_only_import_downwards(layer: str) -> None:
 
 def test_the_core_and_the_headless_cli_never_load_textual() -> None:
     code = (
-        "import sys, hotloop.agent.loop, hotloop.sessions.log, hotloop.sessions.store, hotloop.headless, "
-        "hotloop.runtime, hotloop.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
+        "import sys, hotloop.agent.loop, hotloop.sessions.log, hotloop.sessions.store, hotloop.sessions.resume, "
+        "hotloop.sessions.replay, hotloop.sessions.export, hotloop.headless, hotloop.runtime, hotloop.resumption, "
+        "hotloop.session_commands, hotloop.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

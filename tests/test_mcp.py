@@ -10,7 +10,8 @@ from support import make_agent, sim_with_scenario
 
 from hotloop.agent.events import Notice, ToolFinished
 from hotloop.agent.tools.builtins import builtin_tools
-from hotloop.agent.tools.mcp import McpBridge, McpServer, server_from_command_line
+from hotloop.agent.tools.mcp import McpBridge
+from hotloop.agent.tools.mcp_config import McpServer, server_from_command_line
 from hotloop.agent.tools.registry import ToolContext, ToolError, ToolRegistry
 from hotloop.providers.conversation import ToolResultMessage
 

@@ -70,11 +70,10 @@ def test_listing_summarizes_and_survives_a_torn_last_line(tmp_path: Path) -> Non
                                   tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop"))
 
     summary = summarize(first.path)
-    assert summary is not None
-    assert (summary.id, summary.turns, summary.tokens, summary.first_prompt) == (first.id, 2, 120, "first question")
+    assert (summary.id, summary.turns, summary.tokens, summary.title) == (first.id, 2, 120, "first question")
     later = summarize(second.path)
-    assert later is not None and later.tokens is None  # nothing reported is not "0 tokens"
-    assert [s.id for s in list_sessions(tmp_path)] == [second.id, first.id]
+    assert later.tokens is None  # nothing reported is not "0 tokens"
+    assert [s.id for s in list_sessions(tmp_path).sessions] == [second.id, first.id]
 
 
 def test_a_full_disk_stops_the_log_not_the_run(tmp_path: Path) -> None:
@@ -85,3 +84,23 @@ def test_a_full_disk_stops_the_log_not_the_run(tmp_path: Path) -> None:
     log.close()
     assert log.error is not None and log.error.errno == errno.ENOSPC
     assert log._buffer == []  # nothing piles up in memory after the failure
+
+
+def test_a_secret_streamed_in_pieces_is_masked_too(tmp_path: Path) -> None:
+    from hotloop.agent.events import ToolOutput
+    from hotloop.providers.events import TextDelta
+
+    key = "sk-live-0123456789abcdef"
+    pieces = ["Your key: s", "k-live-01", "2345", "6789ab", "cdef. And s", "o on."]
+    with create_log(tmp_path, secrets=(key,)) as log:
+        log.write(TurnStarted(turn=1, prompt="x"))
+        for piece in pieces:
+            log.write(TextDelta(piece))
+        log.write(ToolOutput(call_id="c1", text="sk-live-0123"))
+        log.write(ToolOutput(call_id="c1", text="456789abcdef"))
+    events = [decode(line) for line in log.path.read_bytes().splitlines()[1:]]
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    output = "".join(e.text for e in events if isinstance(e, ToolOutput))
+    # Nothing held back is lost: the text is whole, with the key masked.
+    assert text == "Your key: [redacted]. And so on." and output == "[redacted]"
+    assert key.encode() not in log.path.read_bytes()

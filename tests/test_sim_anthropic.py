@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import AsyncIterator
 
 import anthropic
 import pytest
@@ -22,8 +23,21 @@ EPHEMERAL = {"type": "ephemeral"}
 SYSTEM = "You answer questions about files in a repository, briefly and precisely. " * 90
 
 
+_opened: list[anthropic.AsyncAnthropic] = []
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> AsyncIterator[None]:
+    """Closes every SDK client a test opened, inside the test's own event loop."""
+    yield
+    while _opened:
+        await _opened.pop().close()
+
+
 def client(sim: EmbeddedSimulator) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=sim.url, api_key="unused", max_retries=0)
+    api = anthropic.AsyncAnthropic(base_url=sim.url, api_key="unused", max_retries=0)
+    _opened.append(api)
+    return api
 
 
 def raw_stream(sim: EmbeddedSimulator, body: dict) -> list[tuple[str, dict]]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from support import Recorder, scenario_file
 
-from hotloop.agent.events import Notice, ProviderSwitched, StepFinished, ToolFinished, TurnFinished
+from hotloop.agent.events import Notice, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.prompt import system_prompt
 from hotloop.config import Choice, Config, SimSettings
@@ -34,16 +33,6 @@ def sim_config(tmp_path: Path, scenario: list[dict] | None = None, cache_min_tok
     sim = SimSettings(ttft_ms=0, prefill_us_per_token=0, decode_ms_per_token=0, cache_min_tokens=cache_min_tokens,
                       scenario=scenario_file(tmp_path, scenario) if scenario else None)
     return Config(path=tmp_path / "config.toml", loaded=False, sim=sim)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Demo\n\nTODO: write the docs.\n")
-    (root / "pyproject.toml").write_text('[project]\nname = "demo"\n')
-    (root / "notes.txt").write_text("TODO: more tests\n")
-    return root
 
 
 async def agent_on(runtime: Runtime, provider: str, workspace: Path, **options: object) -> tuple[Agent, Recorder]:

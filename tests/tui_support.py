@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -58,3 +58,12 @@ async def send(app: HotloopApp, pilot: Pilot[None], prompt: str) -> None:
     app.query_one(PromptInput).load_text(prompt)
     app.query_one(PromptInput).focus()
     await pilot.press("enter")
+
+
+async def wait_until(condition: Callable[[], object], timeout: float = 15.0) -> None:
+    """Polls `condition` until it holds; generous because the CI machine has two busy cores."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.01)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.color import Color
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widgets import Footer, OptionList
@@ -30,7 +29,7 @@ from hotloop.config import Choice, Config, ConfigError, resolve
 from hotloop.markdown_blocks import code_blocks
 from hotloop.tui.commands import SwitchCommands
 from hotloop.tui.items import AnswerItem
-from hotloop.tui.render import Palette
+from hotloop.tui.render import Palette, theme_palette
 from hotloop.slash import Slash, SlashError, parse
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
@@ -40,6 +39,8 @@ from hotloop.tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
+    from hotloop.providers.base import Provider
+    from hotloop.resumption import Resumption
     from hotloop.runtime import Runtime
     from hotloop.sessions.log import SessionLog
 
@@ -84,10 +85,12 @@ class HotloopApp(App[None]):
         *,
         workspace: Path | None = None,
         clock: Callable[[], float] = time.time,
+        resume: Path | None = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.choice = choice
+        self.resume = resume
         self.workspace = workspace or Path.cwd()
         self.clock = clock
         self.runtime: Runtime | None = None
@@ -127,21 +130,7 @@ class HotloopApp(App[None]):
 
     def palette(self) -> Palette:
         if self._palette is None:
-            variables = self.theme_variables
-            background = Color.parse(variables["background"])
-
-            def solid(name: str) -> str:
-                return (background + Color.parse(variables[name])).hex
-
-            self._palette = Palette(
-                accent=solid("accent"),
-                muted=solid("foreground-muted"),
-                success=solid("success"),
-                warning=solid("warning"),
-                error=solid("error"),
-                surface=solid("surface"),
-                dark=self.current_theme.dark,
-            )
+            self._palette = theme_palette(self)
         return self._palette
 
     def _theme_changed(self, theme: Theme) -> None:
@@ -154,31 +143,59 @@ class HotloopApp(App[None]):
     @work(exclusive=True, group="connect", exit_on_error=False)
     async def connect(self) -> None:
         await asyncio.to_thread(_import_engine)
-        from hotloop.agent.loop import Agent
+        from hotloop.resumption import Resumption
         from hotloop.runtime import Runtime
 
         self.runtime = Runtime(self.config)
         # Any error here is shown by on_worker_state_changed, and the app stays open.
-        target = resolve(self.config, self.choice)
+        resumed = await asyncio.to_thread(Resumption.load, self.resume) if self.resume else None
+        target, notes = resumed.target(self.config, self.choice) if resumed else (resolve(self.config, self.choice), [])
         provider = await self.runtime.connect(target)
-        self.agent = Agent(
-            provider,
-            self.runtime.tools,
-            emit=self.emit,
-            workspace=self.workspace,
-            max_steps=self.config.max_steps,
-            tool_timeout=self.config.tool_timeout,
-        )
+        self.agent = self._new_agent(provider)
         self._show_provider()
-        self.status.state = "ready"
         for warning in self.config.warnings:
             self.emit(Notice(level="warning", message=warning))
+        if resumed is not None:
+            self._continue(resumed, notes)
+        self.status.state = "ready"
         await self.runtime.start_mcp([], self.emit)
         self._probes = asyncio.create_task(self._probe_all())
         # The startup heap never dies: keep the collector off it, and collect old objects rarely.
         gc.collect()
         gc.freeze()
         gc.set_threshold(700, 10, 1_000_000)
+
+    def _new_agent(self, provider: Provider, system: str | None = None, cache_key: str | None = None) -> Agent:
+        from hotloop.agent.loop import Agent
+
+        return Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace,  # type: ignore[union-attr]
+                     system=system, max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout,
+                     cache_key=cache_key)
+
+    def _continue(self, resumed: Resumption, notes: list[str]) -> None:
+        """Go on with a saved session: its history on screen and in the agent, appending to its log."""
+        from hotloop.agent.events import StepFinished as Step
+        from hotloop.sessions.log import SessionInUse
+
+        assert self.runtime is not None and self.agent is not None
+        try:
+            log = self.runtime.reopen_session_log(resumed.path, resumed.session)
+        except (SessionInUse, ConfigError) as error:
+            self.notify(f"{error}: starting a new conversation instead", severity="error", timeout=10)
+            return
+        self.workspace, moved = resumed.workspace(self.workspace)
+        header, conversation = resumed.session.header, resumed.conversation
+        self.agent = self._new_agent(self.agent.provider, header.system or None, header.id)
+        self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
+        self.session_log = log
+        self.transcript.fast_forward(resumed.session.events)
+        for event in resumed.session.events:
+            if isinstance(event, Step):
+                self.totals.add(event)
+        self.status.totals = self.totals
+        for event in resumed.opening_events(notes + moved):
+            self.emit(event)
+        self.notify(f"continuing session {header.id}")
 
     def _show_provider(self) -> None:
         if self.agent is not None:
@@ -246,7 +263,7 @@ class HotloopApp(App[None]):
         assert self.agent is not None and self.runtime is not None
         if self.session_log is None:
             # A session is logged from its first turn, so an app opened and closed leaves no empty file.
-            self.session_log = self.runtime.open_session_log(self.agent.provider, self.workspace)
+            self.session_log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
             self.agent.cache_key = self.session_log.id
         await self.agent.run_turn(prompt)
 
@@ -353,19 +370,19 @@ class HotloopApp(App[None]):
     def action_new_conversation(self) -> None:
         if self.agent is None or self.runtime is None:
             return
-        from hotloop.agent.loop import Agent
+        self._start_over()
+        self.agent = self._new_agent(self.agent.provider)
+        self.notify("new conversation")
 
+    def _start_over(self) -> None:
+        """Stop the turn in flight, close the session log, and clear the screen and the totals."""
         self.workers.cancel_group(self, "turn")
         if self.session_log is not None:
             self.session_log.close()
             self.session_log = None
-        provider = self.agent.provider
-        self.agent = Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace,
-                           max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout)
         self.transcript.clear()
         self.totals = SessionTotals()
         self.status.totals = self.totals
-        self.notify("new conversation")
 
     def action_help(self) -> None:
         from hotloop.tui.screens.help import HelpScreen
@@ -391,20 +408,50 @@ class HotloopApp(App[None]):
         from hotloop import paths
         from hotloop.sessions.store import list_sessions
 
-        sessions = list_sessions(paths.sessions_dir())
+        sessions = list_sessions(paths.sessions_dir()).sessions
         self.call_from_thread(self.query_one(SessionsSidebar).show, sessions)
 
     @work(exclusive=True, group="sessions", exit_on_error=False)
-    async def on_sessions_sidebar_open(self, message: SessionsSidebar.Open) -> None:
-        from hotloop.sessions.store import read_session
-        from hotloop.tui.screens.session_view import SessionView
+    async def on_sessions_sidebar_picked(self, message: SessionsSidebar.Picked) -> None:
+        from hotloop.sessions.store import SessionError, read_session
 
         try:
             session = await asyncio.to_thread(read_session, message.path)
-        except (OSError, ValueError) as error:
-            self.notify(f"cannot open {message.path.name}: {error}", severity="error")
+        except SessionError as error:
+            self.notify(str(error), severity="error")
             return
-        await self.push_screen(SessionView(session, self.palette))
+        for warning in session.warnings:
+            self.notify(warning, severity="warning")
+        if message.action == "resume":
+            from hotloop.resumption import Resumption
+            from hotloop.sessions.resume import rebuild
+
+            conversation = await asyncio.to_thread(rebuild, session.events)
+            await self._resume_here(Resumption(message.path, session, conversation))
+        elif message.action == "replay":
+            from hotloop.tui.screens.replay import ReplayScreen
+
+            await self.push_screen(ReplayScreen(session, self.palette, 1.0, leave=self.pop_screen))
+        else:
+            from hotloop.tui.screens.session_view import SessionView
+
+            await self.push_screen(SessionView(session, self.palette))
+
+    async def _resume_here(self, resumed: Resumption) -> None:
+        """Leave the current conversation (its log stays) and go on with the picked one."""
+        if self.runtime is None or self.agent is None:
+            self.notify("not connected yet", severity="warning")
+            return
+        if self.session_log is not None and self.session_log.path == resumed.path:
+            self.notify("that is this session")
+            return
+        target, notes = resumed.target(self.config, Choice())
+        provider = await self.runtime.connect(target)
+        self._start_over()
+        self.agent = self._new_agent(provider)
+        self._show_provider()
+        self._continue(resumed, notes)
+        self.query_one(PromptInput).focus()
 
     async def on_unmount(self) -> None:
         if self._probes is not None:

@@ -13,6 +13,8 @@ from rich.console import Console, RenderableType
 from rich.style import Style
 from rich.text import Text
 from rich.theme import Theme
+from textual.app import App
+from textual.color import Color
 from textual.strip import Strip
 
 from hotloop.agent.events import ResponseFinished, StepFinished
@@ -55,6 +57,25 @@ class Palette:
             },
             inherit=True,
         )
+
+
+def theme_palette(app: App[object]) -> Palette:
+    """The palette of the app's current theme, with every colour made solid against the background."""
+    variables = app.theme_variables
+    background = Color.parse(variables["background"])
+
+    def solid(name: str) -> str:
+        return (background + Color.parse(variables[name])).hex
+
+    return Palette(
+        accent=solid("accent"),
+        muted=solid("foreground-muted"),
+        success=solid("success"),
+        warning=solid("warning"),
+        error=solid("error"),
+        surface=solid("surface"),
+        dark=app.current_theme.dark,
+    )
 
 
 @dataclass(frozen=True)

@@ -12,43 +12,18 @@ import asyncio
 import json
 import logging
 import os
-import re
-import shlex
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hotloop.agent.events import Notice
+from hotloop.agent.tools.mcp_config import INVALID_NAME_CHARS, McpServer
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 if TYPE_CHECKING:
     from mcp import Client
 
 START_TIMEOUT = 30.0
-_INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-
-
-@dataclass(frozen=True)
-class McpServer:
-    name: str
-    command: str
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-
-def server_from_command_line(command_line: str, taken: set[str]) -> McpServer:
-    """A server for `--mcp "CMD ARGS"`, named after its script or package."""
-    parts = shlex.split(command_line)
-    if not parts:
-        raise ValueError("--mcp needs a command")
-    words = [Path(p).stem for p in parts[1:] if not p.startswith("-")] or [Path(parts[0]).stem]
-    base = _INVALID_NAME_CHARS.sub("_", words[-1].split("@")[-1].split("/")[-1]) or "mcp"
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}{n}", n + 1
-    return McpServer(name, parts[0], tuple(parts[1:]))
 
 
 class McpBridge:
@@ -119,7 +94,7 @@ class McpBridge:
                 return
 
     def _tool(self, server: McpServer, client: Client, tool: Any) -> Tool:
-        name = _INVALID_NAME_CHARS.sub("_", tool.name)[:64]
+        name = INVALID_NAME_CHARS.sub("_", tool.name)[:64]
         if name in self.registry:
             name = f"{server.name}__{name}"[:64]
         remote_name = tool.name

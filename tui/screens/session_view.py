@@ -11,7 +11,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from hotloop.sessions.store import LoggedSession
-from hotloop.tui.fold import fold_session
 from hotloop.tui.render import Palette
 from hotloop.tui.widgets.transcript import Transcript
 
@@ -30,7 +29,8 @@ class SessionView(Screen[None]):
     def compose(self) -> ComposeResult:
         header = self.session.header
         started = datetime.fromtimestamp(header.started).strftime("%Y-%m-%d %H:%M")
-        note = f" · {self.session.skipped} unreadable lines skipped" if self.session.skipped else ""
+        skipped = len(self.session.warnings)
+        note = f" · {skipped} unreadable line{'s' if skipped != 1 else ''} skipped" if skipped else ""
         yield Static(f"session {header.id} · {started} · {header.provider} · {header.model} · read-only{note}", id="title")
         # A finished session's time stands still: its last event is "now".
         last = self.session.events[-1].ts if self.session.events else header.started
@@ -38,7 +38,4 @@ class SessionView(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        transcript = self.query_one(Transcript)
-        transcript.add_class("-started")
-        for item, gap in fold_session(self.session.events):
-            transcript.history.add(item, gap)
+        self.query_one(Transcript).fast_forward(self.session.events, finished=True)

@@ -99,6 +99,15 @@ class HistoryView(Widget, can_focus=True):
         self._slots.append(slot)
         self._relayout()
 
+    def extend(self, items: list[tuple[Item, int]]) -> None:
+        """Add many items at once (a saved session): laid out on estimates, then rendered visible first."""
+        for item, gap in items:
+            slot = _Slot(item, gap if self._slots else 0)
+            slot.height = item.estimate_height(self._width or 80)
+            self._slots.append(slot)
+        self._relayout()
+        self._schedule_fill()
+
     def clear(self) -> None:
         self._slots.clear()
         self.cursor = -1

@@ -123,6 +123,19 @@ class Transcript(VerticalScroll):
         self.history.clear()
         self.remove_class("-started")
 
+    def fast_forward(self, events: list[AgentEvent], finished: bool = False) -> None:
+        """Draw `events` at once, straight into the history: a saved session, or a replay's jump.
+
+        With `finished`, a step the events leave open is drawn too, as cut short.
+        """
+        self._reset_live()
+        items = self.fold.apply_all(events)
+        if finished:
+            items += self.fold.flush()
+        if items:
+            self.add_class("-started")
+            self.history.extend(items)
+
     # -- events --------------------------------------------------------------------------
 
     def apply(self, event: AgentEvent) -> None:

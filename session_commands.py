@@ -1,0 +1,113 @@
+"""`hotloop sessions list|show|export|delete` and `hotloop replay`.
+
+Every command takes a session id or a unique prefix of one; a problem with a session is one
+line on stderr (`SessionError`), shown by the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from hotloop import paths
+from hotloop.sessions.store import SessionError, delete_session, find_session, list_sessions, read_session, session_id_of
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.sessions_command
+    if command == "list":
+        return list_command(args.limit, args.search)
+    path = find_session(paths.sessions_dir(), args.session)
+    if command == "show":
+        return show(path)
+    if command == "export":
+        return export(path, args.format, args.output)
+    delete_session(path)
+    print(f"deleted session {session_id_of(path)} ({path})")
+    return 0
+
+
+def list_command(limit: int, search: str | None) -> int:
+    folder = paths.sessions_dir()
+    listing = list_sessions(folder, search)
+    for problem in listing.problems:
+        print(f"hotloop: warning: {problem}", file=sys.stderr)
+    if not listing.sessions:
+        print(f"no sessions match {search!r}" if search else f"no sessions yet in {folder}")
+        return 0
+    print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<18} title")
+    for s in listing.sessions[:limit]:
+        started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
+        tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
+        print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {s.provider + '/' + s.model:<18.18} {s.title}")
+    if len(listing.sessions) > limit:
+        print(f"… {len(listing.sessions) - limit} older (--limit N shows more)")
+    return 0
+
+
+def show(path: Path) -> int:
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from hotloop.sessions.export import export as render
+
+    session = read_session(path)
+    _warn(session.warnings)
+    text = render(session, "md")
+    if sys.stdout.isatty():
+        Console().print(Markdown(text))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def export(path: Path, fmt: str, output: Path | None) -> int:
+    from hotloop.sessions.export import export as render
+
+    session = read_session(path)
+    _warn(session.warnings)
+    text = render(session, fmt)
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        # The conversation may hold private text: the file is as private as the log.
+        descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+    except OSError as error:
+        raise SessionError(f"cannot write {output}: {error.strerror}") from None
+    print(f"wrote session {session.header.id} to {output}", file=sys.stderr)
+    return 0
+
+
+def replay(reference: str | None, speed: float, headless: bool) -> int:
+    session = read_session(find_session(paths.sessions_dir(), reference))
+    _warn(session.warnings)
+    if headless:
+        import asyncio
+
+        return asyncio.run(_print_replay(session.events, speed))
+    from hotloop.tui.replay_app import ReplayApp
+
+    ReplayApp(session, speed).run()
+    return 0
+
+
+async def _print_replay(events: list, speed: float) -> int:  # type: ignore[type-arg]
+    from hotloop.headless import Printer
+    from hotloop.sessions.replay import paced
+
+    printer = Printer()
+    async for event in paced(events, speed):
+        printer(event)
+    printer.close()
+    return 0
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"hotloop: warning: {warning}", file=sys.stderr)

@@ -1,0 +1,77 @@
+"""Masking secret values before they reach a session log, even when they stream in pieces.
+
+A model or a tool can stream a key a few characters at a time, so no single event holds it.
+For each stream (the answer, the reasoning, a call's arguments, a tool's output) the masker
+holds back the end of the text while it could be the start of a secret, and lets it go once
+it can't, or masked once it is one. A held piece is written before the next event that is
+not part of a stream, so nothing is lost and the order stays.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from hotloop.agent.events import AgentEvent, ToolOutput
+from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta
+
+MASK = "[redacted]"
+MIN_SECRET = 4
+_STREAMED = (TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput)
+
+
+def _stream_of(event: AgentEvent) -> tuple[str, str]:
+    if isinstance(event, ToolCallArgsDelta):
+        return "args", event.call_id
+    if isinstance(event, ToolOutput):
+        return "output", event.call_id
+    return type(event).__name__, ""
+
+
+def _text_of(event: AgentEvent) -> str:
+    return event.fragment if isinstance(event, ToolCallArgsDelta) else event.text  # type: ignore[union-attr]
+
+
+def _with_text(event: AgentEvent, text: str) -> AgentEvent:
+    field = "fragment" if isinstance(event, ToolCallArgsDelta) else "text"
+    return msgspec.structs.replace(event, **{field: text})  # type: ignore[type-var]
+
+
+class Masker:
+    """Turns the events to log into events without `secrets`."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = [secret for secret in secrets if len(secret) >= MIN_SECRET]
+        self._held: dict[tuple[str, str], tuple[AgentEvent, str]] = {}  # stream -> (its last event, text held)
+
+    def events(self, event: AgentEvent) -> list[AgentEvent]:
+        if not self.secrets:
+            return [event]
+        if isinstance(event, _STREAMED):
+            return self._streamed(event)
+        return [*self.release(), event]
+
+    def release(self) -> list[AgentEvent]:
+        """What is held back, now that its streams have ended."""
+        released = [_with_text(last, text) for last, text in self._held.values() if text]
+        self._held.clear()
+        return released
+
+    def _streamed(self, event: AgentEvent) -> list[AgentEvent]:
+        stream = _stream_of(event)
+        _, held = self._held.get(stream, (event, ""))
+        text = held + _text_of(event)
+        for secret in self.secrets:
+            text = text.replace(secret, MASK)
+        keep = self._possible_start(text)
+        self._held[stream] = (event, text[len(text) - keep :])
+        return [_with_text(event, text[: len(text) - keep])]
+
+    def _possible_start(self, text: str) -> int:
+        """How many of the text's last characters could begin a secret."""
+        longest = 0
+        for secret in self.secrets:
+            for length in range(min(len(secret) - 1, len(text)), longest, -1):
+                if text.endswith(secret[:length]):
+                    longest = length
+                    break
+        return longest

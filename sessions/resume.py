@@ -1,0 +1,155 @@
+"""Rebuilding a conversation from its log, exactly as the agent held it.
+
+The agent's history follows from its events: a turn's prompt and context, each step's
+answer and calls, the results in call order. A step cut short keeps its partial answer,
+marked interrupted, and its complete calls get a `cancelled` result, as the agent does
+live. So a resumed conversation sends the same bytes as the original would have, and the
+provider's cache can still hit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    ProviderSwitched,
+    ResponseFinished,
+    StepFinished,
+    StepStarted,
+    ToolFinished,
+    TurnFinished,
+    TurnStarted,
+)
+from hotloop.agent.loop import CANCELLED_RESULT
+from hotloop.agent.switching import CacheWarmth
+from hotloop.providers.conversation import (
+    AssistantMessage,
+    Message,
+    Thinking,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    repaired,
+)
+from hotloop.providers.events import ReasoningDelta, ReasoningSignature, RedactedReasoning, TextDelta, ToolCallReady
+
+
+@dataclass
+class _Step:
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    thinking: list[Thinking] = field(default_factory=list)
+    signed_upto: int = 0
+    calls: list[ToolCall] = field(default_factory=list)
+    answered: bool = False  # the response finished; the tools may still be running
+    results: dict[str, ToolResultMessage] = field(default_factory=dict)
+
+    def message(self, interrupted: bool) -> AssistantMessage:
+        return AssistantMessage("".join(self.text), "".join(self.reasoning), tuple(self.calls), interrupted, tuple(self.thinking))
+
+    def results_in_call_order(self) -> list[ToolResultMessage]:
+        return [self.results[call.id] for call in self.calls if call.id in self.results]
+
+
+@dataclass
+class Conversation:
+    """What an agent needs to go on: its history, where it was, and which caches saw what."""
+
+    messages: list[Message] = field(default_factory=list)
+    turns: int = 0
+    provider: str | None = None
+    model: str | None = None
+    warmth: CacheWarmth = field(default_factory=CacheWarmth)
+    open_turn: TurnStarted | None = None  # a turn the log never finished (the process was killed)
+    open_turn_steps: int = 0
+
+
+def rebuild(events: list[AgentEvent]) -> Conversation:
+    builder = _Builder()
+    for event in events:
+        builder.take(event)
+    return builder.finish()
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.conversation = Conversation()
+        self.step: _Step | None = None
+        self._checked = 0  # messages already repaired: history only grows, so only the rest needs a look
+
+    def take(self, event: AgentEvent) -> None:
+        step, conversation = self.step, self.conversation
+        if isinstance(event, TextDelta) and step is not None:
+            step.text.append(event.text)
+        elif isinstance(event, ReasoningDelta) and step is not None:
+            step.reasoning.append(event.text)
+        elif isinstance(event, ToolCallReady) and step is not None:
+            step.calls.append(ToolCall(event.call_id, event.name, event.arguments))
+        elif isinstance(event, ToolFinished) and step is not None:
+            step.results[event.call_id] = ToolResultMessage(event.call_id, event.name, event.result, event.status != "ok")
+        elif isinstance(event, ReasoningSignature | RedactedReasoning) and step is not None:
+            self._thinking(step, event)
+        elif isinstance(event, StepStarted):
+            self._step_started(event)
+        elif isinstance(event, ResponseFinished) and step is not None:
+            step.answered = True
+            conversation.messages.append(step.message(interrupted=False))
+            conversation.warmth.record(conversation.provider or "", conversation.model or "", event.usage)
+        elif isinstance(event, StepFinished):
+            self._close_step()
+        elif isinstance(event, TurnStarted):
+            self._close_step()
+            conversation.turns = event.turn
+            conversation.open_turn, conversation.open_turn_steps = event, 0
+            conversation.messages.append(UserMessage(event.prompt + event.context))
+        elif isinstance(event, TurnFinished):
+            self._close_step()
+            conversation.open_turn = None
+        elif isinstance(event, ProviderSwitched):
+            conversation.provider, conversation.model = event.provider, event.model
+
+    def _thinking(self, step: _Step, event: ReasoningSignature | RedactedReasoning) -> None:
+        if isinstance(event, ReasoningSignature):
+            step.thinking.append(Thinking("".join(step.reasoning[step.signed_upto :]), event.signature))
+            step.signed_upto = len(step.reasoning)
+        else:
+            step.thinking.append(Thinking(redacted=event.data))
+
+    def _step_started(self, event: StepStarted) -> None:
+        self._close_step()
+        conversation = self.conversation
+        # The agent repairs its history before every request; so does the rebuild, silently.
+        conversation.messages[self._checked :] = repaired(conversation.messages[self._checked :])[0]
+        self._checked = len(conversation.messages)
+        conversation.provider, conversation.model = event.provider, event.model
+        conversation.open_turn_steps += 1
+        self.step = _Step()
+
+    def _close_step(self) -> None:
+        """End the step in progress as the agent would have: finished, or cut short."""
+        step, self.step = self.step, None
+        if step is None:
+            return
+        messages = self.conversation.messages
+        if step.answered:
+            messages.extend(step.results_in_call_order())
+        elif step.text or step.reasoning or step.calls:
+            messages.append(step.message(interrupted=True))
+            messages.extend(ToolResultMessage(call.id, call.name, CANCELLED_RESULT, is_error=True) for call in step.calls)
+
+    def finish(self) -> Conversation:
+        self._close_step()
+        return self.conversation
+
+
+def closing_events(conversation: Conversation, events: list[AgentEvent]) -> list[AgentEvent]:
+    """For a log whose last turn never ended (hotloop was killed): a notice, and the turn's end."""
+    turn = conversation.open_turn
+    if turn is None:
+        return []
+    return [
+        Notice(level="warning", message="the last turn stopped when hotloop did; its partial answer is kept, marked interrupted"),
+        TurnFinished(turn=turn.turn, reason="interrupted", steps=conversation.open_turn_steps, wall=events[-1].ts - turn.ts),
+    ]

@@ -1,0 +1,94 @@
+"""A session's summary, kept beside its log so that listing sessions never reads whole logs.
+
+The log writes `<log name>.summary.json` at every turn end: the log's size at that moment,
+the turns, their prompts and the tokens used. A reader takes the summary and scans only
+what the log gained since (a turn in flight, or a process killed mid-turn); a log without
+a summary is scanned whole.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+
+from hotloop.agent.events import AgentEvent, StepFinished, TurnStarted
+
+TITLE_LENGTH = 60
+# The encoder writes the tag first, so a line's kind can be told from its first bytes.
+_TURN_PREFIX = b'{"type":"turn_started"'
+_STEP_PREFIX = b'{"type":"step_finished"'
+_turn = msgspec.json.Decoder(TurnStarted)
+_step = msgspec.json.Decoder(StepFinished)
+
+
+class Summary(msgspec.Struct, gc=False):
+    """What listing and searching need. `size` is how many bytes of the log it covers."""
+
+    size: int = 0
+    turns: int = 0
+    tokens: int | None = None  # prompt + output over the steps that reported usage
+    prompts: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        """The first line of the first prompt, shortened."""
+        first = next((line.strip() for line in (self.prompts[0] if self.prompts else "").splitlines() if line.strip()), "")
+        return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
+
+    def observe(self, event: AgentEvent) -> None:
+        if isinstance(event, TurnStarted):
+            self.turns += 1
+            self.prompts.append(event.prompt)
+        elif isinstance(event, StepFinished):
+            usage = event.usage
+            if usage is not None and usage.prompt_total is not None:
+                self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
+
+    def scan(self, data: bytes) -> None:
+        """Take in whole lines of a log; only turn and step lines are decoded. A torn line is passed over."""
+        for line in data.splitlines():
+            try:
+                if line.startswith(_TURN_PREFIX):
+                    self.observe(_turn.decode(line))
+                elif line.startswith(_STEP_PREFIX):
+                    self.observe(_step.decode(line))
+            except msgspec.DecodeError:
+                continue
+        self.size += len(data)
+
+
+_decode = msgspec.json.Decoder(Summary).decode
+_encode = msgspec.json.Encoder().encode
+
+
+def summary_path(log: Path) -> Path:
+    return log.with_name(log.stem + ".summary.json")
+
+
+def read_summary(log: Path, header_size: int, opened: BinaryIO | None = None) -> Summary:
+    """The log's summary, brought up to date with whatever the log gained since it was written.
+
+    `opened` is the log, already open for reading, if the caller has it.
+    """
+    try:
+        summary = _decode(summary_path(log).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        summary = Summary(size=header_size)
+    with log.open("rb") if opened is None else nullcontext(opened) as file:
+        size = os.fstat(file.fileno()).st_size
+        if summary.size > size:  # the log was replaced or cut: start over
+            summary = Summary(size=header_size)
+        if summary.size < size:
+            file.seek(summary.size)
+            tail = file.read()
+            # Only whole lines: a line still being written is taken in next time.
+            summary.scan(tail[: tail.rfind(b"\n") + 1])
+    return summary
+
+
+def summary_bytes(summary: Summary) -> bytes:
+    return _encode(summary)

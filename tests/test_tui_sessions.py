@@ -1,0 +1,177 @@
+"""Replaying and resuming sessions in the real app, driven with Pilot."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from support import Recorder, killed_mid_answer, sim_with_scenario
+from tui_support import idle, running_app, send, wait_until, write_config
+
+from hotloop.agent.events import ToolFinished, ToolStarted, TurnFinished
+from hotloop.agent.loop import Agent
+from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.headless import fan_out
+from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.sessions.log import SessionLog
+from hotloop.sessions.store import read_session
+from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem
+from hotloop.tui.replay_app import ReplayApp
+from hotloop.tui.screens.replay import ReplayScreen
+from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
+
+PAUSES = (0.6, 0.4, 0.8)
+
+
+def replay_drawn(app: Any) -> bool:
+    """The replay screen is current and its transcript composed, so keys and queries reach it."""
+    return isinstance(app.screen, ReplayScreen) and bool(app.screen.query("HistoryView"))
+
+
+async def record_parallel_session(tmp_path: Path, folder: Path) -> tuple[Path, list[int]]:
+    """A logged session whose one step runs three pauses side by side; returns its log and the pause calls made."""
+    ran: list[int] = []
+
+    async def pause(args: dict[str, Any], ctx: ToolContext) -> str:
+        ran.append(1)
+        await asyncio.sleep(args["seconds"])
+        return "paused"
+
+    schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
+    calls = [{"name": "pause", "arguments": {"seconds": s}} for s in PAUSES]
+    sim = sim_with_scenario(tmp_path, [{"text": "Three at once.\n", "tool_calls": calls}, {"text": "All done."}])
+    provider = OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0)
+    try:
+        with SessionLog.create(folder, provider="sim", model="sim-fast", workspace=tmp_path) as log:
+            agent = Agent(provider, ToolRegistry([Tool("pause", "Pause.", schema, pause)]),
+                          emit=fan_out(Recorder(), log.write), workspace=tmp_path)
+            await agent.run_turn("pause three times")
+    finally:
+        await provider.aclose()
+        sim.stop()
+    return log.path, ran
+
+
+async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(tmp_path: Path, monkeypatch) -> None:
+    """The three panes run at once again, and start and finish in the logged order, taking about as long."""
+    path, ran = await record_parallel_session(tmp_path, tmp_path / "sessions")
+    session = read_session(path)
+    logged = [(type(e).__name__, e.call_id, e.ts) for e in session.events if isinstance(e, ToolStarted | ToolFinished)]
+    calls_before = len(ran)
+    seen: list[tuple[str, str, float]] = []
+    deliver = ReplayScreen.deliver
+
+    def watched(screen: ReplayScreen, event: Any) -> None:
+        if isinstance(event, ToolStarted | ToolFinished):
+            seen.append((type(event).__name__, event.call_id, time.monotonic()))
+        deliver(screen, event)
+
+    monkeypatch.setattr(ReplayScreen, "deliver", watched)
+    app = ReplayApp(session, speed=1.0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(lambda: replay_drawn(app))
+        screen = app.screen
+        transcript = screen.transcript
+        await wait_until(lambda: len(screen.query("ToolPane.-running")) == 3)
+        await wait_until(lambda: screen.replay.done)
+        await pilot.pause()
+        tools = [item for item in transcript.history.items if isinstance(item, ToolCallsItem)]
+
+    assert len(ran) == calls_before  # the replay ran no tool
+    assert [(kind, call) for kind, call, _ in seen] == [(kind, call) for kind, call, _ in logged]
+    first_finish = next(n for n, (kind, _, _) in enumerate(seen) if kind == "ToolFinished")
+    assert first_finish == 3  # all three started before any finished, as in the log
+    recorded = logged[-1][2] - logged[0][2]
+    replayed = seen[-1][2] - seen[0][2]
+    assert 0.6 < replayed / recorded < 1.6
+    assert len(tools) == 1 and [call.status for call in tools[0].calls] == ["ok", "ok", "ok"]
+
+
+async def test_replay_keys_pause_step_and_change_speed(tmp_path: Path) -> None:
+    path, _ = await record_parallel_session(tmp_path, tmp_path / "sessions")
+    session = read_session(path)
+    app = ReplayApp(session, speed=0.25)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(lambda: replay_drawn(app))
+        replay = app.screen.replay
+        await wait_until(lambda: replay.position > replay.timeline.step_starts[0])  # inside step 1
+        await pilot.press("space")
+        held = replay.position
+        await asyncio.sleep(0.3)
+        assert replay.paused and replay.position == held
+        await pilot.press("right")
+        assert replay.position == replay.timeline.step_starts[1]  # straight to step 2, still paused
+        assert any(isinstance(item, ToolCallsItem) for item in app.screen.transcript.history.items)
+        await pilot.press("left")
+        assert replay.position == 0 and not app.screen.transcript.history.items  # back to the start: redrawn
+        await pilot.press("space")
+        await wait_until(lambda: replay.position > 0)  # playing again
+        await pilot.press("plus", "plus")
+        assert replay.speed == 1.0
+        await pilot.press("minus")
+        assert replay.speed == 0.5
+        title = str(app.screen.query_one("#title").render())
+        assert "replay · session" in title and "0.5×" in title
+
+
+async def test_speed_zero_draws_the_whole_session_at_once(tmp_path: Path) -> None:
+    path, _ = await record_parallel_session(tmp_path, tmp_path / "sessions")
+    app = ReplayApp(read_session(path), speed=0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(lambda: replay_drawn(app))
+        await pilot.pause()
+        screen = app.screen
+        assert screen.replay.done
+        kinds = [type(item).__name__ for item in screen.transcript.history.items]
+        assert kinds == ["UserItem", "AnswerItem", "ToolCallsItem", "UsageItem", "AnswerItem", "UsageItem"]
+
+
+async def test_continue_after_kill_9_shows_the_interrupted_partial_answer(isolated_home: Path) -> None:
+    path = killed_mid_answer(isolated_home)
+    async with running_app(resume=path) as (app, pilot):
+        await pilot.pause()
+        [partial] = [item for item in app.transcript.history.items if isinstance(item, AnswerItem)]
+        assert partial.interrupted and partial.text.startswith("word word")
+        notices = [item.message for item in app.transcript.history.items if isinstance(item, NoticeItem)]
+        assert any("its partial answer is kept, marked interrupted" in n for n in notices)
+        assert app.session_log is not None and app.session_log.path == path
+        await send(app, pilot, "go on")
+        await idle(app, pilot)
+        answers = [item for item in app.transcript.history.items if isinstance(item, AnswerItem)]
+        assert answers[-1].text == "Picked up again."
+    events = read_session(path).events
+    assert [(e.turn, e.reason) for e in events if isinstance(e, TurnFinished)] == [(1, "interrupted"), (2, "answer")]
+
+
+async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -> None:
+    (isolated_home / "ws").mkdir()
+    write_config(isolated_home)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "first session about caches")
+        await idle(app, pilot)
+        first_log = app.session_log.path
+        await pilot.press("ctrl+n")
+        await send(app, pilot, "second session about panes")
+        await idle(app, pilot)
+
+        await pilot.press("ctrl+b")
+        sidebar = app.query_one(SessionsSidebar)
+        await wait_until(lambda: sidebar.query_one("OptionList").option_count == 2)
+        sidebar.query_one("Input").focus()
+        await pilot.press(*"caches")
+        await wait_until(lambda: sidebar.query_one("OptionList").option_count == 1)
+        await pilot.press("enter")  # from the search box to the list
+        await pilot.press("r")
+        await wait_until(lambda: replay_drawn(app))
+        assert app.screen.session.header.id == first_log.stem.rsplit("_", 1)[1]
+        await pilot.press("escape")
+        await wait_until(lambda: not isinstance(app.screen, ReplayScreen))
+
+        await pilot.press("c")
+        await wait_until(lambda: app.session_log is not None and app.session_log.path == first_log)
+        assert app.agent.turn == 1 and len(app.agent.messages) == 2
+        await send(app, pilot, "and more")
+        await idle(app, pilot)
+    assert sum(type(e).__name__ == "TurnStarted" for e in read_session(first_log).events) == 2
