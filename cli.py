@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The app's starting point. Separate dests: a subcommand's own defaults would overwrite these.
     parser.add_argument("--provider", dest="app_provider", metavar="NAME", help="start on this provider")
     parser.add_argument("--model", dest="app_model", metavar="MODEL", help="start on this model")
-    parser.add_argument("--tier", dest="app_tier", metavar="TIER", help="start on this tier: fast, balanced or strong")
+    parser.add_argument("--tier", dest="app_tier", metavar="TIER", help="start on this tier: fast, balanced, strong, or auto (the fast tier picks per turn)")
     parser.add_argument("--base-url", dest="app_base_url", metavar="URL", help="another server for the provider's protocol")
     _resume_options(parser, dest="app_resume")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -67,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-blocks", type=_positive_int, default=16_384, metavar="N", help="prefix-cache capacity in 16-token blocks")
     serve.add_argument("--cache-min-tokens", type=_positive_int, default=1024, metavar="N", help="shortest prompt prefix the Anthropic API caches")
     serve.add_argument("--no-prompt-tokens-details", action="store_true", help="leave cached-token counts out of usage, like vLLM without --enable-prompt-tokens-details")
+    serve.add_argument("--max-running", type=_positive_int, metavar="N", help="run at most N requests at once and queue the rest (vLLM's --max-num-seqs)")
+    serve.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs", help="admit queued requests in arrival order, or by their priority field")
+
+    vllm = commands.add_parser("vllm", help="self-hosting with vLLM")
+    vllm_commands = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND", required=True)
+    recipe = vllm_commands.add_parser("recipe", help="print a vLLM launch command suited to agents, each flag explained")
+    recipe.add_argument("model", metavar="MODEL", help="a Hugging Face model id, e.g. Qwen/Qwen2.5-Coder-32B-Instruct")
+    recipe.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="GPUs to split the model across")
+    recipe.add_argument("--spec", choices=("ngram", "eagle3"), help="add speculative decoding")
 
     config = commands.add_parser("config", help="where the config file is, and what it says")
     config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
@@ -98,7 +107,7 @@ def _resume_options(parser: argparse.ArgumentParser, dest: str) -> None:
 def _provider_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", metavar="NAME", help="a configured provider: sim (default), openai, …")
     parser.add_argument("--model", metavar="MODEL")
-    parser.add_argument("--tier", metavar="TIER", help="fast, balanced or strong: a provider and model from the config")
+    parser.add_argument("--tier", metavar="TIER", help="fast, balanced or strong (a provider and model from the config), or auto (the fast tier picks per turn)")
     parser.add_argument(
         "--base-url", metavar="URL",
         help="another server for the provider's protocol, e.g. http://localhost:8000/v1 (openai) or a gateway (anthropic)",
@@ -150,6 +159,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sim_serve(args)
     if args.command == "config":
         return _config(args)
+    if args.command == "vllm":
+        from hotloop.vllm_recipe import recipe
+
+        print(recipe(args.model, args.gpus, args.spec))
+        return 0
     from hotloop import session_commands
 
     if args.command == "replay":
@@ -162,8 +176,7 @@ def _app(args: argparse.Namespace) -> int:
     from hotloop.config import Choice, load_config, resolve
     from hotloop.tui.app import HotloopApp
 
-    config = load_config()
-    choice = Choice(args.app_provider, args.app_model, args.app_base_url, args.app_tier)
+    config, choice = load_config().pointed_at(Choice(args.app_provider, args.app_model, args.app_base_url, args.app_tier))
     resolve(config, choice)
     resume = _session_to_resume(args.app_resume)
     HotloopApp(config, choice, resume=resume).run()
@@ -262,7 +275,8 @@ def _sim_serve(args: argparse.Namespace) -> int:
     except ScenarioError as error:
         raise UsageError(str(error)) from None
     config = SimConfig(cache_blocks=args.cache_blocks, scenario=scenario, cache_min_tokens=args.cache_min_tokens,
-                       prompt_tokens_details=not args.no_prompt_tokens_details)
+                       prompt_tokens_details=not args.no_prompt_tokens_details, max_running=args.max_running,
+                       scheduling=args.scheduling_policy)
     if args.no_latency:
         config = config.with_latency(NO_LATENCY.ttft, NO_LATENCY.prefill_per_token, NO_LATENCY.decode_per_token)
     config = config.with_latency(

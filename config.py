@@ -82,6 +82,10 @@ class SimSettings:
     scenario: Path | None = None
     cache_blocks: int = 16_384
     cache_min_tokens: int = 1024
+    max_running: int | None = None
+    # Unlike vLLM's default (fcfs), so that background requests' low priority shows out of the box.
+    scheduling_policy: str = "priority"
+    prompt_tokens_details: bool = True
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,21 @@ class Tier:
 
 TIER_NAMES = ("fast", "balanced", "strong")
 DEFAULT_TIERS = {name: Tier(name, "sim", f"sim-{name}") for name in TIER_NAMES}
+# Not a mapping but a policy: the fast tier classifies each turn, which then goes to a real tier.
+AUTO_TIER = "auto"
+
+
+@dataclass(frozen=True)
+class RoutingSettings:
+    """Which tier does what besides the main agent, and the priority lanes."""
+
+    helper_tier: str = "fast"  # titles, summaries and auto's classifier
+    titles: bool = True
+    summarize_over_tokens: int = 0  # 0: tool results enter the context whole
+    auto_simple: str = "fast"
+    auto_complex: str = "strong"
+    lanes: bool = True
+    max_background: int = 1
 
 SIM_MODELS = ("sim-fast", "sim-balanced", "sim-strong")
 BUILTIN_PROVIDERS = {
@@ -118,6 +137,7 @@ class Config:
     sim: SimSettings = SimSettings()
     mcp: tuple[McpServer, ...] = ()
     tiers: dict[str, Tier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    routing: RoutingSettings = RoutingSettings()
     warnings: tuple[str, ...] = ()  # settings that were adjusted to something usable
 
     def provider(self, name: str | None = None) -> ProviderSettings:
@@ -128,13 +148,39 @@ class Config:
         return self.providers[name]
 
     def tier(self, name: str) -> Tier:
+        """The tier `name`; `auto` starts on balanced until its first turn is classified."""
+        if name == AUTO_TIER:
+            name = "balanced"
         if name not in self.tiers:
-            raise ConfigError(f"unknown tier {name!r} (tiers: {', '.join(self.tiers)})")
+            raise ConfigError(f"unknown tier {name!r} (tiers: {', '.join(self.tiers)}, {AUTO_TIER})")
         return self.tiers[name]
 
     def tier_of(self, provider: str, model: str) -> str | None:
         """The tier that names this provider and model, if any."""
         return next((t.name for t in self.tiers.values() if (t.provider, t.model) == (provider, model)), None)
+
+    def pointed_at(self, choice: Choice) -> tuple[Config, Choice]:
+        """With `--base-url`: the chosen provider moved to that server for the whole session, and the choice without it.
+
+        Tiers left at their defaults follow it, model names unchanged, so `/tier fast` stays on the
+        server the user named (a server that lacks the model says so when asked for it).
+        """
+        if not choice.base_url:
+            return self, choice
+        name = choice.provider or self.default_provider
+        settings = self.provider(name)
+        if settings.is_simulator:
+            raise ConfigError(
+                "--base-url does not apply to the embedded simulator; use --provider openai (or anthropic) --base-url URL"
+            )
+        # The configured models belong to the configured server; another server is asked what it serves.
+        moved = replace(settings, base_url=choice.base_url, models=(), default_model=None)
+        tiers = {
+            tier.name: Tier(tier.name, name, tier.model) if tier == DEFAULT_TIERS.get(tier.name) else tier
+            for tier in self.tiers.values()
+        }
+        config = replace(self, providers={**self.providers, name: moved}, tiers=tiers, default_provider=name)
+        return config, replace(choice, base_url=None, provider=None if choice.tier else name)
 
     def key_env_names(self) -> set[str]:
         """Every environment variable that holds a provider key, configured or default."""
@@ -194,7 +240,8 @@ class _Reader:
         return value
 
     def config(self, data: dict[str, Any]) -> Config:
-        top = self.table(data, "", ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp", "tiers"))
+        top = self.table(data, "", ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp", "tiers",
+                                    "routing"))
         providers = dict(BUILTIN_PROVIDERS)
         for name, raw in self.named_tables(top.get("providers", {}), "providers").items():
             providers[name] = self.provider(name, raw, providers.get(name))
@@ -215,6 +262,7 @@ class _Reader:
             sim=self.sim(top.get("sim", {})),
             mcp=tuple(self.mcp_server(name, raw) for name, raw in self.named_tables(top.get("mcp", {}), "mcp").items()),
             tiers=self.tiers(top.get("tiers", {}), providers),
+            routing=self.routing(top.get("routing", {})),
             warnings=tuple(self.warnings),
         )
 
@@ -267,8 +315,28 @@ class _Reader:
             raise self.fail(f"{where}thinking_budget", "must be at least 1024 and less than max_tokens (default 8192)")
         return settings
 
+    def routing(self, raw: Any) -> RoutingSettings:
+        known = ("helper_tier", "titles", "summarize_over_tokens", "auto_simple", "auto_complex", "lanes", "max_background")
+        table = self.table(raw, "routing", known)
+        tiers = {key: self.typed(table, key, str, "routing.") for key in ("helper_tier", "auto_simple", "auto_complex")}
+        for key, tier in tiers.items():
+            if tier is not None and tier not in TIER_NAMES:
+                raise self.fail(f"routing.{key}", f"must be one of {', '.join(TIER_NAMES)} (got {tier!r})")
+        over = self.typed(table, "summarize_over_tokens", int, "routing.", 0)
+        background = self.typed(table, "max_background", int, "routing.", 1)
+        if over < 0 or background < 1:
+            raise self.fail("routing", "summarize_over_tokens must be 0 (off) or more, and max_background at least 1")
+        return RoutingSettings(
+            **{key: tier for key, tier in tiers.items() if tier is not None},
+            titles=self.typed(table, "titles", bool, "routing.", True),
+            summarize_over_tokens=over,
+            lanes=self.typed(table, "lanes", bool, "routing.", True),
+            max_background=background,
+        )
+
     def sim(self, raw: Any) -> SimSettings:
-        known = ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token", "scenario", "cache_blocks", "cache_min_tokens")
+        known = ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token", "scenario", "cache_blocks", "cache_min_tokens",
+                 "max_running", "scheduling_policy", "prompt_tokens_details")
         table = self.table(raw, "sim", known)
         figures = {key: self.typed(table, key, (int, float), "sim.") for key in ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token")}
         if any(value is not None and value < 0 for value in figures.values()):
@@ -279,7 +347,22 @@ class _Reader:
             scenario=(self.path.parent / Path(scenario).expanduser()) if scenario else None,
             cache_blocks=self.typed(table, "cache_blocks", int, "sim.", 16_384),
             cache_min_tokens=self.typed(table, "cache_min_tokens", int, "sim.", 1024),
+            max_running=self._max_running(table),
+            scheduling_policy=self._policy(table),
+            prompt_tokens_details=self.typed(table, "prompt_tokens_details", bool, "sim.", True),
         )
+
+    def _max_running(self, table: dict[str, Any]) -> int | None:
+        value = self.typed(table, "max_running", int, "sim.")
+        if value is not None and value < 1:
+            raise self.fail("sim.max_running", "must be at least 1")
+        return value
+
+    def _policy(self, table: dict[str, Any]) -> str:
+        policy = self.typed(table, "scheduling_policy", str, "sim.", "priority")
+        if policy not in ("fcfs", "priority"):
+            raise self.fail("sim.scheduling_policy", f"must be fcfs or priority (got {policy!r})")
+        return policy
 
     def tiers(self, raw: Any, providers: dict[str, ProviderSettings]) -> dict[str, Tier]:
         tiers = dict(DEFAULT_TIERS)
@@ -342,12 +425,8 @@ def resolve(config: Config, choice: Choice) -> Target:
         provider, model = tier.provider, tier.model
     settings = config.provider(provider)
     if choice.base_url:
-        if settings.is_simulator:
-            raise ConfigError(
-                "--base-url does not apply to the embedded simulator; use --provider openai (or anthropic) --base-url URL"
-            )
-        # The configured models belong to the configured server; another server is asked what it serves.
-        settings = replace(settings, base_url=choice.base_url, models=(), default_model=None)
+        config, _ = config.pointed_at(replace(choice, provider=settings.name))
+        settings = config.provider(settings.name)
     if settings.key_required and not settings.api_key():
         raise MissingApiKey(f"missing API key for provider {settings.name!r}: set {settings.api_key_env}")
     return Target(settings, model or settings.default_model or (settings.models[0] if settings.models else None))

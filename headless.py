@@ -21,6 +21,7 @@ from hotloop.agent.events import (
     AgentEvent,
     Notice,
     ProviderSwitched,
+    SessionTitled,
     StepFinished,
     ToolFinished,
     ToolStarted,
@@ -29,17 +30,19 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.figures import seconds, step_summary
 from hotloop.agent.switching import describe_switch
-from hotloop.config import Choice, Config, load_config, resolve
+from hotloop.config import AUTO_TIER, Choice, Config, load_config, resolve
 from hotloop.markdown_stream import MarkdownStream
 from hotloop.providers.events import ReasoningDelta, ServerToolUsed, TextDelta
 from hotloop.slash import Slash
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
+    from hotloop.routing import Router
     from hotloop.runtime import Runtime
 
 _STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
+SIDE_JOB_GRACE = 10.0  # seconds `hotloop run` waits at the end for a title still being written
 
 
 class Printer:
@@ -77,6 +80,8 @@ class Printer:
             self._status(describe_switch(event), "cyan")
         elif isinstance(event, Notice):
             self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
+        elif isinstance(event, SessionTitled):
+            self._status(f"session titled: {event.title}", "dim")
         elif isinstance(event, TurnFinished):
             self._end_stream()
 
@@ -163,10 +168,10 @@ async def run(options: RunOptions) -> int:
     from hotloop.agent.loop import Agent
     from hotloop.agent.prompt import system_prompt
     from hotloop.resumption import Resumption
+    from hotloop.routing import Router
     from hotloop.runtime import Runtime
 
-    config = load_config()
-    choice = Choice(options.provider, options.model, options.base_url, options.tier)
+    config, choice = load_config().pointed_at(Choice(options.provider, options.model, options.base_url, options.tier))
     resumed = Resumption.load(options.resume) if options.resume else None
     target, notes = resumed.target(config, choice) if resumed else (resolve(config, choice), [])
     check_switches(config, target.settings.name, options.prompts)
@@ -187,12 +192,15 @@ async def run(options: RunOptions) -> int:
             for event in [*(Notice(level="warning", message=w) for w in config.warnings), *opening]:
                 emit(event)
             await runtime.start_mcp(options.mcp, emit)
+            router = Router(config, runtime, auto=choice.tier == AUTO_TIER)
             agent = Agent(provider, runtime.tools, emit=emit, workspace=workspace, system=system,
                           max_steps=options.max_steps or config.max_steps, tool_timeout=config.tool_timeout,
-                          cache_key=log.id)
+                          cache_key=log.id, lanes=runtime.lanes,
+                          summarize=router.summarize if config.routing.summarize_over_tokens else None)
             if resumed:
                 agent.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
-            failed = await _run_prompts(agent, runtime, options.prompts)
+            failed = await _run_prompts(agent, runtime, router, options.prompts)
+            await router.settle(SIDE_JOB_GRACE)
         if log.error is not None:
             printer(Notice(level="warning", message=f"the session log stopped at {log.path}: {log.error.strerror}"))
         return 1 if failed else 0
@@ -200,12 +208,14 @@ async def run(options: RunOptions) -> int:
         await runtime.aclose()
 
 
-async def _run_prompts(agent: Agent, runtime: Runtime, prompts: list[str | Slash]) -> bool:
+async def _run_prompts(agent: Agent, runtime: Runtime, router: Router, prompts: list[str | Slash]) -> bool:
     """Run the turns and switches in order; True if a turn failed (the rest would only fail again)."""
     for prompt in prompts:
         if isinstance(prompt, Slash):
-            await runtime.switch(agent, prompt.choice(agent.provider.name))
-        elif (await agent.run_turn(prompt)).reason == "error":
+            choice = prompt.choice(agent.provider.name)
+            await runtime.switch(agent, choice)
+            router.chose(choice)
+        elif (await router.turn(agent, prompt)).reason == "error":
             return True
     return False
 

@@ -22,6 +22,8 @@ from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.config import Choice, Config, ConfigError, ProviderSettings, Target, resolve
 from hotloop.providers.base import Provider
 from hotloop.providers.errors import ProviderError
+from hotloop.providers.lanes import Lanes
+from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.model import ScenarioError, load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
@@ -30,6 +32,7 @@ from hotloop.sessions.store import LoggedSession
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
+    from hotloop.providers.vllm import ServerInfo
 
 PROBE_TIMEOUT = 3.0
 
@@ -42,7 +45,10 @@ class Runtime:
         self.tools = ToolRegistry(builtin_tools())
         self.simulator: EmbeddedSimulator | None = None
         self._providers: dict[tuple[str, str | None], Provider] = {}
+        self._helpers: dict[tuple[str, str | None, str | None], Provider] = {}
+        self._discoveries: dict[int, asyncio.Task[None]] = {}
         self._bridge: McpBridge | None = None
+        self.lanes = Lanes(config.routing.lanes, config.routing.max_background)
 
     async def connect(self, target: Target) -> Provider:
         """The provider for `target`, set to its model; a server with no model configured is asked."""
@@ -57,6 +63,37 @@ class Runtime:
             provider.model = served[0]
         return provider
 
+    async def helper(self, target: Target) -> Provider:
+        """A provider of its own for a helper tier's requests, so they never change the main agent's model."""
+        settings = target.settings
+        key = (settings.name, settings.base_url, target.model)
+        if key not in self._helpers:
+            main = await self._provider(settings)  # imports the SDK off the event loop, and starts the simulator
+            provider = self._helpers[key] = self._open(settings)
+            provider.model = target.model or ""
+            await self.server_of(main)
+            _share_server(main, provider)
+        return self._helpers[key]
+
+    async def server_of(self, provider: Provider) -> ServerInfo | None:
+        """What the provider's server said of itself (vLLM, SGLang, …); None for hosted APIs and mute servers."""
+        discovery = self._discoveries.get(id(provider))
+        if discovery is not None:
+            await asyncio.shield(discovery)
+        return getattr(provider, "server", None)
+
+    async def _discover(self, provider: Provider) -> None:
+        """For an OpenAI-compatible server: what it is, so requests carry `priority` where vLLM reads it."""
+        from hotloop.providers.vllm import discover
+
+        if not isinstance(provider, OpenAIChatProvider) or provider.server is not None or _is_official_openai(provider):
+            return
+        try:
+            provider.server = await asyncio.wait_for(discover(provider), PROBE_TIMEOUT)
+        except (ProviderError, TimeoutError):
+            return  # not a server that describes itself; requests work all the same
+        provider.send_priority = provider.server.takes_priority and self.config.routing.lanes
+
     async def switch(self, agent: Agent, choice: Choice) -> ProviderSwitched:
         """Move `agent`'s conversation to the provider, model or tier chosen; the event says what it costs."""
         return agent.switch(await self.connect(resolve(self.config, choice)))
@@ -67,7 +104,9 @@ class Runtime:
             # An SDK takes a second or more to import here: off the event loop, so a screen stays live.
             await asyncio.to_thread(importlib.import_module, settings.protocol)  # each SDK is named after its protocol
             if key not in self._providers:
-                self._providers[key] = self._open(settings)
+                provider = self._providers[key] = self._open(settings)
+                # In the background: the first request need not wait for the server to describe itself.
+                self._discoveries[id(provider)] = asyncio.create_task(self._discover(provider))
         return self._providers[key]
 
     def _open(self, settings: ProviderSettings) -> Provider:
@@ -148,7 +187,9 @@ class Runtime:
     async def aclose(self) -> None:
         if self._bridge is not None:
             await self._bridge.aclose()
-        for provider in self._providers.values():
+        for discovery in self._discoveries.values():
+            discovery.cancel()
+        for provider in [*self._providers.values(), *self._helpers.values()]:
             await provider.aclose()
         if self.simulator is not None:
             self.simulator.stop()
@@ -160,8 +201,20 @@ def simulator_config(config: Config) -> SimConfig:
         scenario = load_scenario(sim.scenario) if sim.scenario else ()
     except ScenarioError as error:
         raise ConfigError(str(error)) from None
-    return SimConfig(cache_blocks=sim.cache_blocks, scenario=scenario, cache_min_tokens=sim.cache_min_tokens).with_latency(
+    return SimConfig(
+        cache_blocks=sim.cache_blocks, scenario=scenario, cache_min_tokens=sim.cache_min_tokens, max_running=sim.max_running,
+        scheduling=sim.scheduling_policy, prompt_tokens_details=sim.prompt_tokens_details,
+    ).with_latency(
         ttft=sim.ttft_ms / 1000 if sim.ttft_ms is not None else None,
         prefill_per_token=sim.prefill_us_per_token / 1e6 if sim.prefill_us_per_token is not None else None,
         decode_per_token=sim.decode_ms_per_token / 1000 if sim.decode_ms_per_token is not None else None,
     )
+
+
+def _share_server(main: Provider, helper: Provider) -> None:
+    if isinstance(helper, OpenAIChatProvider) and isinstance(main, OpenAIChatProvider):
+        helper.server, helper.send_priority = main.server, main.send_priority
+
+
+def _is_official_openai(provider: Provider) -> bool:
+    return provider.base_url.startswith("https://api.openai.com")

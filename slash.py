@@ -11,7 +11,7 @@ from hotloop.config import Choice
 
 COMMANDS = {
     "/model": "NAME: use another model of the current provider",
-    "/tier": "fast|balanced|strong: use the provider and model the tier maps to",
+    "/tier": "fast|balanced|strong: use the provider and model the tier maps to; auto: the fast tier picks per turn",
     "/provider": "NAME [MODEL]: switch provider (and model); the conversation continues",
     "/new": "start a new conversation (and session log)",
     "/help": "show keys and commands",

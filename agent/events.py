@@ -76,6 +76,7 @@ class ResponseFinished(Event, frozen=True):
     decode_tps: float | None
     model_time: float
     finish_reason: str
+    route: str = ""  # the tier that answered and why, e.g. "auto: complex → strong"
 
 
 class StepFinished(Event, frozen=True):
@@ -92,6 +93,7 @@ class StepFinished(Event, frozen=True):
     tool_sum: float
     tool_wall: float
     finish_reason: str
+    route: str = ""
 
 
 class TurnFinished(Event, frozen=True):
@@ -115,6 +117,13 @@ class ProviderSwitched(Event, frozen=True):
     previous_model: str
     context_tokens: int | None
     cold_tokens: int | None
+
+
+class SessionTitled(Event, frozen=True):
+    """A short title for the session, written in the background after its first turn."""
+
+    title: str
+    model: str
 
 
 class Notice(Event, frozen=True):
@@ -144,6 +153,7 @@ AgentEvent = (
     | StepFinished
     | TurnFinished
     | ProviderSwitched
+    | SessionTitled
     | Notice
 )
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
 from hotloop.agent.switching import CacheWarmth
 from hotloop.agent.tools.registry import ToolContext, ToolError, ToolRegistry, cap_output
 from hotloop.providers.base import Provider
+from hotloop.providers.lanes import Lanes
 from hotloop.providers.conversation import (
     AssistantMessage,
     Message,
@@ -54,6 +56,7 @@ from hotloop.providers.events import (
     ReasoningDelta,
     ReasoningSignature,
     RedactedReasoning,
+    ServerHint,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -63,6 +66,8 @@ from hotloop.providers.events import (
 )
 
 Emit = Callable[[AgentEvent], None]
+# Given a call and its (long) result: a shorter result for the context, and a note saying so; or None.
+Summarize = Callable[[ToolCall, str], Awaitable[tuple[str, str] | None]]
 
 _FIRST_TOKEN_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolCallArgsDelta)
 CANCELLED_RESULT = "cancelled: the user stopped this call before it finished"
@@ -151,9 +156,14 @@ class Agent:
         max_tokens: int | None = None,
         context: Callable[[], str] | None = None,
         cache_key: str | None = None,
+        lanes: Lanes | None = None,
+        summarize: Summarize | None = None,
     ) -> None:
         self.provider = provider
         self.cache_key = cache_key
+        self.lanes = lanes
+        self.summarize = summarize
+        self.route = ""  # the tier that answers and why, shown on each step's strip
         self.warmth = CacheWarmth()
         self._using = (provider.name, provider.model)
         self.tools = tools
@@ -167,6 +177,11 @@ class Agent:
         self.turn = 0
         self._builder = PromptBuilder(system if system is not None else system_prompt(), tools)
         self._context = context or (lambda: volatile_context(workspace))
+
+    @property
+    def using(self) -> tuple[str, str]:
+        """The provider and model the last request went to (or the next will, before any)."""
+        return self._using
 
     @property
     def system(self) -> str:
@@ -231,9 +246,13 @@ class Agent:
         self.emit(StepStarted(turn=turn, step=step, provider=self.provider.name, model=self.provider.model))
         stream = _Stream(started=time.perf_counter())
         try:
-            async for event in self.provider.stream(request):
-                stream.observe(event, time.perf_counter())
-                self.emit(event)
+            async with self._interactive():
+                async for event in self.provider.stream(request):
+                    if isinstance(event, ServerHint):
+                        self.emit(Notice(level="info", message=event.message))
+                        continue
+                    stream.observe(event, time.perf_counter())
+                    self.emit(event)
         except (ProviderError, asyncio.CancelledError):
             self._keep_interrupted(stream)
             raise
@@ -245,6 +264,7 @@ class Agent:
             decode_tps=stream.decode_tps(),
             model_time=time.perf_counter() - stream.started,
             finish_reason=stream.finish_reason,
+            route=self.route,
         )
         self.emit(response)
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
@@ -263,9 +283,13 @@ class Agent:
                 tool_sum=sum(phase.durations),
                 tool_wall=phase.wall,
                 finish_reason=response.finish_reason,
+                route=self.route,
             )
         )
         return bool(stream.calls)
+
+    def _interactive(self) -> AbstractAsyncContextManager[None]:
+        return self.lanes.interactive() if self.lanes is not None else nullcontext()
 
     def _repair(self) -> None:
         """Make the history one every provider accepts, saying what changed (it goes to the session log)."""
@@ -316,8 +340,22 @@ class Agent:
         ended = time.perf_counter()
         phase.durations.append(ended - started)
         phase.last_end = ended if phase.last_end is None else max(phase.last_end, ended)
+        if status == "ok" and self.summarize is not None:
+            content = await self._summarized(call, content)
         self.emit(ToolFinished(call_id=call.id, name=call.name, status=status, duration=ended - started, result=content))
         return ToolResultMessage(call.id, call.name, content, is_error=status != "ok")
+
+    async def _summarized(self, call: ToolCall, content: str) -> str:
+        assert self.summarize is not None
+        try:
+            shorter = await self.summarize(call, content)
+        except ProviderError as error:  # the full result is still correct, only longer
+            self.emit(Notice(level="warning", message=f"could not summarize {call.name}'s result, kept it whole: {error}"))
+            return content
+        if shorter is None:
+            return content
+        self.emit(Notice(level="info", message=shorter[1]))
+        return shorter[0]
 
     async def _invoke(self, call: ToolCall) -> str:
         tool = self.tools.get(call.name)

@@ -73,6 +73,7 @@ class ChatRequest(msgspec.Struct, frozen=True, gc=False):
     messages: tuple[Message, ...]
     max_tokens: int | None = None
     cache_key: str | None = None
+    background: bool = False  # a title or summary: sent in the background lane, at low priority
 
 
 MISSING_RESULT = "error: no result was recorded for this call (it was cancelled or lost)"

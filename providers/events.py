@@ -167,6 +167,12 @@ class Finished(Event, frozen=True):
     reason: str
 
 
+class ServerHint(Event, frozen=True):
+    """Something the provider noticed about the server that the user can fix, said once per session."""
+
+    message: str
+
+
 ModelEvent = (
     TextDelta
     | ReasoningDelta
@@ -178,4 +184,5 @@ ModelEvent = (
     | ServerToolUsed
     | Usage
     | Finished
+    | ServerHint
 )

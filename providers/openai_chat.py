@@ -30,11 +30,12 @@ from hotloop.providers.conversation import (
     ToolSpec,
     portable_call_id,
 )
-from hotloop.providers.errors import StreamInterrupted
+from hotloop.providers.errors import RequestRejected, StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
     ReasoningDelta,
+    ServerHint,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -42,7 +43,9 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
+from hotloop.providers.lanes import BACKGROUND_PRIORITY
 from hotloop.providers.transport import SdkProvider
+from hotloop.providers.vllm import MissingDetails, ServerInfo
 
 _encode = msgspec.json.Encoder().encode
 
@@ -71,6 +74,9 @@ class OpenAIChatProvider(SdkProvider):
         self._cache_min_tokens = cache_min_tokens
         self._sent: dict[Message, bytes] = {}
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
+        self.server: ServerInfo | None = None  # what discovery found, for a self-hosted server
+        self.send_priority = False  # set for vLLM; cleared if the server rejects the field
+        self._details = MissingDetails()
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the messages, each as first serialized."""
@@ -80,6 +86,8 @@ class OpenAIChatProvider(SdkProvider):
         if self._prompt_cache_key and request.cache_key:
             # Routes every request of the session to the same cache shard (OpenAI only).
             head += b',"prompt_cache_key":' + _encode(request.cache_key)
+        if request.background and self.send_priority:
+            head += b',"priority":' + _encode(BACKGROUND_PRIORITY)
         if request.tools:
             head += b',"tools":' + self._tools_bytes(request.tools)
         messages = [_encode(render_system(request.system))] if request.system else []
@@ -99,14 +107,27 @@ class OpenAIChatProvider(SdkProvider):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         parser = ChunkParser(self._cache_min_tokens)
+        body = self.request_body(request)
         # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
-        async with aclosing(self.server_events(self.request_body(request))) as stream:
-            async for data in stream:
-                if data != b"[DONE]":
-                    for event in parser.feed(self._chunk(data)):
-                        yield event
+        try:
+            async with aclosing(self.server_events(body)) as stream:
+                async for data in stream:
+                    if data != b"[DONE]":
+                        for event in parser.feed(self._chunk(data)):
+                            yield event
+        except RequestRejected as rejected:
+            if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
+                raise
+            # Started without priority scheduling: vLLM refuses a non-zero priority. Send none from now on.
+            self.send_priority = False
+            async for event in self.stream(request):
+                yield event
+            return
         for event in parser.finish():
             yield event
+        hint = self._details.check(body, parser.usage, self.server.kind if self.server else None)
+        if hint is not None:
+            yield ServerHint(hint)
 
     def _chunk(self, data: bytes) -> Chunk:
         try:
@@ -211,6 +232,7 @@ class ChunkParser:
         self._by_index: dict[int, _OpenCall] = {}
         self._calls: list[_OpenCall] = []
         self._finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None  # the raw usage object, as the server sent it
 
     def feed(self, chunk: Chunk) -> list[ModelEvent]:
         events: list[ModelEvent] = []
@@ -218,6 +240,7 @@ class ChunkParser:
             if choice.index == 0:
                 self._feed_choice(choice, events)
         if chunk.usage is not None:
+            self.usage = chunk.usage
             ledger = UsageLedger.from_openai(chunk.usage).with_cache_minimum(self._cache_min_tokens)
             events.append(Usage(ledger=ledger, raw=chunk.usage))
         return events

@@ -134,6 +134,31 @@ class SdkProvider:
         finally:
             await response.aclose()
 
+    async def fetch(self, url: str) -> tuple[int, str]:
+        """GET any URL on the provider's server through the SDK's client: its status and text."""
+        import httpx2
+
+        sdk = importlib.import_module(self.sdk)
+        try:
+            response = await self._client.get(url, cast_to=httpx2.Response, options={"max_retries": 0})
+        except sdk.APIStatusError as error:
+            return error.status_code, ""
+        except sdk.APIError as error:
+            raise await self._explain(error, listing=True) from None
+        return response.status_code, response.text
+
+    async def fetch_json(self, url: str) -> Any:
+        """GET a JSON document; a ProviderError if the server does not send one."""
+        import json
+
+        status, text = await self.fetch(url)
+        try:
+            if status == 200:
+                return json.loads(text)
+        except ValueError:
+            pass
+        raise ProviderError(f"{self._where()} answered {url} with {status}, not JSON")
+
     async def list_models(self) -> list[str]:
         """The models the server serves, in its own order (vLLM lists the base model first)."""
         sdk = importlib.import_module(self.sdk)

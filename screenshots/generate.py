@@ -118,6 +118,15 @@ async def shoot(workspace: Path) -> None:
         await pilot.pause(1.0)
         app.save_screenshot("wide-200x50.svg", str(HERE))
 
+        # Back on the vLLM-like API, 140 columns: the server panel shows; auto picks a tier per turn.
+        await pilot.resize_terminal(140, 36)
+        await turn(app, pilot, "/provider sim", wait=False)
+        await turn(app, pilot, "/tier auto", wait=False)
+        await turn(app, pilot, "hi there")
+        await turn(app, pilot, "Read app.py, then grep for TODO")
+        await pilot.pause(1.5)  # a scrape of /metrics after the turn
+        app.save_screenshot("server-panel-and-auto.svg", str(HERE))
+
 
 async def shoot_replay(sessions: Path) -> None:
     """The session just shot, replayed at its recorded pace, caught while its three panes run again."""

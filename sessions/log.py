@@ -19,13 +19,23 @@ from pathlib import Path
 import msgspec
 
 from hotloop import InputError, __version__
-from hotloop.agent.events import AgentEvent, Notice, StepFinished, ToolFinished, TurnFinished, TurnStarted, encode
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    SessionTitled,
+    StepFinished,
+    ToolFinished,
+    TurnFinished,
+    TurnStarted,
+    encode,
+)
 from hotloop.sessions.masking import MASK, Masker
 from hotloop.sessions.summary import Summary, read_summary, summary_bytes, summary_path
 
 FORMAT_VERSION = 1
 FLUSH_INTERVAL = 0.25
-_FLUSH_ON = (TurnStarted, StepFinished, ToolFinished, TurnFinished, Notice)
+_FLUSH_ON = (TurnStarted, StepFinished, ToolFinished, TurnFinished, Notice, SessionTitled)
+_SUMMARY_ON = (TurnFinished, SessionTitled)
 
 
 class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"):
@@ -104,7 +114,7 @@ class SessionLog:
         self._summary.observe(event)
         if isinstance(event, _FLUSH_ON) or time.monotonic() - self._last_flush >= FLUSH_INTERVAL:
             self.flush()
-        if isinstance(event, TurnFinished):
+        if isinstance(event, _SUMMARY_ON):
             self._save_summary()
 
     def _write_line(self, line: bytes) -> None:

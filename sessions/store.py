@@ -38,9 +38,9 @@ class SessionSummary:
     prompts: tuple[str, ...]
 
     def matches(self, text: str) -> bool:
-        """Whether `text` appears, ignoring case, in the session's id, model or any of its prompts."""
+        """Whether `text` appears, ignoring case, in the session's id, model, title or any of its prompts."""
         needle = text.casefold()
-        return any(needle in field.casefold() for field in (self.id, self.model, *self.prompts))
+        return any(needle in field.casefold() for field in (self.id, self.model, self.title, *self.prompts))
 
 
 @dataclass(frozen=True)

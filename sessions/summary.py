@@ -15,14 +15,16 @@ from typing import BinaryIO
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, StepFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, SessionTitled, StepFinished, TurnStarted
 
 TITLE_LENGTH = 60
 # The encoder writes the tag first, so a line's kind can be told from its first bytes.
 _TURN_PREFIX = b'{"type":"turn_started"'
 _STEP_PREFIX = b'{"type":"step_finished"'
+_TITLE_PREFIX = b'{"type":"session_titled"'
 _turn = msgspec.json.Decoder(TurnStarted)
 _step = msgspec.json.Decoder(StepFinished)
+_titled = msgspec.json.Decoder(SessionTitled)
 
 
 class Summary(msgspec.Struct, gc=False):
@@ -32,10 +34,13 @@ class Summary(msgspec.Struct, gc=False):
     turns: int = 0
     tokens: int | None = None  # prompt + output over the steps that reported usage
     prompts: list[str] = msgspec.field(default_factory=list)
+    titled: str | None = None  # written by the helper tier after the first turn
 
     @property
     def title(self) -> str:
-        """The first line of the first prompt, shortened."""
+        """The helper tier's title; until there is one, the first line of the first prompt, shortened."""
+        if self.titled:
+            return self.titled
         first = next((line.strip() for line in (self.prompts[0] if self.prompts else "").splitlines() if line.strip()), "")
         return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
 
@@ -43,6 +48,8 @@ class Summary(msgspec.Struct, gc=False):
         if isinstance(event, TurnStarted):
             self.turns += 1
             self.prompts.append(event.prompt)
+        elif isinstance(event, SessionTitled):
+            self.titled = event.title
         elif isinstance(event, StepFinished):
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
@@ -56,6 +63,8 @@ class Summary(msgspec.Struct, gc=False):
                     self.observe(_turn.decode(line))
                 elif line.startswith(_STEP_PREFIX):
                     self.observe(_step.decode(line))
+                elif line.startswith(_TITLE_PREFIX):
+                    self.observe(_titled.decode(line))
             except msgspec.DecodeError:
                 continue
         self.size += len(data)

@@ -12,7 +12,7 @@ import pytest
 from support import scenario_file
 
 from hotloop import __version__
-from hotloop.agent.events import Notice, StepFinished, ToolFinished, TurnFinished, decode
+from hotloop.agent.events import Notice, SessionTitled, StepFinished, ToolFinished, TurnFinished, decode
 from hotloop.cli import main
 
 MCP_SERVER = Path(__file__).parent / "mcp_server.py"
@@ -67,7 +67,9 @@ def test_run_streams_the_answer_and_logs_the_session(workspace: Path, isolated_h
     assert len(steps) == 2 and "tool 1 in" in steps[0] and "cache read" in steps[1]
     assert "✓ read_file" in err
     (log,) = session_lines(isolated_home)
-    assert decode(log[-1]) == TurnFinished(turn=1, reason="answer", steps=2, wall=decode(log[-1]).wall, ts=decode(log[-1]).ts)
+    finished, titled = decode(log[-2]), decode(log[-1])  # the fast tier titles the session after its first turn
+    assert finished == TurnFinished(turn=1, reason="answer", steps=2, wall=finished.wall, ts=finished.ts)
+    assert titled == SessionTitled(title="Read README.md", model="sim-fast", ts=titled.ts)
 
 
 def test_several_prompts_are_one_conversation_and_stdin_works(workspace, isolated_home, capsys, monkeypatch) -> None:
@@ -80,7 +82,7 @@ def test_several_prompts_are_one_conversation_and_stdin_works(workspace, isolate
     capsys.readouterr()
     assert main(["sessions", "list"]) == 0
     table = capsys.readouterr().out
-    assert table.index("list the files") < table.index("hello")  # newest first
+    assert table.index("List the files") < table.index("Hello")  # newest first, under their titles
 
 
 def test_json_mode_prints_every_event(workspace, capsys) -> None:
@@ -88,7 +90,7 @@ def test_json_mode_prints_every_event(workspace, capsys) -> None:
     events = [decode(line) for line in capsys.readouterr().out.splitlines()]
     steps = [e for e in events if isinstance(e, StepFinished)]
     assert len(steps) == 2 and all(s.usage is not None and s.usage.prompt_total for s in steps)
-    assert isinstance(events[-1], TurnFinished)
+    assert isinstance(events[-2], TurnFinished) and isinstance(events[-1], SessionTitled)
 
 
 def test_unknown_provider(workspace, capsys) -> None:
@@ -187,7 +189,7 @@ def test_the_installed_entry_point_runs_from_a_fresh_process(workspace: Path, is
 def test_the_app_refuses_a_bad_starting_point_before_taking_the_screen(workspace, capsys) -> None:
     cases = {
         ("--provider", "nope"): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)",
-        ("--tier", "turbo"): "hotloop: unknown tier 'turbo' (tiers: fast, balanced, strong)",
+        ("--tier", "turbo"): "hotloop: unknown tier 'turbo' (tiers: fast, balanced, strong, auto)",
         ("--provider", "openai"): "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY",
         ("--tier", "fast", "--model", "x"): "hotloop: pick a tier, or a provider and model, not both",
     }

@@ -221,7 +221,7 @@ def test_sessions_commands_list_search_show_export_and_delete(isolated_home: Pat
 
     assert main(["sessions", "list", "--search", "HELLO"]) == 0
     out = capsys.readouterr().out
-    assert hello.id in out and readme.id not in out and "say <b>hello</b> to the cache" in out
+    assert hello.id in out and readme.id not in out and "Say <b>hello</b> to the cache" in out  # its title
     assert main(["sessions", "list", "--limit", "1"]) == 0
     assert "… 1 older (--limit N shows more)" in capsys.readouterr().out
 

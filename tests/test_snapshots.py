@@ -156,7 +156,8 @@ def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
 
 def test_palette_lists_tiers(snap_compare, isolated_home: Path) -> None:
     """The command palette, searched for "tier": the three tiers of the embedded simulator,
-    each with the provider and model it maps to (sim · sim-fast, sim · sim-balanced, sim · sim-strong)."""
+    each with the provider and model it maps to (sim · sim-fast, sim · sim-balanced, sim · sim-strong),
+    and `auto`, which says the fast tier sorts each turn (simple → fast, complex → strong)."""
     app = snapshot_app(isolated_home)
 
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -164,8 +165,8 @@ def test_palette_lists_tiers(snap_compare, isolated_home: Path) -> None:
         await pilot.press("ctrl+p")
         for key in "tier":
             await pilot.press(key)
-        # Results arrive from the palette's search task; wait for all three, not a fixed time.
-        while pilot.app.screen.query_one(CommandList).option_count != 3:
+        # Results arrive from the palette's search task; wait for all four, not a fixed time.
+        while pilot.app.screen.query_one(CommandList).option_count != 4:
             await pilot.pause(0.05)
         await pilot.pause()
 

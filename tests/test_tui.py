@@ -320,3 +320,30 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
     assert switched[1].startswith("switched sim-anthropic · sim-balanced → sim · sim-balanced: ~")
     assert len(tools) == 4 and all(call.status == "ok" for item in tools for call in item.calls)
     assert sum(type(e).__name__ == "ProviderSwitched" for e in logged_events(isolated_home)) == 2
+
+
+async def test_the_server_panel_shows_the_simulators_own_hit_rate(isolated_home: Path) -> None:
+    """On a wide terminal the panel is there from the start; its hit rate is hits ÷ queries from /metrics."""
+    import urllib.request
+
+    from hotloop.tui.widgets.server_panel import ServerPanel
+
+    (isolated_home / "ws").mkdir()
+    write_config(isolated_home)
+    async with running_app(size=(130, 36)) as (app, pilot):
+        await wait_until(lambda: bool(app.query(ServerPanel)) and app.query_one(ServerPanel).stats is not None)
+        panel = app.query_one(ServerPanel)
+        assert panel.display and "no requests yet" in str(panel.render())  # scraped before the first request
+        await send(app, pilot, "list the files, then say what you found")
+        await idle(app, pilot)
+        panel.scrape()
+        await app.workers.wait_for_complete()
+        url = app.runtime.simulator.url + "/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
+        totals = {name: sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
+                  for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")}
+        expected = totals["vllm:prefix_cache_hits_total"] / totals["vllm:prefix_cache_queries_total"]
+        assert panel.stats.hit_rate_session == expected > 0
+        assert f"{expected:.0%}" in str(panel.render())
+        await pilot.press("f2")
+        assert not panel.display

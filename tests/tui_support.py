@@ -15,7 +15,8 @@ from hotloop.config import Choice, load_config
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.widgets.prompt_input import PromptInput
 
-FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+# Titles off: a title request would add to the requests the tests count; titles have tests of their own.
+FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 
 
 def write_config(home: Path, steps: list[dict[str, Any]] | None = None, decode_ms: float = 0, sim: str = "") -> None:

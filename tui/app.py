@@ -22,10 +22,18 @@ from textual.theme import Theme
 from textual.widgets import Footer, OptionList
 from textual.worker import Worker, WorkerState
 
-from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepFinished, StepStarted, TurnFinished
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    ProviderSwitched,
+    SessionTitled,
+    StepFinished,
+    StepStarted,
+    TurnFinished,
+)
 from hotloop.agent.figures import SessionTotals
 from hotloop.agent.switching import describe_cost
-from hotloop.config import Choice, Config, ConfigError, resolve
+from hotloop.config import AUTO_TIER, Choice, Config, ConfigError, resolve
 from hotloop.markdown_blocks import code_blocks
 from hotloop.tui.commands import SwitchCommands
 from hotloop.tui.items import AnswerItem
@@ -41,8 +49,12 @@ if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
     from hotloop.providers.base import Provider
     from hotloop.resumption import Resumption
+    from hotloop.routing import Router
     from hotloop.runtime import Runtime
     from hotloop.sessions.log import SessionLog
+
+
+SERVER_PANEL_MIN_WIDTH = 120
 
 
 class SwitchOption(NamedTuple):
@@ -74,6 +86,7 @@ class HotloopApp(App[None]):
         Binding("ctrl+n", "new_conversation", "New"),
         Binding("ctrl+b", "toggle_sessions", "Sessions"),
         Binding("ctrl+o", "copy_answer", "Copy answer"),
+        Binding("f2", "toggle_server", "Server"),
         Binding("f1", "help", "Help"),
         Binding("question_mark", "help", "Help", show=False),
     ]
@@ -94,6 +107,8 @@ class HotloopApp(App[None]):
         self.workspace = workspace or Path.cwd()
         self.clock = clock
         self.runtime: Runtime | None = None
+        self.router: Router | None = None
+        self._server_panel_wanted: bool | None = None
         self.agent: Agent | None = None
         self.session_log: SessionLog | None = None
         self.totals = SessionTotals()
@@ -144,15 +159,18 @@ class HotloopApp(App[None]):
     async def connect(self) -> None:
         await asyncio.to_thread(_import_engine)
         from hotloop.resumption import Resumption
+        from hotloop.routing import Router
         from hotloop.runtime import Runtime
 
         self.runtime = Runtime(self.config)
+        self.router = Router(self.config, self.runtime, auto=self.choice.tier == AUTO_TIER)
         # Any error here is shown by on_worker_state_changed, and the app stays open.
         resumed = await asyncio.to_thread(Resumption.load, self.resume) if self.resume else None
         target, notes = resumed.target(self.config, self.choice) if resumed else (resolve(self.config, self.choice), [])
         provider = await self.runtime.connect(target)
         self.agent = self._new_agent(provider)
         self._show_provider()
+        self._follow_server(provider)
         for warning in self.config.warnings:
             self.emit(Notice(level="warning", message=warning))
         if resumed is not None:
@@ -168,9 +186,11 @@ class HotloopApp(App[None]):
     def _new_agent(self, provider: Provider, system: str | None = None, cache_key: str | None = None) -> Agent:
         from hotloop.agent.loop import Agent
 
-        return Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace,  # type: ignore[union-attr]
-                     system=system, max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout,
-                     cache_key=cache_key)
+        assert self.runtime is not None and self.router is not None
+        summarize = self.router.summarize if self.config.routing.summarize_over_tokens else None
+        return Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace, system=system,
+                     max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout, cache_key=cache_key,
+                     lanes=self.runtime.lanes, summarize=summarize)
 
     def _continue(self, resumed: Resumption, notes: list[str]) -> None:
         """Go on with a saved session: its history on screen and in the agent, appending to its log."""
@@ -201,7 +221,43 @@ class HotloopApp(App[None]):
         if self.agent is not None:
             provider = self.agent.provider
             self.status.provider, self.status.model = provider.name, provider.model
-            self.status.tier = self.config.tier_of(provider.name, provider.model)
+            self.status.tier = self._tier_label(provider.name, provider.model)
+
+    def _tier_label(self, provider: str, model: str) -> str | None:
+        tier = self.config.tier_of(provider, model)
+        return f"auto → {tier}" if self.router is not None and self.router.auto else tier
+
+    @work(exclusive=True, group="server", exit_on_error=False)
+    async def _follow_server(self, provider: Provider) -> None:
+        """Show the server panel for a server that describes itself (vLLM, SGLang, the simulator, …)."""
+        from hotloop.tui.widgets.server_panel import ServerPanel
+
+        assert self.runtime is not None
+        info = await self.runtime.server_of(provider)
+        panels = self.query(ServerPanel)
+        if info is None:
+            await panels.remove()
+            return
+        panel = panels.first() if panels else ServerPanel(id="server")
+        if not panels:
+            # Shown from the start only where the transcript keeps room enough; F2 shows or hides it anyway.
+            wanted = self._server_panel_wanted
+            panel.display = wanted if wanted is not None else self.size.width >= SERVER_PANEL_MIN_WIDTH
+            await self.mount(panel, before=self.transcript)
+        panel.watch_server(provider, info)  # type: ignore[arg-type]
+
+    def on_resize(self) -> None:
+        from hotloop.tui.widgets.server_panel import ServerPanel
+
+        if self._server_panel_wanted is None:  # the user hasn't chosen: follow the room there is
+            for panel in self.query(ServerPanel):
+                panel.display = self.size.width >= SERVER_PANEL_MIN_WIDTH
+
+    def action_toggle_server(self) -> None:
+        from hotloop.tui.widgets.server_panel import ServerPanel
+
+        for panel in self.query(ServerPanel):
+            panel.display = self._server_panel_wanted = not panel.display
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR and event.worker.error is not None:
@@ -229,7 +285,12 @@ class HotloopApp(App[None]):
             self.status.totals = self.totals
         elif isinstance(event, ProviderSwitched):
             self.status.provider, self.status.model = event.provider, event.model
-            self.status.tier = self.config.tier_of(event.provider, event.model)
+            self.status.tier = self._tier_label(event.provider, event.model)
+            if self.agent is not None and (event.provider, event.model) != (event.previous_provider, event.previous_model):
+                self._follow_server(self.agent.provider)
+        elif isinstance(event, SessionTitled):
+            self.sub_title = event.title
+            self.notify(f"session titled “{event.title}” by {event.model}", timeout=4)
         elif isinstance(event, Notice) and event.level != "info":
             self.notify(event.message, severity="error" if event.level == "error" else "warning", timeout=8)
         elif isinstance(event, TurnFinished):
@@ -265,7 +326,18 @@ class HotloopApp(App[None]):
             # A session is logged from its first turn, so an app opened and closed leaves no empty file.
             self.session_log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
             self.agent.cache_key = self.session_log.id
-        await self.agent.run_turn(prompt)
+        self._server_busy(True)
+        try:
+            assert self.router is not None
+            await self.router.turn(self.agent, prompt)
+        finally:
+            self._server_busy(False)
+
+    def _server_busy(self, busy: bool) -> None:
+        from hotloop.tui.widgets.server_panel import ServerPanel
+
+        for panel in self.query(ServerPanel):
+            panel.busy = busy
 
     def run_slash(self, slash: Slash) -> None:
         if slash.name == "/new":
@@ -292,6 +364,9 @@ class HotloopApp(App[None]):
         try:
             # The agent reports the switch, with its cost, through the event stream.
             await self.runtime.switch(self.agent, choice)
+            if self.router is not None:
+                self.router.chose(choice)
+                self._show_provider()
         except (ConfigError, ProviderError) as error:
             self.notify(str(error), severity="error")
     async def switch_options(self) -> list[SwitchOption]:
@@ -304,6 +379,11 @@ class HotloopApp(App[None]):
             options.append(
                 SwitchOption(f"tier: {tier.name}", help_text, Choice(tier=tier.name), reason if isinstance(reason, str) else None)
             )
+        routing = self.config.routing
+        options.append(SwitchOption(
+            f"tier: {AUTO_TIER}", f"the {routing.helper_tier} tier sorts each turn: simple → {routing.auto_simple}, "
+            f"complex → {routing.auto_complex}", Choice(tier=AUTO_TIER),
+        ))
         for name, settings in self.config.providers.items():
             served = probes.get(name, [])
             if isinstance(served, str):

@@ -212,6 +212,8 @@ def cache_bar(usage: UsageLedger, palette: Palette, width: int = 8) -> Text:
 def response_text(response: ResponseFinished | StepFinished, palette: Palette) -> Text:
     """The usage line plus TTFT and decode speed."""
     line = usage_text(response.usage, palette)
+    if response.route:
+        line = Text.assemble((f"{response.route} · ", palette.accent), line)
     line.append(f" · ttft {seconds(response.ttft)}" if response.ttft is not None else f" · ttft {NOT_REPORTED}")
     if response.decode_tps is not None:
         line.append(f" · {response.decode_tps:,.0f} tok/s")

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 BLOCK_SIZE = 16
 
 
-def block_hashes(tokens: Sequence[int], block_size: int = BLOCK_SIZE) -> list[int]:
-    """Chained hashes of the full blocks of `tokens`."""
+def block_hashes(tokens: Sequence[int], block_size: int = BLOCK_SIZE, root: int = 0) -> list[int]:
+    """Chained hashes of the full blocks of `tokens`; `root` starts the chain (one per model: caches are per model)."""
     hashes: list[int] = []
-    parent = 0
+    parent = root
     for start in range(0, len(tokens) - block_size + 1, block_size):
         parent = hash((parent, *tokens[start : start + block_size]))
         hashes.append(parent)
@@ -114,9 +114,9 @@ class BreakpointCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def use(self, blocks: Sequence[CacheBlock]) -> CacheUse:
+    def use(self, blocks: Sequence[CacheBlock], root: int = 0) -> CacheUse:
         """Read the longest live prefix this request may read, and write what its breakpoints add."""
-        prefixes, ends, parent, total = [], [], 0, 0
+        prefixes, ends, parent, total = [], [], root, 0
         for block in blocks:
             parent = hash((parent, block.key))
             total += block.tokens

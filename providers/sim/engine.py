@@ -44,6 +44,9 @@ class SimConfig:
     max_model_len: int = 131_072
     # Anthropic's minimum cacheable prompt for Sonnet-class models; shorter prefixes are not cached.
     cache_min_tokens: int = 1024
+    # vLLM's --max-num-seqs (None: unlimited) and --scheduling-policy (fcfs or priority).
+    max_running: int | None = None
+    scheduling: str = "fcfs"
 
     def with_latency(
         self, ttft: float | None = None, prefill_per_token: float | None = None, decode_per_token: float | None = None
@@ -156,11 +159,11 @@ class SimEngine:
         if request.blocks is None:
             prompt = render(request.turns, request.tools)
             prompt_ids, prompt_tokens = prompt.tokens, len(prompt.tokens)
-            use = self._prefix_cache_use(prompt_ids)
+            use = self._prefix_cache_use(prompt_ids, request.model)
             fingerprint = "".join(prompt.segments)
         else:
             prompt_ids, prompt_tokens = [], sum(block.tokens for block in request.blocks)
-            use = self.breakpoints.use(request.blocks)
+            use = self.breakpoints.use(request.blocks, _model_root(request.model))
             fingerprint = repr([block.key for block in request.blocks])
         request_id = hashlib.blake2b(fingerprint.encode(), digest_size=16).hexdigest()
         answer = _with_call_ids(self._reply(request), request_id, request.call_ids)
@@ -184,8 +187,8 @@ class SimEngine:
         self.metrics.started(request.model, prompt_tokens, use.read, self.cache)
         return generation
 
-    def _prefix_cache_use(self, tokens: list[int]) -> CacheUse:
-        blocks = block_hashes(tokens)
+    def _prefix_cache_use(self, tokens: list[int], model: str) -> CacheUse:
+        blocks = block_hashes(tokens, root=_model_root(model))
         # Blocks count as computed once the request is scheduled, as in vLLM.
         cached = self.cache.lookup(blocks, len(tokens))
         self.cache.insert(blocks)
@@ -205,11 +208,16 @@ class SimEngine:
             output = [*encode(generation.generated)]
             if generation.finish_reason != "length":
                 output += encode(END)[:1]
-            self.cache.insert(block_hashes([*generation.prompt_ids, *output]))
+            self.cache.insert(block_hashes([*generation.prompt_ids, *output], root=_model_root(generation.model)))
         self.metrics.finished(generation.model, generation.output_tokens, generation.finish_reason, self.cache)
 
     def abort(self, generation: Generation) -> None:
         self.metrics.finished(generation.model, 0, "abort", self.cache)
+
+
+def _model_root(model: str) -> int:
+    """Each model has a cache of its own, as each vLLM server (or Anthropic model) does: one prompt, other hashes."""
+    return int.from_bytes(hashlib.blake2b(model.encode(), digest_size=8).digest(), "big")
 
 
 _CALL_ID_FORMATS = {"vllm": ("chatcmpl-tool-", 16), "anthropic": ("toolu_", 12)}

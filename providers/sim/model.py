@@ -71,7 +71,14 @@ def _scenario_step(step: Any, where: str) -> Reply:
 
 
 def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply, ...] = ()) -> Reply:
-    """The reply to a conversation, from the scenario while it lasts, then from the planner."""
+    """The reply to a conversation, from the scenario while it lasts, then from the planner.
+
+    A side job (classify a task, title a conversation, summarize a tool result) is answered
+    whatever the scenario says: a scenario scripts the main agent's steps.
+    """
+    side_job = _side_job(turns)
+    if side_job is not None:
+        return side_job
     step = sum(1 for turn in turns if turn.role == "assistant")
     if step < len(scenario):
         return scenario[step]
@@ -83,6 +90,55 @@ def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply,
     if done < len(batches):
         return Reply(text=_preface(batches[done]), calls=tuple(batches[done]))
     return Reply(text=answer(task, since))
+
+
+_SPLIT_PARTS = re.compile(
+    r"[.;!?\n]+(?=\s|$)|\b(?:and then|then|after that|afterwards|also)\b"
+    r"|\band (?=(?:add|fix|write|run|read|grep|list|update|refactor|test|explain|create|remove|delete|check|find)\b)",
+    re.IGNORECASE,
+)
+_POLITE = re.compile(r"^(?:please|can you|could you|would you|i want you to|i'd like you to)\s+", re.IGNORECASE)
+_SUMMARY_WORDS = re.compile(r"at most (\d+) words")
+
+
+def _side_job(turns: list[Turn]) -> Reply | None:
+    system = turns[0].text if turns and turns[0].role == "system" else ""
+    user = next((turn.text for turn in turns if turn.role == "user"), "")
+    if "Reply with one word: simple" in system:
+        return Reply(text=classify(_strip_context(user)))
+    if system.startswith("Write a title"):
+        return Reply(text=title_for(user))
+    if system.startswith("Summarize this tool result"):
+        words = _SUMMARY_WORDS.search(system)
+        return Reply(text=summary_of(user, int(words.group(1)) if words else 60))
+    return None
+
+
+def classify(task: str) -> str:
+    """simple or complex: a task of several parts, or a long one, is complex."""
+    parts = [part for part in _SPLIT_PARTS.split(task) if part and part.strip(" ,")]
+    return "complex" if len(parts) >= 2 or len(task.split()) > 25 else "simple"
+
+
+def title_for(transcript: str) -> str:
+    """The first request's first clause, in at most six words."""
+    first = next((line[6:] for line in transcript.splitlines() if line.startswith("User: ")), transcript)
+    clause = _CLAUSE_SPLIT.split(_strip_context(first))[0]
+    words = _POLITE.sub("", clause.strip()).rstrip(" ,.?!").split()[:6]
+    title = " ".join(words).rstrip(",")
+    return title[:1].upper() + title[1:] if title else "Untitled session"
+
+
+def summary_of(text: str, words: int) -> str:
+    """The start of a tool result, cut at `words` words, and how much there was."""
+    _, _, result = text.partition(" returned:\n")
+    lines = (result or text).splitlines()
+    kept: list[str] = []
+    for line in lines:
+        if sum(len(k.split()) for k in kept) + len(line.split()) > words:
+            break
+        kept.append(line)
+    return "\n".join(kept) + f"\n… ({len(lines):,} lines, {len(result or text):,} characters in all)"
 
 
 def thinking_for(task_turns: list[Turn], answer: Reply) -> str:

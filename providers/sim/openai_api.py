@@ -32,6 +32,7 @@ class ChatCall:
     request: SimRequest
     stream: bool
     include_usage: bool
+    priority: int = 0
 
 
 def parse_chat(body: Any) -> ChatCall:
@@ -51,7 +52,15 @@ def parse_chat(body: Any) -> ChatCall:
         request=request,
         stream=bool(body.get("stream")),
         include_usage=bool(options.get("include_usage")) if isinstance(options, dict) else False,
+        priority=_priority(body),
     )
+
+
+def _priority(body: dict[str, Any]) -> int:
+    value = body.get("priority", 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ApiError(400, "priority must be an integer", param="priority")
+    return value
 
 
 def _is_function_tool(tool: Any) -> bool:

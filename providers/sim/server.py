@@ -9,7 +9,8 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from hotloop.providers.sim import anthropic_api, openai_api
 from hotloop.providers.sim.anthropic_api import AnthropicError
 from hotloop.providers.sim.engine import Generation, ModelNotFound, SimConfig, SimEngine, SimRequest
 from hotloop.providers.sim.openai_api import ApiError
+from hotloop.providers.sim.scheduler import Admission
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class ContextTooLong(ValueError):
 class SimServer:
     def __init__(self, config: SimConfig | None = None) -> None:
         self.engine = SimEngine(config)
+        self.admission = Admission(self.config.max_running, self.config.scheduling, self.engine.metrics.set_waiting)
         self.requests: deque[RecordedRequest] = deque(maxlen=1024)
         self.started = time.time()
 
@@ -65,26 +68,31 @@ class SimServer:
         raw = await request.read()
         try:
             call = openai_api.parse_chat(_json(raw, ApiError))
-            generation = self._generate(call.request)
+            self._check_model(call.request.model)
+            if call.priority and self.config.scheduling != "priority":
+                raise ApiError(400, f"Got priority {call.priority} but Priority scheduling is not enabled.")
         except ModelNotFound as missing:
             error = ApiError(404, f"The model `{missing}` does not exist.", "NotFoundError", "model")
             return _json_response(error.body(), error.status)
-        except ContextTooLong as long:
-            error = ApiError(
-                400,
-                f"This model's maximum context length is {self.config.max_model_len} tokens. However, your request "
-                f"has {long.prompt_tokens} input tokens. Please reduce the length of the input messages.",
-            )
-            return _json_response(error.body(), error.status)
         except ApiError as error:
             return _json_response(error.body(), error.status)
-        self._record(request, raw, generation)
-        details = self.config.prompt_tokens_details
-        if not call.stream:
-            failure = openai_api.failure(generation.reply.error) if generation.reply.error else None
-            return await self._respond_whole(generation, openai_api.completion(generation, details), failure)
-        chunks = openai_api.stream_chunks(generation, call.include_usage, details)
-        return await self._respond_stream(request, generation, chunks)
+        async with self._scheduled(call.request.model, call.priority) as arrived:
+            try:
+                generation = self._generate(call.request)
+            except ContextTooLong as long:
+                error = ApiError(
+                    400,
+                    f"This model's maximum context length is {self.config.max_model_len} tokens. However, your request "
+                    f"has {long.prompt_tokens} input tokens. Please reduce the length of the input messages.",
+                )
+                return _json_response(error.body(), error.status)
+            self._record(request, raw, generation)
+            details = self.config.prompt_tokens_details
+            if not call.stream:
+                failure = openai_api.failure(generation.reply.error) if generation.reply.error else None
+                return await self._respond_whole(generation, openai_api.completion(generation, details), failure, arrived)
+            chunks = openai_api.stream_chunks(generation, call.include_usage, details)
+            return await self._respond_stream(request, generation, chunks, arrived)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         """Anthropic's Messages API over the same engine, cached at the request's breakpoints."""
@@ -93,18 +101,36 @@ class SimServer:
             if "anthropic-version" not in request.headers:
                 raise AnthropicError(400, "anthropic-version: header is required")
             call = anthropic_api.parse_messages(_json(raw, AnthropicError))
-            generation = self._generate(call.request)
+            self._check_model(call.request.model)
         except ModelNotFound as missing:
             return _anthropic_error(AnthropicError(404, f"model: {missing}"))
-        except ContextTooLong as long:
-            return _anthropic_error(AnthropicError(400, f"prompt is too long: {long.prompt_tokens} tokens > {self.config.max_model_len} maximum"))
         except AnthropicError as error:
             return _anthropic_error(error)
-        self._record(request, raw, generation)
-        if not call.stream:
-            failure = anthropic_api.failure(generation.reply.error) if generation.reply.error else None
-            return await self._respond_whole(generation, anthropic_api.message(generation), failure)
-        return await self._respond_stream(request, generation, anthropic_api.stream_events(generation))
+        async with self._scheduled(call.request.model) as arrived:
+            try:
+                generation = self._generate(call.request)
+            except ContextTooLong as long:
+                return _anthropic_error(AnthropicError(400, f"prompt is too long: {long.prompt_tokens} tokens > {self.config.max_model_len} maximum"))
+            except AnthropicError as error:
+                return _anthropic_error(error)
+            self._record(request, raw, generation)
+            if not call.stream:
+                failure = anthropic_api.failure(generation.reply.error) if generation.reply.error else None
+                return await self._respond_whole(generation, anthropic_api.message(generation), failure, arrived)
+            return await self._respond_stream(request, generation, anthropic_api.stream_events(generation), arrived)
+
+    def _check_model(self, model: str) -> None:
+        if model not in self.config.models:
+            raise ModelNotFound(model)
+
+    @asynccontextmanager
+    async def _scheduled(self, model: str, priority: int = 0) -> AsyncIterator[float]:
+        """Run the request once the engine admits it; yields the arrival time, which TTFT counts from."""
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        async with self.admission.slot(model, priority):
+            self.engine.metrics.queued(model, loop.time() - arrived)
+            yield arrived
 
     def _generate(self, request: SimRequest) -> Generation:
         generation = self.engine.generate(request)
@@ -120,11 +146,12 @@ class SimServer:
         )
 
     async def _respond_whole(
-        self, generation: Generation, body: dict[str, Any], failure: ApiError | AnthropicError | None
+        self, generation: Generation, body: dict[str, Any], failure: ApiError | AnthropicError | None, arrived: float
     ) -> web.Response:
         try:
-            total = generation.prefill_seconds + generation.profile.decode_per_token * max(generation.output_tokens - 1, 0)
-            await asyncio.sleep(total)
+            await asyncio.sleep(generation.prefill_seconds)
+            self._first_token(generation, arrived)
+            await asyncio.sleep(generation.profile.decode_per_token * max(generation.output_tokens - 1, 0))
         except BaseException:
             self.engine.abort(generation)
             raise
@@ -135,13 +162,13 @@ class SimServer:
         return _json_response(body)
 
     async def _respond_stream(
-        self, request: web.Request, generation: Generation, chunks: Iterator[tuple[int, bytes]]
+        self, request: web.Request, generation: Generation, chunks: Iterator[tuple[int, bytes]], arrived: float
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         finished = False
         try:
             await response.prepare(request)
-            await _send_paced(response, generation, chunks)
+            await _send_paced(response, generation, chunks, lambda: self._first_token(generation, arrived))
             await response.write_eof()
             finished = True
         except ConnectionResetError:
@@ -149,6 +176,9 @@ class SimServer:
         finally:
             (self.engine.finish if finished and not generation.reply.error else self.engine.abort)(generation)
         return response
+
+    def _first_token(self, generation: Generation, arrived: float) -> None:
+        self.engine.metrics.first_token(generation.model, asyncio.get_running_loop().time() - arrived)
 
     async def models(self, request: web.Request) -> web.Response:
         if "anthropic-version" in request.headers:
@@ -192,12 +222,15 @@ def _json(raw: bytes, error: type[ApiError] | type[AnthropicError]) -> Any:
         raise error(400, f"the request body is not valid JSON: {problem}") from None
 
 
-async def _send_paced(response: web.StreamResponse, generation: Generation, chunks: Iterator[tuple[int, bytes]]) -> None:
+async def _send_paced(
+    response: web.StreamResponse, generation: Generation, chunks: Iterator[tuple[int, bytes]], first_token: Callable[[], None]
+) -> None:
     """Write each chunk when its tokens would have been decoded; coalesce whatever is already due."""
     loop = asyncio.get_running_loop()
     first_token_at = loop.time() + generation.prefill_seconds
     per_token = generation.profile.decode_per_token
     pending: list[bytes] = []
+    decoding = False
     for position, data in chunks:
         delay = first_token_at + per_token * (position - 1) - loop.time()
         if delay > 0:
@@ -205,6 +238,9 @@ async def _send_paced(response: web.StreamResponse, generation: Generation, chun
                 await response.write(b"".join(pending))
                 pending.clear()
             await asyncio.sleep(delay)
+        if position >= 1 and not decoding:
+            decoding = True
+            first_token()
         pending.append(data)
     if pending:
         await response.write(b"".join(pending))
@@ -212,7 +248,8 @@ async def _send_paced(response: web.StreamResponse, generation: Generation, chun
 
 async def start(server: SimServer, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
     """Bind and start serving; returns the runner and the bound port."""
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    # A client that disconnects cancels its request's handler, freeing its slot, as vLLM aborts such requests.
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     sock = socket.create_server((host, port), reuse_port=False)
     site = web.SockSite(runner, sock)
