@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--search", metavar="TEXT", help="only sessions whose prompts, id or model contain TEXT")
     show = session_commands.add_parser("show", help="print a session's conversation")
     show.add_argument("session", metavar="ID", help="a session id or a unique prefix")
+    show.add_argument("--waterfall", action="store_true", help="where each turn's time went: model and tool bars")
     export = session_commands.add_parser("export", help="write a session as Markdown, JSON or HTML")
     export.add_argument("session", metavar="ID", help="a session id or a unique prefix")
     export.add_argument("--format", choices=("md", "json", "html"), default="md")

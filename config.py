@@ -104,6 +104,15 @@ AUTO_TIER = "auto"
 
 
 @dataclass(frozen=True)
+class LatencySettings:
+    """The latency engine's switches; the benchmark turns each off to measure what it saves."""
+
+    early_dispatch: bool = True  # start a tool call once its arguments are complete in the stream
+    memo_ttl: float = 30.0  # seconds an identical read-only call reuses a result; 0 turns it off
+    prefetch: bool = False  # run predicted read-only calls (of tools that allow it) while the model thinks
+
+
+@dataclass(frozen=True)
 class RoutingSettings:
     """Which tier does what besides the main agent, and the priority lanes."""
 
@@ -138,6 +147,7 @@ class Config:
     mcp: tuple[McpServer, ...] = ()
     tiers: dict[str, Tier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
     routing: RoutingSettings = RoutingSettings()
+    latency: LatencySettings = LatencySettings()
     warnings: tuple[str, ...] = ()  # settings that were adjusted to something usable
 
     def provider(self, name: str | None = None) -> ProviderSettings:
@@ -241,7 +251,7 @@ class _Reader:
 
     def config(self, data: dict[str, Any]) -> Config:
         top = self.table(data, "", ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp", "tiers",
-                                    "routing"))
+                                    "routing", "latency"))
         providers = dict(BUILTIN_PROVIDERS)
         for name, raw in self.named_tables(top.get("providers", {}), "providers").items():
             providers[name] = self.provider(name, raw, providers.get(name))
@@ -263,6 +273,7 @@ class _Reader:
             mcp=tuple(self.mcp_server(name, raw) for name, raw in self.named_tables(top.get("mcp", {}), "mcp").items()),
             tiers=self.tiers(top.get("tiers", {}), providers),
             routing=self.routing(top.get("routing", {})),
+            latency=self.latency(top.get("latency", {})),
             warnings=tuple(self.warnings),
         )
 
@@ -314,6 +325,14 @@ class _Reader:
         if budget is not None and not 1024 <= budget < (settings.max_tokens or 8192):
             raise self.fail(f"{where}thinking_budget", "must be at least 1024 and less than max_tokens (default 8192)")
         return settings
+
+    def latency(self, raw: Any) -> LatencySettings:
+        table = self.table(raw, "latency", ("early_dispatch", "memo_ttl", "prefetch"))
+        ttl = self.typed(table, "memo_ttl", (int, float), "latency.", 30.0)
+        if ttl < 0:
+            raise self.fail("latency.memo_ttl", "must be 0 (off) or more seconds")
+        return LatencySettings(self.typed(table, "early_dispatch", bool, "latency.", True), float(ttl),
+                               self.typed(table, "prefetch", bool, "latency.", False))
 
     def routing(self, raw: Any) -> RoutingSettings:
         known = ("helper_tier", "titles", "summarize_over_tokens", "auto_simple", "auto_complex", "lanes", "max_background")

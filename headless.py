@@ -129,7 +129,7 @@ def _clip(text: str, limit: int) -> str:
 
 def _tool_line(event: ToolFinished) -> tuple[str, str]:
     mark, style = _STATUS_MARK[event.status]
-    line = f"  {mark} {event.name} {seconds(event.duration)}"
+    line = f"  {mark} {event.name} {seconds(event.duration)}" + (f" ({event.reused})" if event.reused else "")
     if event.status != "ok":
         line += f" · {_clip(event.result, 160)}"
     return line, style
@@ -196,7 +196,9 @@ async def run(options: RunOptions) -> int:
             agent = Agent(provider, runtime.tools, emit=emit, workspace=workspace, system=system,
                           max_steps=options.max_steps or config.max_steps, tool_timeout=config.tool_timeout,
                           cache_key=log.id, lanes=runtime.lanes,
-                          summarize=router.summarize if config.routing.summarize_over_tokens else None)
+                          summarize=router.summarize if config.routing.summarize_over_tokens else None,
+                          early_dispatch=config.latency.early_dispatch, memo_ttl=config.latency.memo_ttl,
+                          prefetch=config.latency.prefetch)
             if resumed:
                 agent.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
             failed = await _run_prompts(agent, runtime, router, options.prompts)

@@ -87,6 +87,7 @@ class Runtime:
         from hotloop.providers.vllm import discover
 
         if not isinstance(provider, OpenAIChatProvider) or provider.server is not None or _is_official_openai(provider):
+            await _warm(provider)
             return
         try:
             provider.server = await asyncio.wait_for(discover(provider), PROBE_TIMEOUT)
@@ -105,7 +106,8 @@ class Runtime:
             await asyncio.to_thread(importlib.import_module, settings.protocol)  # each SDK is named after its protocol
             if key not in self._providers:
                 provider = self._providers[key] = self._open(settings)
-                # In the background: the first request need not wait for the server to describe itself.
+                # In the background: the first request need not wait for the server to describe itself, and
+                # finds the connection open (discovery's requests, or a bare one, pay the connect and TLS cost).
                 self._discoveries[id(provider)] = asyncio.create_task(self._discover(provider))
         return self._providers[key]
 
@@ -209,6 +211,16 @@ def simulator_config(config: Config) -> SimConfig:
         prefill_per_token=sim.prefill_us_per_token / 1e6 if sim.prefill_us_per_token is not None else None,
         decode_per_token=sim.decode_ms_per_token / 1000 if sim.decode_ms_per_token is not None else None,
     )
+
+
+async def _warm(provider: Provider) -> None:
+    """Open the keep-alive connection before the first request needs it; any answer will do."""
+    fetch = getattr(provider, "fetch", None)
+    if fetch is not None:
+        try:
+            await asyncio.wait_for(fetch(provider.base_url), PROBE_TIMEOUT)
+        except (ProviderError, TimeoutError):
+            pass  # the first request will say what is wrong
 
 
 def _share_server(main: Provider, helper: Provider) -> None:

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
         return list_command(args.limit, args.search)
     path = find_session(paths.sessions_dir(), args.session)
     if command == "show":
-        return show(path)
+        return waterfall(path) if args.waterfall else show(path)
     if command == "export":
         return export(path, args.format, args.output)
     delete_session(path)
@@ -61,6 +61,20 @@ def show(path: Path) -> int:
         Console().print(Markdown(text))
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def waterfall(path: Path) -> int:
+    from rich.console import Console
+
+    from hotloop.sessions.waterfall import prefill_cost, render, waterfalls
+
+    session = read_session(path)
+    _warn(session.warnings)
+    console = Console(highlight=False)
+    cost = prefill_cost(session.events)
+    for turn in waterfalls(session.events):
+        console.print(render(turn, console.width, cost))
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Literal
 
 import msgspec
 
+from hotloop.agent.cache_explainer import Fingerprint
 from hotloop.providers.events import (
     Event,
     Finished,
@@ -43,6 +44,7 @@ class StepStarted(Event, frozen=True):
     step: int
     provider: str
     model: str
+    fingerprint: Fingerprint | None = None  # the request by segment, to explain a cache miss later
 
 
 class ToolStarted(Event, frozen=True):
@@ -64,6 +66,7 @@ class ToolFinished(Event, frozen=True):
     status: ToolStatus
     duration: float
     result: str
+    reused: str = ""  # "memo": an identical read-only call's earlier result, reused
 
 
 class ResponseFinished(Event, frozen=True):
@@ -77,6 +80,7 @@ class ResponseFinished(Event, frozen=True):
     model_time: float
     finish_reason: str
     route: str = ""  # the tier that answered and why, e.g. "auto: complex → strong"
+    cache_note: str = ""  # why the cache read less than the unchanged prefix, e.g. "cache miss: system prompt changed …"
 
 
 class StepFinished(Event, frozen=True):
@@ -94,6 +98,7 @@ class StepFinished(Event, frozen=True):
     tool_wall: float
     finish_reason: str
     route: str = ""
+    cache_note: str = ""
 
 
 class TurnFinished(Event, frozen=True):

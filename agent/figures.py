@@ -48,6 +48,8 @@ def step_summary(step: StepFinished) -> str:
     if step.tool_count:
         plural = "s" if step.tool_count != 1 else ""
         parts.append(f"tool{plural} {step.tool_count} in {seconds(step.tool_wall)} (sum {seconds(step.tool_sum)})")
+    if step.cache_note:
+        parts.append(step.cache_note)
     return " · ".join(parts)
 
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hotloop.agent.cache_explainer import CacheExplainer
+from hotloop.agent.memo import Memo
+from hotloop.agent.prefetch import CallKey, Prefetcher, call_key
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
@@ -37,7 +40,7 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
 from hotloop.agent.switching import CacheWarmth
-from hotloop.agent.tools.registry import ToolContext, ToolError, ToolRegistry, cap_output
+from hotloop.agent.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, cap_output
 from hotloop.providers.base import Provider
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.conversation import (
@@ -158,11 +161,21 @@ class Agent:
         cache_key: str | None = None,
         lanes: Lanes | None = None,
         summarize: Summarize | None = None,
+        early_dispatch: bool = True,
+        memo_ttl: float = 0.0,
+        parallel_tools: bool = True,
+        prefetch: bool = False,
     ) -> None:
         self.provider = provider
         self.cache_key = cache_key
         self.lanes = lanes
         self.summarize = summarize
+        self.parallel_tools = parallel_tools  # off only to measure what running a step's calls together saves
+        self.early_dispatch = early_dispatch and parallel_tools
+        self._explainer = CacheExplainer()
+        self.memo = Memo(memo_ttl)
+        self.prefetcher = Prefetcher(tools, self._run_ahead) if prefetch else None
+        self._prefetch_context: Hashable = None
         self.route = ""  # the tier that answers and why, shown on each step's strip
         self.warmth = CacheWarmth()
         self._using = (provider.name, provider.model)
@@ -186,6 +199,11 @@ class Agent:
     @property
     def system(self) -> str:
         return self._builder.system
+
+    @system.setter
+    def system(self, text: str) -> None:
+        """A new system prompt from the next request on (it costs the cache everything after it)."""
+        self._builder.system = text
 
     def restore(self, messages: list[Message], turns: int, warmth: CacheWarmth) -> None:
         """Go on with a conversation rebuilt from its session log."""
@@ -215,6 +233,7 @@ class Agent:
         context = self._context()
         self.emit(TurnStarted(turn=turn, prompt=prompt, context=context))
         self.messages.append(UserMessage(prompt + context))
+        self._prefetch_context = ("prompt", prompt)
         steps, reason = 0, "answer"
         try:
             while True:
@@ -243,8 +262,14 @@ class Agent:
         self._repair()
         self._using = (self.provider.name, self.provider.model)
         request = self._builder.request(self.messages, self.max_tokens, self.cache_key)
-        self.emit(StepStarted(turn=turn, step=step, provider=self.provider.name, model=self.provider.model))
+        if self.prefetcher is not None:
+            self.prefetcher.start(self._prefetch_context)  # runs while the model prefills and decodes
+        fingerprint = self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
+        self.emit(StepStarted(turn=turn, step=step, provider=self.provider.name, model=self.provider.model,
+                              fingerprint=fingerprint))
         stream = _Stream(started=time.perf_counter())
+        phase = _ToolPhase()
+        early: dict[str, asyncio.Task[ToolResultMessage]] = {}
         try:
             async with self._interactive():
                 async for event in self.provider.stream(request):
@@ -253,8 +278,12 @@ class Agent:
                         continue
                     stream.observe(event, time.perf_counter())
                     self.emit(event)
+                    if isinstance(event, ToolCallReady) and self.early_dispatch and _parses(event.arguments):
+                        # Its arguments are complete: run it while the model writes the rest of the message.
+                        call = stream.calls[-1]
+                        early[call.id] = asyncio.create_task(self._run_tool(call, phase))
         except (ProviderError, asyncio.CancelledError):
-            self._keep_interrupted(stream)
+            self._keep_interrupted(stream, await _cancel_all(early.values()))
             raise
         response = ResponseFinished(
             turn=turn,
@@ -265,11 +294,13 @@ class Agent:
             model_time=time.perf_counter() - stream.started,
             finish_reason=stream.finish_reason,
             route=self.route,
+            cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
         )
         self.emit(response)
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         self.messages.append(stream.message())
-        phase = await self._run_tools(stream.calls)
+        await self._run_tools(stream.calls, phase, early)
+        self._learn(stream.calls)
         self.emit(
             StepFinished(
                 turn=turn,
@@ -284,6 +315,7 @@ class Agent:
                 tool_wall=phase.wall,
                 finish_reason=response.finish_reason,
                 route=self.route,
+                cache_note=response.cache_note,
             )
         )
         return bool(stream.calls)
@@ -299,18 +331,25 @@ class Agent:
             self.emit(Notice(level="warning", message="repaired the conversation before sending it: " + "; ".join(notes)))
         self._checked = len(self.messages)
 
-    def _keep_interrupted(self, stream: _Stream) -> None:
-        """Keep a partial answer; calls that were complete get a cancelled result so history stays valid."""
+    def _keep_interrupted(self, stream: _Stream, ran: dict[str, ToolResultMessage]) -> None:
+        """Keep a partial answer; complete calls keep the result they got, or a cancelled one, so history stays valid."""
         if not (stream.text or stream.reasoning or stream.calls):
             return
         self.messages.append(stream.message(interrupted=True))
         self.messages.extend(
-            ToolResultMessage(call.id, call.name, CANCELLED_RESULT, is_error=True) for call in stream.calls
+            ran.get(call.id) or ToolResultMessage(call.id, call.name, CANCELLED_RESULT, is_error=True)
+            for call in stream.calls
         )
 
-    async def _run_tools(self, calls: list[ToolCall]) -> _ToolPhase:
-        phase = _ToolPhase(count=len(calls))
-        tasks = [asyncio.create_task(self._run_tool(call, phase)) for call in calls]
+    async def _run_tools(
+        self, calls: list[ToolCall], phase: _ToolPhase, started: dict[str, asyncio.Task[ToolResultMessage]]
+    ) -> None:
+        """Run the calls not started early, all at once; append every result in call order."""
+        phase.count = len(calls)
+        if not self.parallel_tools:
+            self.messages.extend([await self._run_tool(call, phase) for call in calls])
+            return
+        tasks = [started.get(call.id) or asyncio.create_task(self._run_tool(call, phase)) for call in calls]
         try:
             results = await asyncio.gather(*tasks)
         except asyncio.CancelledError:
@@ -319,13 +358,25 @@ class Agent:
             self.messages.extend(results)
             raise
         self.messages.extend(results)
-        return phase
 
     async def _run_tool(self, call: ToolCall, phase: _ToolPhase) -> ToolResultMessage:
         started = time.perf_counter()
         if phase.first_start is None:
             phase.first_start = started
         self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
+        tool = self.tools.get(call.name)
+        remembered = self.memo.get(tool, call.arguments)
+        if remembered is not None:
+            return self._finished(call, phase, (started, time.perf_counter()), "ok", remembered, reused="memo")
+        ahead = self.prefetcher.take(call_key(call.name, call.arguments)) if self.prefetcher is not None else None
+        if ahead is not None:
+            content = await self._attach(ahead)
+            if content is not None:
+                return self._finished(call, phase, (started, time.perf_counter()), "ok", content, reused="prefetch")
+        if tool is not None and not tool.read_only:
+            self.memo.clear()  # it may change what the read-only tools would now say
+            if self.prefetcher is not None:
+                self.prefetcher.discard()
         status: ToolStatus = "ok"
         try:
             content = await self._invoke(call)
@@ -338,11 +389,21 @@ class Agent:
         except Exception as error:  # a tool's bug must not end the turn
             status, content = "error", f"error: {call.name} raised {type(error).__name__}: {error}"
         ended = time.perf_counter()
+        if status == "ok":
+            self.memo.put(tool, call.arguments, content)
+            if self.summarize is not None:
+                content = await self._summarized(call, content)
+        return self._finished(call, phase, (started, ended), status, content)
+
+    def _finished(
+        self, call: ToolCall, phase: _ToolPhase, span: tuple[float, float], status: ToolStatus, content: str,
+        reused: str = "",
+    ) -> ToolResultMessage:
+        started, ended = span
         phase.durations.append(ended - started)
         phase.last_end = ended if phase.last_end is None else max(phase.last_end, ended)
-        if status == "ok" and self.summarize is not None:
-            content = await self._summarized(call, content)
-        self.emit(ToolFinished(call_id=call.id, name=call.name, status=status, duration=ended - started, result=content))
+        self.emit(ToolFinished(call_id=call.id, name=call.name, status=status, duration=ended - started, result=content,
+                               reused=reused))
         return ToolResultMessage(call.id, call.name, content, is_error=status != "ok")
 
     async def _summarized(self, call: ToolCall, content: str) -> str:
@@ -356,6 +417,40 @@ class Agent:
             return content
         self.emit(Notice(level="info", message=shorter[1]))
         return shorter[0]
+
+    @staticmethod
+    async def _attach(ahead: asyncio.Task[str]) -> str | None:
+        """The prefetched result; None if the guess failed (the call then runs for real)."""
+        try:
+            return await ahead
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the turn itself is being cancelled
+            return None
+        except Exception:
+            return None
+
+    def _learn(self, calls: list[ToolCall]) -> None:
+        """Teach the predictor what followed, and say what prefetching did this step."""
+        if self.prefetcher is None:
+            return
+        keys = [key for call in calls if (key := call_key(call.name, call.arguments)) is not None]
+        self.prefetcher.predictor.learn(self._prefetch_context, keys)
+        self._prefetch_context = frozenset(keys)
+        before = (self.prefetcher.stats.hits, self.prefetcher.stats.saved)
+        wrong = self.prefetcher.discard()
+        stats = self.prefetcher.stats
+        if stats.hits > before[0] or wrong:
+            self.emit(Notice(level="info", message=f"prefetch: {stats.hits - before[0]} hit(s), {wrong} miss(es), "
+                                                   f"{stats.saved - before[1]:.2f} s of tool time done ahead"))
+
+    async def _run_ahead(self, tool: Tool, key: CallKey) -> str:
+        """A predicted call, run before the model asks for it; its output stays out of the stream."""
+        context = ToolContext("prefetch", self.workspace)
+        async with asyncio.timeout(self._timeout_of(tool.name)):
+            result = await tool.handler(json.loads(key[1]), context)
+        return cap_output(result if isinstance(result, str) else str(result))
 
     async def _invoke(self, call: ToolCall) -> str:
         tool = self.tools.get(call.name)
@@ -371,6 +466,25 @@ class Agent:
     def _timeout_of(self, name: str) -> float:
         tool = self.tools.get(name)
         return tool.timeout if tool is not None and tool.timeout is not None else self.tool_timeout
+
+
+def _parses(arguments: str) -> bool:
+    """Whether a call's arguments are a JSON object; one that isn't waits for the step's end, to fail there."""
+    if not arguments.strip():
+        return True
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+async def _cancel_all(tasks: Iterable[asyncio.Task[ToolResultMessage]]) -> dict[str, ToolResultMessage]:
+    """Stop calls started early (each turns its cancellation into a `cancelled` result); their results by call id."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    results = await asyncio.gather(*pending, return_exceptions=True)
+    return {result.call_id: result for result in results if isinstance(result, ToolResultMessage)}
 
 
 def parse_arguments(call: ToolCall) -> dict[str, Any]:

@@ -219,6 +219,13 @@ class _OpenCall:
         self.ready = False
 
 
+def _is_whole_object(arguments: str) -> bool:
+    try:
+        return isinstance(msgspec.json.decode(arguments), dict)
+    except msgspec.DecodeError:
+        return False
+
+
 class ChunkParser:
     """Turns Chat Completions chunks into model events.
 
@@ -268,6 +275,12 @@ class ChunkParser:
     def _feed_call(self, call_delta: ToolCallDelta, events: list[ModelEvent]) -> None:
         function = call_delta.function
         current = self._by_index.get(call_delta.index)
+        if current is None:
+            # Servers stream parallel calls one after another: a new index means the earlier calls are
+            # written, so they can start before the message ends. One whose JSON isn't closed waits for the end.
+            for earlier in self._calls:
+                if _is_whole_object("".join(earlier.parts)):
+                    self._mark_ready(earlier, events)
         if current is None or (call_delta.id and call_delta.id != current.call_id):
             if current is not None:
                 self._mark_ready(current, events)

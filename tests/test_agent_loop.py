@@ -140,7 +140,8 @@ async def test_malformed_arguments_and_unknown_tools_are_reported_to_the_model(t
         sim.stop()
 
     assert ran == [] and finished.reason == "answer"
-    bad_json, unknown = recorder.of(ToolFinished)
+    finished_calls = {event.name: event for event in recorder.of(ToolFinished)}
+    bad_json, unknown = finished_calls["record"], finished_calls["nonesuch"]
     assert bad_json.status == "error" and "are not valid JSON" in bad_json.result and '{"path": ' in bad_json.result
     assert unknown.status == "error" and "unknown tool 'nonesuch' (available: grep, list_dir, read_file, record)" in unknown.result
 

@@ -299,7 +299,8 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
         requests = list(app.runtime.simulator.server.requests)
         usage = [item.step.usage for item in items_of(app, UsageItem)]
         notices = items_of(app, NoticeItem)
-        strips = [strip.text for item in items_of(app, UsageItem) for strip in item.render(app.transcript.context(150)).lines]
+        strips = [" ".join(strip.text.strip() for strip in item.render(app.transcript.context(150)).lines)
+                  for item in items_of(app, UsageItem)]
         tools = items_of(app, ToolCallsItem)
 
     assert [r.path.rsplit("/", 1)[-1] for r in requests] == ["completions"] * 3 + ["messages"] * 2 + ["completions"] * 2
@@ -311,6 +312,8 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
     # The second step reads all the first one wrote: the previous step's whole prefix.
     assert anthropic[1].cache_read == anthropic[0].cache_write
     assert f"read {anthropic[1].cache_read:,} · write {anthropic[1].cache_write:,}" in strips[4]
+    # The switch to the Anthropic API starts cold, and the strip says why.
+    assert "cache miss: switched from sim · sim-balanced, whose cache this was (" in strips[3]
     # Back on sim, the vLLM-style cache still holds turn 1: the first request of turn 3 reads it.
     assert usage[5].cache_read >= usage[2].prompt_total - 16
     switched = [n.message for n in notices if n.message.startswith("switched ")]

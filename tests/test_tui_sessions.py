@@ -175,3 +175,16 @@ async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -
         await send(app, pilot, "and more")
         await idle(app, pilot)
     assert sum(type(e).__name__ == "TurnStarted" for e in read_session(first_log).events) == 2
+
+
+async def test_f3_shows_the_waterfall_of_the_session_and_of_a_replay(tmp_path: Path) -> None:
+    from hotloop.tui.screens.waterfall import WaterfallScreen
+
+    path, _ = await record_parallel_session(tmp_path, tmp_path / "sessions")
+    app = ReplayApp(read_session(path), speed=0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(lambda: replay_drawn(app))
+        await pilot.press("f3")
+        await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
+        shown = app.screen.plain
+        assert "turn 1 · " in shown and shown.count("  pause") == 3 and "by parallel tools" in shown

@@ -87,6 +87,7 @@ class HotloopApp(App[None]):
         Binding("ctrl+b", "toggle_sessions", "Sessions"),
         Binding("ctrl+o", "copy_answer", "Copy answer"),
         Binding("f2", "toggle_server", "Server"),
+        Binding("f3", "waterfall", "Waterfall"),
         Binding("f1", "help", "Help"),
         Binding("question_mark", "help", "Help", show=False),
     ]
@@ -190,7 +191,8 @@ class HotloopApp(App[None]):
         summarize = self.router.summarize if self.config.routing.summarize_over_tokens else None
         return Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace, system=system,
                      max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout, cache_key=cache_key,
-                     lanes=self.runtime.lanes, summarize=summarize)
+                     lanes=self.runtime.lanes, summarize=summarize, early_dispatch=self.config.latency.early_dispatch,
+                     memo_ttl=self.config.latency.memo_ttl, prefetch=self.config.latency.prefetch)
 
     def _continue(self, resumed: Resumption, notes: list[str]) -> None:
         """Go on with a saved session: its history on screen and in the agent, appending to its log."""
@@ -252,6 +254,17 @@ class HotloopApp(App[None]):
         if self._server_panel_wanted is None:  # the user hasn't chosen: follow the room there is
             for panel in self.query(ServerPanel):
                 panel.display = self.size.width >= SERVER_PANEL_MIN_WIDTH
+
+    def action_waterfall(self) -> None:
+        """Where this session's time went, from its log (so it shows what a replay would)."""
+        from hotloop.sessions.store import read_session
+        from hotloop.tui.screens.waterfall import WaterfallScreen
+
+        if self.session_log is None:
+            self.notify("no turns yet", severity="warning")
+            return
+        self.session_log.flush()
+        self.push_screen(WaterfallScreen(read_session(self.session_log.path).events))
 
     def action_toggle_server(self) -> None:
         from hotloop.tui.widgets.server_panel import ServerPanel

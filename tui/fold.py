@@ -61,6 +61,7 @@ class TranscriptFold:
         elif isinstance(event, ToolFinished):
             call = self.call(event.call_id)
             call.status, call.duration, call.result = event.status, event.duration, event.result
+            call.reused = event.reused
         elif isinstance(event, ServerToolUsed):
             self.server_tools.append(event)
         elif isinstance(event, TurnStarted):

@@ -124,6 +124,7 @@ class ToolCall:
     duration: float | None = None
     output: list[str] = field(default_factory=list)
     result: str = ""
+    reused: str = ""  # "memo" when an earlier identical call's result was reused
 
     def head(self, width: int = 80) -> str:
         args = " ".join(self.arguments.split())
@@ -156,6 +157,8 @@ class ToolCallsItem(Item):
             line.append(call.head(ctx.width - 12), "")
             if call.duration is not None:
                 line.append(f"  {seconds(call.duration)}", palette.muted)
+            if call.reused:
+                line.append(f" · {call.reused}", palette.accent)
             lines += text_lines(line, ctx)[:1]
             if open_:
                 lines += _prefixed(self._details(call, _narrower(ctx, 4)), "    ", Style.parse(palette.muted))

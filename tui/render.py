@@ -217,6 +217,8 @@ def response_text(response: ResponseFinished | StepFinished, palette: Palette) -
     line.append(f" · ttft {seconds(response.ttft)}" if response.ttft is not None else f" · ttft {NOT_REPORTED}")
     if response.decode_tps is not None:
         line.append(f" · {response.decode_tps:,.0f} tok/s")
+    if response.cache_note:
+        line.append(f" · {response.cache_note}", palette.warning)
     return line
 
 

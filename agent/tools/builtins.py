@@ -211,6 +211,7 @@ def builtin_tools() -> list[Tool]:
             },
             handler=read_file,
             read_only=True,
+            prefetch=True,
         ),
         Tool(
             name="list_dir",
@@ -221,6 +222,7 @@ def builtin_tools() -> list[Tool]:
             },
             handler=list_dir,
             read_only=True,
+            prefetch=True,
         ),
         Tool(
             name="grep",
@@ -237,5 +239,6 @@ def builtin_tools() -> list[Tool]:
             },
             handler=grep,
             read_only=True,
+            prefetch=True,
         ),
     ]

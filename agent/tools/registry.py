@@ -38,6 +38,8 @@ class Tool:
     read_only: bool = False
     timeout: float | None = None
     source: str = "builtin"
+    volatile: bool = False  # read-only, yet its answer changes on its own (a clock, a queue): never memoized
+    prefetch: bool = False  # may run ahead of the model's request, when predicted (read-only tools only)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, canonical(self.parameters))
@@ -67,6 +69,11 @@ class ToolRegistry:
     def add(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        self._specs = None
+
+    def replace(self, tool: Tool) -> None:
+        """Put `tool` in the place of the registered one of its name (a server that redefined it)."""
         self._tools[tool.name] = tool
         self._specs = None
 

@@ -167,6 +167,8 @@ class SimEngine:
             fingerprint = repr([block.key for block in request.blocks])
         request_id = hashlib.blake2b(fingerprint.encode(), digest_size=16).hexdigest()
         answer = _with_call_ids(self._reply(request), request_id, request.call_ids)
+        if answer.decode_per_token is not None:
+            profile = replace(profile, decode_per_token=answer.decode_per_token)
         emissions, truncated = _emissions(answer, request.max_tokens)
         finish = "length" if truncated else "tool_calls" if any(e.kind == "call_start" for e in emissions) else "stop"
         generation = Generation(

@@ -28,6 +28,7 @@ class Reply:
     reasoning: str = ""
     calls: tuple[Call, ...] = ()
     error: str = ""
+    decode_per_token: float | None = None  # a scenario step's own decode pace, e.g. slow, with long tool arguments
 
 
 class ScenarioError(ValueError):
@@ -35,9 +36,11 @@ class ScenarioError(ValueError):
 
 
 def load_scenario(path: str | Path) -> tuple[Reply, ...]:
-    """Read a scenario: a JSON list of steps `{"text", "reasoning", "tool_calls": [{"name", "arguments"}], "error"}`.
+    """Read a scenario: a JSON list of steps `{"text", "reasoning", "tool_calls": [{"name", "arguments"}], "error",
+    "decode_ms"}`.
 
-    `error` (`overloaded_error` or `api_error`) makes the step's stream fail after its text.
+    `error` (`overloaded_error` or `api_error`) makes the step's stream fail after its text;
+    `decode_ms` sets the step's time per output token.
     """
     try:
         steps = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -51,8 +54,11 @@ def load_scenario(path: str | Path) -> tuple[Reply, ...]:
 
 
 def _scenario_step(step: Any, where: str) -> Reply:
-    if not isinstance(step, dict) or not set(step) <= {"text", "reasoning", "tool_calls", "error"}:
-        raise ScenarioError(f"{where}: expected an object with text, reasoning, tool_calls and/or error")
+    if not isinstance(step, dict) or not set(step) <= {"text", "reasoning", "tool_calls", "error", "decode_ms"}:
+        raise ScenarioError(f"{where}: expected an object with text, reasoning, tool_calls, error and/or decode_ms")
+    decode_ms = step.get("decode_ms")
+    if decode_ms is not None and (not isinstance(decode_ms, int | float) or isinstance(decode_ms, bool) or decode_ms < 0):
+        raise ScenarioError(f"{where}: decode_ms must be a number of milliseconds, 0 or more")
     error = step.get("error", "")
     if error and error not in STREAM_ERRORS:
         raise ScenarioError(f"{where}: error must be one of {', '.join(STREAM_ERRORS)} (got {error!r})")
@@ -67,7 +73,8 @@ def _scenario_step(step: Any, where: str) -> Reply:
     text, reasoning = step.get("text", ""), step.get("reasoning", "")
     if not isinstance(text, str) or not isinstance(reasoning, str):
         raise ScenarioError(f"{where}: text and reasoning must be strings")
-    return Reply(text=text, reasoning=reasoning, calls=tuple(calls), error=error)
+    return Reply(text=text, reasoning=reasoning, calls=tuple(calls), error=error,
+                 decode_per_token=decode_ms / 1000 if decode_ms is not None else None)
 
 
 def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply, ...] = ()) -> Reply:

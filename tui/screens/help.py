@@ -25,6 +25,8 @@ KEYS = """\
 | ctrl+o | copy the last answer |
 | mouse drag, then ctrl+c | copy the selected text |
 | ctrl+b | saved sessions |
+| F2 | the server panel (vLLM, SGLang, … and the simulator) |
+| F3 | the waterfall: where each turn's time went |
 | ctrl+n | new conversation |
 | F1, ? | this help |
 | ctrl+q | quit |

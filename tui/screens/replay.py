@@ -34,6 +34,7 @@ class ReplayScreen(Screen[None]):
         Binding("left", "previous_step", "Previous step", priority=True),
         Binding("plus,equals_sign", "speed(2)", "Faster", priority=True),
         Binding("minus", "speed(0.5)", "Slower", priority=True),
+        Binding("f3", "waterfall", "Waterfall"),
         Binding("escape,q", "leave", "Back"),
     ]
 
@@ -115,6 +116,11 @@ class ReplayScreen(Screen[None]):
     def action_speed(self, factor: float) -> None:
         self.replay.set_speed(self.replay.speed * factor)
         self._show_state()
+
+    def action_waterfall(self) -> None:
+        from hotloop.tui.screens.waterfall import WaterfallScreen
+
+        self.app.push_screen(WaterfallScreen(self.session.events))
 
     def action_leave(self) -> None:
         self.workers.cancel_group(self, "replay")

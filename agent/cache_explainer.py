@@ -1,0 +1,128 @@
+"""Why a step read less from the provider's cache than its unchanged prefix should have given.
+
+Every request is fingerprinted by segment: the system prompt, each tool schema, each message.
+The fingerprint goes into the session log with its step. When a step's cache read falls short
+of the previous request's prompt (allowing for block granularity and the last token a server
+always recomputes), the explainer compares the two requests and names the first segment that
+changed, or another cause: a switch of provider or model, an expired entry (Anthropic's TTL),
+or an eviction (nothing changed, yet it missed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+
+from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, ToolResultMessage, UserMessage
+from hotloop.providers.events import UsageLedger
+
+BLOCK = 16
+# Block rounding, the recomputed last token and Anthropic's generation prompt fit in two blocks.
+SLACK_TOKENS = 2 * BLOCK
+ANTHROPIC_TTL = 300.0
+_encode = msgspec.msgpack.Encoder().encode
+
+
+class Fingerprint(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """A request by segment, as short digests: enough to tell which part changed between two steps."""
+
+    provider: str
+    model: str
+    system: str
+    tools: dict[str, str] = {}
+    messages: int = 0
+    history: str = ""  # one digest over every message's digest, in order
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+class CacheExplainer:
+    """Keeps the previous request of a conversation and explains the next step's shortfall, if any."""
+
+    def __init__(self) -> None:
+        self._digests: dict[Message, str] = {}
+        self._previous: tuple[Fingerprint, str, list[str], float] | None = None  # fingerprint, system, digests, time
+        self._current: tuple[Fingerprint, str, list[str], float] | None = None
+        self._previous_usage: UsageLedger | None = None
+        self._reports_reads = False
+
+    def fingerprint(self, request: ChatRequest, provider: str, model: str, now: float) -> Fingerprint:
+        """Fingerprint the request about to be sent; the last one becomes the previous."""
+        digests = [self._message_digest(message) for message in request.messages]
+        fingerprint = Fingerprint(
+            provider=provider,
+            model=model,
+            system=_digest(request.system.encode()),
+            tools={tool.name: _digest(_encode(tool)) for tool in request.tools},
+            messages=len(digests),
+            history=_digest("".join(digests).encode()),
+        )
+        self._previous, self._current = self._current, (fingerprint, request.system, digests, now)
+        return fingerprint
+
+    def explain(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool) -> str:
+        """`cache miss: … (N tokens re-prefilled)` when this step read less than the unchanged prefix; else ""."""
+        previous_usage, self._previous_usage = self._previous_usage, usage
+        read = usage.cache_read if usage is not None else None
+        if read is None and self._reports_reads:
+            read = 0  # vLLM leaves the details out of a total miss; this server has shown it reports them
+        self._reports_reads = self._reports_reads or read is not None
+        if self._previous is None or self._current is None or usage is None or read is None:
+            return ""
+        if previous_usage is None or previous_usage.prompt_total is None or usage.below_cache_min is not None:
+            return ""
+        expected = min(previous_usage.prompt_total, usage.prompt_total or 0) // BLOCK * BLOCK
+        missed = expected - read
+        if missed <= SLACK_TOKENS:
+            return ""
+        return f"cache miss: {self._cause(messages, anthropic)} ({missed:,} tokens re-prefilled)"
+
+    def _cause(self, messages: list[Message], anthropic: bool) -> str:
+        assert self._previous is not None and self._current is not None
+        before, system_before, digests_before, sent_before = self._previous
+        now, system_now, digests_now, sent_now = self._current
+        if (before.provider, before.model) != (now.provider, now.model):
+            return f"switched from {before.provider} · {before.model}, whose cache this was"
+        if before.system != now.system:
+            return f"system prompt changed at line {_first_changed_line(system_before, system_now)}"
+        changed_tool = _first_changed_tool(before.tools, now.tools)
+        if changed_tool:
+            return changed_tool
+        for index, (old, new) in enumerate(zip(digests_before, digests_now, strict=False)):
+            if old != new:
+                return f"message {index + 1} ({_role(messages[index]) if index < len(messages) else 'message'}) changed"
+        if anthropic and sent_now - sent_before > ANTHROPIC_TTL:
+            return f"the cached prefix expired ({sent_now - sent_before:,.0f} s since the last request; the TTL is 5 min)"
+        return "evicted: nothing changed, yet the server no longer had the prefix"
+
+    def _message_digest(self, message: Message) -> str:
+        digest = self._digests.get(message)
+        if digest is None:
+            digest = self._digests[message] = _digest(_encode(message))
+        return digest
+
+
+def _first_changed_line(before: str, now: str) -> int:
+    old, new = before.splitlines(), now.splitlines()
+    return next((n for n, (a, b) in enumerate(zip(old, new, strict=False), 1) if a != b), min(len(old), len(new)) + 1)
+
+
+def _first_changed_tool(before: dict[str, str], now: dict[str, str]) -> str:
+    for name, digest in now.items():
+        if name in before and before[name] != digest:
+            return f'tool schema "{name}" changed'
+    added, removed = sorted(set(now) - set(before)), sorted(set(before) - set(now))
+    if added or removed:
+        return "tools changed (" + ", ".join([*(f"+{n}" for n in added), *(f"−{n}" for n in removed)]) + ")"
+    return ""
+
+
+def _role(message: Message) -> str:
+    if isinstance(message, UserMessage):
+        return "user"
+    if isinstance(message, AssistantMessage):
+        return "assistant"
+    return "tool result" if isinstance(message, ToolResultMessage) else "message"

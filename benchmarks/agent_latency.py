@@ -1,0 +1,153 @@
+"""A research-style task, run as shipped and with each latency technique taken away.
+
+Five steps against the embedded simulator (balanced tier, prefill at 200 µs a token so that
+the 3,000-token static prefix matters): three searches at once with long, slowly written
+queries, then three fetches, two greps, one last fetch, and the answer. Tools sleep for their
+stated time; in each batch the first call is the slowest, as a broad search usually is. Each configuration runs on a fresh simulator (a cold cache), interleaved over
+the rounds, and the table gives medians with ratios against the shipped configuration:
+
+- shipped: parallel tools, early dispatch, a byte-stable prefix;
+- sequential tools: one call after another;
+- no early dispatch: calls start when the message ends;
+- unstable prefix: the time planted at the top of the system prompt before every request.
+
+The theoretical minimum is, per step, the TTFT of only the step's new tokens plus its
+decode, plus the slowest tool of the step.
+
+    python benchmarks/agent_latency.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hotloop.agent.events import AgentEvent, StepFinished, ToolStarted, TurnFinished
+from hotloop.agent.loop import Agent
+from hotloop.agent.prompt import system_prompt
+from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.sim.engine import TIERS, SimConfig
+from hotloop.providers.sim.model import load_scenario
+from hotloop.providers.sim.server import EmbeddedSimulator
+
+MODEL = "sim-balanced"
+PROFILE = TIERS[MODEL]
+PREFILL_PER_TOKEN = 0.000_200
+TOOL_DECODE_MS = 12
+# Project instructions of about 3,000 tokens: the static prefix a stable prompt keeps cached.
+INSTRUCTIONS = "\n".join(f"- Rule {n}: cite the file and line of every claim, and prefer primary sources over summaries."
+                         for n in range(150))
+
+
+def call(name: str, seconds: float, **arguments: str) -> dict[str, Any]:
+    return {"name": name, "arguments": {**arguments, "seconds": seconds}}
+
+
+QUERY = "how does the prefix cache decide what to evict when blocks are shared between requests"
+STEPS = [
+    {"tool_calls": [call("search", s, query=f"{QUERY} ({n})") for n, s in enumerate((1.6, 0.4, 0.3))],
+     "decode_ms": TOOL_DECODE_MS},
+    {"tool_calls": [call("fetch", s, url=f"https://docs.example/cache/{n}") for n, s in enumerate((0.9, 0.2, 0.3))],
+     "decode_ms": TOOL_DECODE_MS},
+    {"tool_calls": [call("grep", s, pattern=p) for p, s in (("evict", 0.2), ("free_queue", 0.3))], "decode_ms": TOOL_DECODE_MS},
+    {"tool_calls": [call("fetch", 0.4, url="https://docs.example/cache/lru")], "decode_ms": TOOL_DECODE_MS},
+    {"text": "## How eviction works\n\n" + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 6},
+]
+SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
+CONFIGURATIONS = ("shipped", "sequential tools", "no early dispatch", "unstable prefix")
+
+
+async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
+    await asyncio.sleep(args["seconds"])
+    return f"result after {args['seconds']} s: " + "relevant passage about eviction and shared blocks. " * 20
+
+
+def tools() -> ToolRegistry:
+    return ToolRegistry([Tool(name, f"{name.title()}.", SCHEMA, sleep, read_only=True) for name in ("search", "fetch", "grep")])
+
+
+async def run(configuration: str, folder: Path) -> list[AgentEvent]:
+    scenario = folder / "scenario.json"
+    scenario.write_text(json.dumps(STEPS))
+    config = SimConfig(scenario=load_scenario(scenario)).with_latency(prefill_per_token=PREFILL_PER_TOKEN)
+    events: list[AgentEvent] = []
+    with EmbeddedSimulator(config) as sim:
+        provider = OpenAIChatProvider(name="sim", model=MODEL, base_url=sim.base_url)
+        await provider.fetch(sim.url + "/health")  # a warm connection, as the runtime leaves it
+        agent = Agent(provider, tools(), emit=events.append, workspace=folder, system=system_prompt(INSTRUCTIONS),
+                      parallel_tools=configuration != "sequential tools",
+                      early_dispatch=configuration != "no early dispatch")
+        if configuration == "unstable prefix":
+            base = agent.system
+
+            def emit(event: AgentEvent) -> None:
+                events.append(event)
+                if isinstance(event, ToolStarted):  # the next request carries a new time at the very top
+                    agent.system = f"Current time: {time.time():.6f}\n{base}"
+
+            agent.emit = emit
+        await agent.run_turn("Research how the prefix cache evicts shared blocks, then summarize.")
+        await provider.aclose()
+    return events
+
+
+def figures(events: list[AgentEvent]) -> tuple[float, int, float]:
+    """Wall time, uncached prefill tokens and cache-hit share of one run."""
+    steps = [e for e in events if isinstance(e, StepFinished)]
+    prompt = sum(s.usage.prompt_total or 0 for s in steps if s.usage)
+    read = sum(s.usage.cache_read or 0 for s in steps if s.usage)
+    wall = next(e.wall for e in events if isinstance(e, TurnFinished))
+    return wall, prompt - read, read / prompt if prompt else 0.0
+
+
+def theoretical_minimum(events: list[AgentEvent]) -> float:
+    """Per step: TTFT for only its new tokens, its decode, and its slowest tool."""
+    steps = [e for e in events if isinstance(e, StepFinished)]
+    total, seen = 0.0, 0
+    for step, planned in zip(steps, STEPS, strict=True):
+        usage = step.usage
+        assert usage is not None and usage.prompt_total is not None and usage.output is not None
+        new = usage.prompt_total - seen
+        decode = (planned.get("decode_ms", PROFILE.decode_per_token * 1000) / 1000) * (usage.output - 1)
+        slowest = max((c["arguments"]["seconds"] for c in planned.get("tool_calls", [])), default=0.0)
+        total += PROFILE.ttft + PREFILL_PER_TOKEN * new + decode + slowest
+        seen = usage.prompt_total + usage.output
+    return total
+
+
+async def main(rounds: int) -> None:
+    results: dict[str, list[tuple[float, int, float]]] = {c: [] for c in CONFIGURATIONS}
+    minimum: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for configuration in CONFIGURATIONS:
+                events = await run(configuration, Path(tmp))
+                results[configuration].append(figures(events))
+                if configuration == "shipped":
+                    minimum.append(theoretical_minimum(events))
+    shipped_wall = statistics.median(r[0] for r in results["shipped"])
+    shipped_uncached = statistics.median(r[1] for r in results["shipped"])
+    print(f"agent latency: a 5-step research task (9 tool calls), {MODEL}, prefill {PREFILL_PER_TOKEN * 1e6:.0f} µs/token, "
+          f"tool arguments written at {TOOL_DECODE_MS} ms/token; median of {rounds} rounds")
+    print(f"  {'configuration':<18} {'wall':>8} {'× shipped':>10} {'uncached prefill':>17} {'× shipped':>10} {'cache hit':>10}")
+    for configuration in CONFIGURATIONS:
+        wall = statistics.median(r[0] for r in results[configuration])
+        uncached = statistics.median(r[1] for r in results[configuration])
+        hit = statistics.median(r[2] for r in results[configuration])
+        print(f"  {configuration:<18} {wall:7.2f}s {wall / shipped_wall:9.2f}× {uncached:17,.0f} "
+              f"{uncached / shipped_uncached:9.2f}× {hit:9.1%}")
+    floor = statistics.median(minimum)
+    print(f"  {'theoretical min':<18} {floor:7.2f}s {floor / shipped_wall:9.2f}×")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    asyncio.run(main(parser.parse_args().rounds))

@@ -1,0 +1,150 @@
+"""Where a turn's time went, from its logged events: one bar per model request and per tool call.
+
+A model bar has two parts: until the first token (the server's queue and the prompt's
+prefill, which a client cannot tell apart) and the decode after it. The critical path is
+each step's request, then the tool that finished last, if it outlasted the response. The
+figures say what the latency techniques saved: parallel tools (the sum of tool time minus
+the tool phases' wall time), early dispatch (tool time that ran while the model was still
+writing), and the cache (tokens read from it × the prefill cost per uncached token, fitted
+over this session's own steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hotloop.agent.events import (
+    AgentEvent,
+    ResponseFinished,
+    StepStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+
+@dataclass
+class Bar:
+    label: str
+    start: float  # seconds since the turn started
+    end: float
+    first_token: float | None = None  # model bars: where decode begins
+    critical: bool = False
+    kind: str = "model"  # or "tool"
+
+
+@dataclass
+class TurnWaterfall:
+    turn: int
+    prompt: str
+    wall: float = 0.0
+    bars: list[Bar] = field(default_factory=list)
+    saved_parallel: float = 0.0
+    saved_early: float = 0.0
+    cache_read: int = 0
+
+
+@dataclass
+class _Step:
+    bar: Bar
+    tools: list[Bar] = field(default_factory=list)
+
+
+def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
+    """Every turn of a session's events, as bars on the turn's own time axis."""
+    turns: list[TurnWaterfall] = []
+    steps: list[_Step] = []
+    open_tools: dict[str, Bar] = {}
+    origin = 0.0
+    for event in events:
+        if isinstance(event, TurnStarted):
+            origin, steps = event.ts, []
+            turns.append(TurnWaterfall(event.turn, event.prompt.strip().splitlines()[0] if event.prompt.strip() else ""))
+        elif not turns:
+            continue
+        elif isinstance(event, StepStarted):
+            at = event.ts - origin
+            steps.append(_Step(Bar(f"step {event.step} · {event.model}", at, at)))
+            turns[-1].bars.append(steps[-1].bar)
+        elif isinstance(event, ResponseFinished) and steps:
+            bar = steps[-1].bar
+            bar.end = max(event.ts - origin, bar.start)
+            bar.first_token = bar.start + event.ttft if event.ttft is not None else None
+            turns[-1].cache_read += (event.usage.cache_read or 0) if event.usage else 0
+        elif isinstance(event, ToolStarted) and steps:
+            at = event.ts - origin
+            open_tools[event.call_id] = Bar(f"  {event.name}", at, at, kind="tool")
+            steps[-1].tools.append(open_tools[event.call_id])
+            turns[-1].bars.append(open_tools[event.call_id])
+        elif isinstance(event, ToolFinished) and event.call_id in open_tools:
+            open_tools.pop(event.call_id).end = event.ts - origin
+        elif isinstance(event, TurnFinished):
+            _close(turns[-1], steps, event.wall)
+    if turns and turns[-1].wall == 0.0:
+        _close(turns[-1], steps, max((bar.end for bar in turns[-1].bars), default=0.0))
+    return turns
+
+
+def _close(turn: TurnWaterfall, steps: list[_Step], wall: float) -> None:
+    turn.wall = wall
+    for step in steps:
+        step.bar.critical = True
+        if not step.tools:
+            continue
+        last = max(step.tools, key=lambda bar: bar.end)
+        last.critical = last.end > step.bar.end
+        busy = sum(bar.end - bar.start for bar in step.tools)
+        span = max(bar.end for bar in step.tools) - min(bar.start for bar in step.tools)
+        turn.saved_parallel += max(busy - span, 0.0)
+        turn.saved_early += sum(max(min(bar.end, step.bar.end) - bar.start, 0.0) for bar in step.tools)
+
+
+def prefill_cost(events: list[AgentEvent]) -> float | None:
+    """Seconds of TTFT per uncached prompt token, fitted by least squares over the session's steps."""
+    points = [(float(e.usage.uncached), e.ttft) for e in events
+              if isinstance(e, ResponseFinished) and e.usage and e.usage.uncached is not None and e.ttft is not None]
+    if len(points) < 3:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread <= 0:
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+    return slope if slope > 0 else None
+
+
+LABEL_WIDTH = 26
+
+
+def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
+    """The turn as rich text: a label and a bar per line, the critical path in bold, then what was saved."""
+    from rich.text import Text
+
+    scale = max(width - LABEL_WIDTH - 10, 10) / max(turn.wall, 1e-6)
+    text = Text()
+    text.append(f"turn {turn.turn} · {turn.prompt[:60]} · {turn.wall:.2f} s\n", "bold")
+    for bar in turn.bars:
+        text.append(f"{bar.label[:LABEL_WIDTH - 1]:<{LABEL_WIDTH}}", "bold" if bar.critical else "dim")
+        text.append(" " * round(bar.start * scale))
+        style = "bold" if bar.critical else ""
+        if bar.kind == "model":
+            split = bar.first_token if bar.first_token is not None else bar.end
+            text.append("░" * max(round((split - bar.start) * scale), 1), f"yellow {style}")
+            text.append("█" * round((bar.end - split) * scale), f"cyan {style}")
+        else:
+            text.append("▒" * max(round((bar.end - bar.start) * scale), 1), f"green {style}")
+        text.append(f" {bar.end - bar.start:.2f} s\n", "dim")
+    cache = (f"~{turn.cache_read * cost:.2f} s from the cache ({turn.cache_read:,} tokens read × "
+             f"{cost * 1e6:.0f} µs a token, fitted over this session)" if cost is not None and turn.cache_read
+             else "the cache: its prefill cost is not measurable from this session's steps" if turn.cache_read
+             else "no cache reads")
+    text.append(f"saved: {turn.saved_parallel:.2f} s by parallel tools · {turn.saved_early:.2f} s by early dispatch · "
+                f"{cache}\n", "dim")
+    text.append("░ to first token (queue + prefill)  █ decode  ▒ tool  bold: the critical path\n", "dim")
+    return text

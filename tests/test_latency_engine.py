@@ -1,0 +1,267 @@
+"""The latency engine: tool calls that start while the model still writes, and misses that explain themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from support import make_agent, sim_with_scenario, start_sim
+
+from hotloop.agent.events import StepFinished, StepStarted, ToolFinished, ToolStarted
+from hotloop.agent.figures import step_summary
+from hotloop.agent.memo import Memo
+from hotloop.agent.prefetch import Prefetcher
+from hotloop.agent.tools.builtins import builtin_tools
+from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.providers.events import Finished as ModelFinished
+from hotloop.providers.sim.engine import LatencyProfile
+from hotloop.sessions.waterfall import render, waterfalls
+
+# Slow decode and long arguments: each call takes ~0.7 s to write, and the first one runs longest.
+QUERY = "prefix caching block hashing eviction policy " * 6
+SECONDS = {"first": 1.8, "second": 0.2, "third": 0.2}
+SLOW_CALLS = [{"name": "search", "arguments": {"query": QUERY, "which": which}} for which in SECONDS]
+SCHEMA = {"type": "object", "properties": {"query": {"type": "string"}, "which": {"type": "string"}}}
+
+
+async def search(args: dict[str, Any], ctx: ToolContext) -> str:
+    await asyncio.sleep(SECONDS[args["which"]])
+    return f"results for {args['which']}"
+
+
+async def slow_step(tmp_path: Path, early_dispatch: bool) -> tuple[list[Any], float]:
+    """The events of a step with three slowly written calls, and the time from step start to its last tool's end."""
+    tmp_path.mkdir()
+    steps = [{"tool_calls": SLOW_CALLS, "decode_ms": 10}, {"text": "done"}]
+    sim = sim_with_scenario(tmp_path, steps, LatencyProfile(ttft=0.05, prefill_per_token=0, decode_per_token=0.001))
+    try:
+        agent, recorder = make_agent(sim, tmp_path, [Tool("search", "Search.", SCHEMA, search, read_only=True)],
+                                     early_dispatch=early_dispatch)
+        await agent.run_turn("search three ways")
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+    first_step = next(e for e in recorder.events if isinstance(e, StepFinished))
+    return recorder.events, first_step.wall
+
+
+async def test_a_call_starts_as_soon_as_its_arguments_are_complete(tmp_path: Path) -> None:
+    events, early_wall = await slow_step(tmp_path / "early", early_dispatch=True)
+    _, late_wall = await slow_step(tmp_path / "late", early_dispatch=False)
+
+    message_end = next(e.ts for e in events if isinstance(e, ModelFinished))
+    starts = [e.ts for e in events if isinstance(e, ToolStarted)]
+    assert len(starts) == 3 and starts[0] < message_end and starts[1] < message_end  # before the message ended
+    assert [e.result for e in events if isinstance(e, ToolFinished)][0] == "results for second"  # the slow one ran on
+    # The first (slowest) call overlapped the writing of the other two: the step ends at least 25% sooner.
+    assert early_wall <= 0.75 * late_wall
+
+
+async def test_a_call_whose_arguments_do_not_parse_is_not_started_early(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    async def record(args: dict[str, Any], ctx: ToolContext) -> str:
+        ran.append(args["which"])
+        return "ran"
+
+    calls = [{"name": "record", "arguments": '{"which": "broken"'}, {"name": "record", "arguments": {"which": "fine"}}]
+    sim = sim_with_scenario(tmp_path, [{"tool_calls": calls}, {"text": "ok"}])
+    try:
+        agent, recorder = make_agent(sim, tmp_path, [Tool("record", "Records.", {"type": "object"}, record)])
+        await agent.run_turn("go")
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+    assert ran == ["fine"]
+    broken = next(e for e in recorder.of(ToolFinished) if e.status == "error")
+    assert "are not valid JSON" in broken.result
+
+
+
+async def test_a_timestamp_planted_in_the_system_prompt_is_named_as_the_miss(tmp_path: Path) -> None:
+    listing = {"tool_calls": [{"name": "plant", "arguments": {}}]}
+    sim = sim_with_scenario(tmp_path, [listing, listing, listing, listing, {"text": "done"}])
+    agent_box: list[Any] = []
+
+    async def plant(args: dict[str, Any], ctx: ToolContext) -> str:
+        agent_box.append("called")
+        if len(agent_box) == 3:  # the tool of step 2: step 3 is the next request
+            agent_box[0].system = agent_box[0].system.replace("\n", "\nThe time is 12:34:56.\n", 1)
+        return "ok"
+
+    try:
+        agent, recorder = make_agent(sim, tmp_path, [Tool("plant", "Plant.", {"type": "object"}, plant)])
+        agent_box.append(agent)
+        await agent.run_turn("five steps")
+        await agent.provider.aclose()
+        requests = list(sim.server.requests)
+    finally:
+        sim.stop()
+    notes = [step.cache_note for step in recorder.of(StepFinished)]
+    expected = requests[1].prompt_tokens // 16 * 16 - requests[2].cached_tokens
+    assert expected > 500  # the whole prompt after the system prompt's first line was prefilled again
+    assert notes == ["", "", f"cache miss: system prompt changed at line 2 ({expected:,} tokens re-prefilled)", "", ""]
+    assert notes[2] in step_summary(recorder.of(StepFinished)[2])  # the headless printer's step line
+    fingerprints = [event.fingerprint for event in recorder.of(StepStarted)]
+    assert fingerprints[1].system != fingerprints[2].system and fingerprints[2].system == fingerprints[3].system
+    assert fingerprints[3].messages == fingerprints[2].messages + 2
+
+
+async def test_a_changed_tool_schema_and_an_eviction_get_their_own_names(tmp_path: Path) -> None:
+    step = {"tool_calls": [{"name": "touch", "arguments": {}}]}
+    sim = sim_with_scenario(tmp_path, [step, step, step, {"text": "done"}])
+    registry_box: list[Any] = []
+
+    async def touch(args: dict[str, Any], ctx: ToolContext) -> str:
+        registry = registry_box[0]
+        calls = len(registry_box)
+        registry_box.append(calls)
+        if calls == 1:  # after step 1: a tool's description changes
+            old = registry.get("grep")
+            registry.replace(Tool("grep", old.description + " Now faster.", old.parameters, old.handler, read_only=True))
+        elif calls == 2:  # after step 2 has left the server: the server loses every cached block
+            while sim.server.admission.running:
+                await asyncio.sleep(0.01)
+            sim.server.engine.cache.clear()
+        return "ok"
+
+    try:
+        agent, recorder = make_agent(sim, tmp_path, [Tool("touch", "Touch.", {"type": "object"}, touch)])
+        registry_box.append(agent.tools)
+        await agent.run_turn("go")
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+    notes = [step.cache_note for step in recorder.of(StepFinished)]
+    assert notes[0] == "" and notes[1].startswith('cache miss: tool schema "grep" changed (')
+    assert notes[2].startswith("cache miss: evicted: nothing changed, yet the server no longer had the prefix (")
+    assert notes[3] == ""
+
+
+async def test_identical_read_only_calls_reuse_the_earlier_result_until_something_writes(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("# Demo\n")
+    read = {"name": "read_file", "arguments": {"path": "README.md"}}
+    clock = {"name": "now", "arguments": {}}
+    steps = [{"tool_calls": [read, clock]}, {"tool_calls": [read, clock]},
+             {"tool_calls": [{"name": "write", "arguments": {}}]}, {"tool_calls": [read]}, {"text": "done"}]
+    sim = sim_with_scenario(tmp_path, steps)
+    ticks: list[int] = []
+
+    async def now(args: dict[str, Any], ctx: ToolContext) -> str:
+        ticks.append(len(ticks))
+        return f"tick {len(ticks)}"
+
+    async def write(args: dict[str, Any], ctx: ToolContext) -> str:
+        (tmp_path / "README.md").write_text("# Changed\n")
+        return "written"
+
+    tools = [Tool("now", "Now.", {"type": "object"}, now, read_only=True, volatile=True),
+             Tool("write", "Write.", {"type": "object"}, write)]
+    try:
+        agent, recorder = make_agent(sim, tmp_path, tools, memo_ttl=60)
+        await agent.run_turn("go")
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+    reads = [(e.reused, e.result) for e in recorder.of(ToolFinished) if e.name == "read_file"]
+    assert reads == [("", "# Demo\n"), ("memo", "# Demo\n"), ("", "# Changed\n")]  # the write made it read again
+    assert ticks == [0, 1]  # a volatile tool always runs
+    assert agent.memo.hits == 1
+
+
+def test_the_memo_forgets_after_its_ttl() -> None:
+    now = [0.0]
+    memo = Memo(ttl=30, clock=lambda: now[0])
+    tool = Tool("read_file", "Read.", {"type": "object"}, search, read_only=True)
+    memo.put(tool, '{"path": "a", "n": 1}', "A")
+    assert memo.get(tool, '{"n": 1, "path": "a"}') == "A"  # the same arguments in another key order
+    now[0] = 31
+    assert memo.get(tool, '{"path": "a", "n": 1}') is None
+
+
+async def test_the_waterfall_shows_tools_overlapping_the_message_and_what_that_saved(tmp_path: Path) -> None:
+    events, _ = await slow_step(tmp_path / "run", early_dispatch=True)
+    (turn,) = waterfalls(events)
+    labels = [bar.label.strip() for bar in turn.bars]
+    assert labels == ["step 1 · sim-balanced", "search", "search", "search", "step 2 · sim-balanced"]
+    model, first, *_ = turn.bars
+    assert first.start < model.end and model.first_token is not None and model.start < model.first_token < model.end
+    critical = [bar.label.strip() for bar in turn.bars if bar.critical]
+    assert critical == ["step 1 · sim-balanced", "search", "step 2 · sim-balanced"]  # the slow search, not the others
+    assert turn.saved_early > 0.5 and turn.saved_parallel > 0.3
+    text = render(turn, 100, None).plain
+    assert text.startswith("turn 1 · search three ways · ") and "by early dispatch" in text and "▒" in text
+
+
+def test_sessions_show_waterfall_draws_every_turn(workspace: Path, isolated_home: Path, capsys, monkeypatch) -> None:
+    from hotloop.cli import main
+    from hotloop.sessions.store import list_sessions
+
+    monkeypatch.chdir(workspace)
+    (isolated_home / "config.toml").write_text("[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\n")
+    assert main(["run", "Read README.md and notes.txt", "grep for TODO"]) == 0
+    (session,) = list_sessions(isolated_home / "data" / "sessions").sessions
+    capsys.readouterr()
+    assert main(["sessions", "show", session.id[:4], "--waterfall"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\nturn ") + out.startswith("turn ") == 2 and out.count("saved: ") == 2
+    assert "  read_file" in out and "  grep" in out and "░" in out and "█" in out
+
+
+async def test_a_repeated_workload_is_served_from_prefetch(tmp_path: Path) -> None:
+    for name in ("README.md", "notes.txt", "pyproject.toml"):
+        (tmp_path / name).write_text(f"{name}: TODO check\n")
+    sim = start_sim(ttft=0.15, prefill_per_token=0, decode_per_token=0.005)
+    registry = ToolRegistry()
+    for tool in builtin_tools():
+        registry.add(slowed(tool, 0.3))
+    workload = ["Read README.md and notes.txt", "grep for TODO", "list the files, then read pyproject.toml"]
+    try:
+        agent, recorder = make_agent(sim, tmp_path, registry=registry, prefetch=True)
+        walls, served = [], []
+        for _ in range(3):
+            mark = len(recorder.events)
+            finished = [await agent.run_turn(task) for task in workload]
+            walls.append(sum(f.wall for f in finished))
+            served.append([(e.name, e.reused, e.result) for e in recorder.events[mark:] if isinstance(e, ToolFinished)])
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+    assert all(reused == "" for _, reused, _ in served[0])  # nothing to go on the first time
+    assert all(reused == "prefetch" for _, reused, _ in served[1] + served[2]) and len(served[1]) == 5
+    assert [(n, r) for n, _, r in served[1]] == [(n, r) for n, _, r in served[0]]  # the same results, served early
+    assert walls[1] < 0.8 * walls[0] and walls[2] < 0.8 * walls[0]
+    assert agent.prefetcher.stats.misses == 0 and agent.prefetcher.stats.hits == 10
+
+
+async def test_a_wrong_guess_is_cancelled_and_never_used() -> None:
+    started: list[str] = []
+
+    async def slow(args: dict[str, Any], ctx: ToolContext) -> str:
+        started.append(args["path"])
+        await asyncio.sleep(10)
+        return "never"
+
+    registry = ToolRegistry([Tool("read_file", "Read.", {"type": "object"}, slow, read_only=True, prefetch=True),
+                             Tool("write", "Write.", {"type": "object"}, slow)])
+
+    async def run(tool: Tool, key: Any) -> str:
+        return await tool.handler(json.loads(key[1]), ToolContext("prefetch", Path(".")))
+
+    prefetcher = Prefetcher(registry, run)
+    prefetcher.predictor.learn("ctx", [("read_file", '{"path": "a"}'), ("write", "{}")])
+    prefetcher.start("ctx")
+    await asyncio.sleep(0.01)
+    assert started == ["a"]  # the write, not read-only, is never run ahead
+    assert prefetcher.take(("read_file", '{"path": "b"}')) is None
+    assert prefetcher.discard() == 1 and prefetcher.stats.misses == 1 and prefetcher.stats.hits == 0
+
+
+def slowed(tool: Tool, seconds: float) -> Tool:
+    async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
+        await asyncio.sleep(seconds)
+        return await tool.handler(args, ctx)
+
+    return Tool(tool.name, tool.description, tool.parameters, handler, read_only=True, prefetch=True)

@@ -1,0 +1,39 @@
+"""`WaterfallScreen`: where each turn's time went, drawn from the logged events (live or replayed)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from hotloop.agent.events import AgentEvent
+
+
+class WaterfallScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    WaterfallScreen { align: center middle; }
+    WaterfallScreen > VerticalScroll { width: 95%; height: 90%; background: $panel; border: round $accent; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,f3,q", "app.pop_screen", "Close")]
+
+    def __init__(self, events: list[AgentEvent]) -> None:
+        super().__init__()
+        self.events = events
+        self.plain = ""
+
+    def compose(self) -> ComposeResult:
+        from hotloop.sessions.waterfall import prefill_cost, render, waterfalls
+
+        width = max(self.app.size.width * 95 // 100 - 4, 40)
+        cost = prefill_cost(self.events)
+        drawn = [render(turn, width, cost) for turn in waterfalls(self.events)]
+        self.plain = "\n".join(text.plain for text in drawn)  # what it says, for a test or a copy
+        body = Group(*drawn) if drawn else "No turns yet."
+        with VerticalScroll():
+            yield Static(body, id="waterfall")
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).scroll_end(animate=False)  # the newest turn first in view
