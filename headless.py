@@ -201,6 +201,7 @@ async def run(options: RunOptions) -> int:
                           prefetch=config.latency.prefetch)
             if resumed:
                 agent.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
+            await runtime.learn_from_past(agent, workspace)
             failed = await _run_prompts(agent, runtime, router, options.prompts)
             await router.settle(SIDE_JOB_GRACE)
         if log.error is not None:

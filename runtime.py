@@ -160,6 +160,14 @@ class Runtime:
         except OSError as error:
             raise ConfigError(f"cannot append to {path}: {error.strerror}") from None
 
+    async def learn_from_past(self, agent: Agent, workspace: Path) -> None:
+        """Teach the agent's prefetch predictor what earlier sessions in this workspace did (off the event loop)."""
+        from hotloop.sessions.store import past_events
+
+        if agent.prefetcher is not None:
+            for events in await asyncio.to_thread(past_events, paths.sessions_dir(), workspace):
+                agent.prefetcher.predictor.learn_from(events)
+
     def _secrets(self) -> list[str]:
         return [value for name in self.config.key_env_names() if (value := os.environ.get(name))]
 

@@ -66,7 +66,8 @@ class ToolFinished(Event, frozen=True):
     status: ToolStatus
     duration: float
     result: str
-    reused: str = ""  # "memo": an identical read-only call's earlier result, reused
+    reused: str = ""  # "memo": an identical read-only call's earlier result; "prefetch": run before it was asked for
+    ahead: float = 0.0  # prefetch: seconds of the call's run that were done before the model asked
 
 
 class ResponseFinished(Event, frozen=True):
@@ -80,6 +81,7 @@ class ResponseFinished(Event, frozen=True):
     model_time: float
     finish_reason: str
     route: str = ""  # the tier that answered and why, e.g. "auto: complex → strong"
+    connect: float = 0.0  # seconds of opening the connection this request paid (the warm-up hadn't finished)
     cache_note: str = ""  # why the cache read less than the unchanged prefix, e.g. "cache miss: system prompt changed …"
 
 

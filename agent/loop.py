@@ -294,6 +294,7 @@ class Agent:
             model_time=time.perf_counter() - stream.started,
             finish_reason=stream.finish_reason,
             route=self.route,
+            connect=_connect_paid(self.provider, stream.started),
             cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
         )
         self.emit(response)
@@ -368,11 +369,12 @@ class Agent:
         remembered = self.memo.get(tool, call.arguments)
         if remembered is not None:
             return self._finished(call, phase, (started, time.perf_counter()), "ok", remembered, reused="memo")
-        ahead = self.prefetcher.take(call_key(call.name, call.arguments)) if self.prefetcher is not None else None
-        if ahead is not None:
-            content = await self._attach(ahead)
+        guess = self.prefetcher.take(call_key(call.name, call.arguments)) if self.prefetcher is not None else None
+        if guess is not None:
+            content = await self._attach(guess[0])
             if content is not None:
-                return self._finished(call, phase, (started, time.perf_counter()), "ok", content, reused="prefetch")
+                return self._finished(call, phase, (started, time.perf_counter()), "ok", content, reused="prefetch",
+                                      ahead=guess[1])
         if tool is not None and not tool.read_only:
             self.memo.clear()  # it may change what the read-only tools would now say
             if self.prefetcher is not None:
@@ -397,13 +399,13 @@ class Agent:
 
     def _finished(
         self, call: ToolCall, phase: _ToolPhase, span: tuple[float, float], status: ToolStatus, content: str,
-        reused: str = "",
+        reused: str = "", ahead: float = 0.0,
     ) -> ToolResultMessage:
         started, ended = span
         phase.durations.append(ended - started)
         phase.last_end = ended if phase.last_end is None else max(phase.last_end, ended)
         self.emit(ToolFinished(call_id=call.id, name=call.name, status=status, duration=ended - started, result=content,
-                               reused=reused))
+                               reused=reused, ahead=ahead))
         return ToolResultMessage(call.id, call.name, content, is_error=status != "ok")
 
     async def _summarized(self, call: ToolCall, content: str) -> str:
@@ -466,6 +468,11 @@ class Agent:
     def _timeout_of(self, name: str) -> float:
         tool = self.tools.get(name)
         return tool.timeout if tool is not None and tool.timeout is not None else self.tool_timeout
+
+
+def _connect_paid(provider: Provider, since: float) -> float:
+    paid = getattr(provider, "connect_paid", None)
+    return paid(since) if paid is not None else 0.0
 
 
 def _parses(arguments: str) -> bool:

@@ -14,9 +14,10 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
+from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, ToolStarted, TurnStarted
 from hotloop.agent.tools.registry import Tool, ToolRegistry
 
 THRESHOLD = 0.8
@@ -34,6 +35,21 @@ class Predictor:
     def __init__(self) -> None:
         self._seen: Counter[Hashable] = Counter()
         self._followed: dict[Hashable, Counter[CallKey]] = {}
+
+    def learn_from(self, events: Iterable[AgentEvent]) -> None:
+        """Learn what a logged session did: each turn's prompt, then each step's calls."""
+        context: Hashable = None
+        calls: list[CallKey] = []
+        for event in events:
+            if isinstance(event, TurnStarted):
+                context = ("prompt", event.prompt)
+            elif isinstance(event, StepStarted):
+                calls = []
+            elif isinstance(event, ToolStarted) and (key := call_key(event.name, event.arguments)) is not None:
+                calls.append(key)
+            elif isinstance(event, StepFinished) and context is not None:
+                self.learn(context, calls)
+                context = frozenset(calls)
 
     def learn(self, context: Hashable, calls: list[CallKey]) -> None:
         self._seen[context] += 1
@@ -77,14 +93,15 @@ class Prefetcher:
             guess.task.add_done_callback(lambda _, g=guess: setattr(g, "ended", time.perf_counter()))
             self.stats.guesses[key] = guess
 
-    def take(self, key: CallKey | None) -> asyncio.Task[str] | None:
-        """The prefetch of a call the model just made, if there is one: a hit."""
+    def take(self, key: CallKey | None) -> tuple[asyncio.Task[str], float] | None:
+        """The prefetch of a call the model just made, if there is one (a hit), and how long it has run."""
         guess = self.stats.guesses.pop(key, None) if key is not None else None
         if guess is None:
             return None
+        ahead = (guess.ended or time.perf_counter()) - guess.started
         self.stats.hits += 1
-        self.stats.saved += (guess.ended or time.perf_counter()) - guess.started
-        return guess.task
+        self.stats.saved += ahead
+        return guess.task, ahead
 
     def discard(self) -> int:
         """Cancel the predictions nobody asked for; how many there were."""

@@ -6,10 +6,12 @@ queries, then three fetches, two greps, one last fetch, and the answer. Tools sl
 stated time; in each batch the first call is the slowest, as a broad search usually is. Each configuration runs on a fresh simulator (a cold cache), interleaved over
 the rounds, and the table gives medians with ratios against the shipped configuration:
 
-- shipped: parallel tools, early dispatch, a byte-stable prefix;
+- shipped: the defaults: parallel tools, early dispatch, a byte-stable prefix;
 - sequential tools: one call after another;
 - no early dispatch: calls start when the message ends;
-- unstable prefix: the time planted at the top of the system prompt before every request.
+- unstable prefix: the time planted at the top of the system prompt before every request;
+- with prefetch: the opt-in prefetch on, having learned from one earlier session of the same
+  task (as from a past session's log in the workspace).
 
 The theoretical minimum is, per step, the TTFT of only the step's new tokens plus its
 decode, plus the slowest tool of the step.
@@ -61,7 +63,7 @@ STEPS = [
     {"text": "## How eviction works\n\n" + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 6},
 ]
 SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
-CONFIGURATIONS = ("shipped", "sequential tools", "no early dispatch", "unstable prefix")
+CONFIGURATIONS = ("shipped", "sequential tools", "no early dispatch", "unstable prefix", "with prefetch")
 
 
 async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -70,10 +72,11 @@ async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 def tools() -> ToolRegistry:
-    return ToolRegistry([Tool(name, f"{name.title()}.", SCHEMA, sleep, read_only=True) for name in ("search", "fetch", "grep")])
+    return ToolRegistry([Tool(name, f"{name.title()}.", SCHEMA, sleep, read_only=True, prefetch=True)
+                         for name in ("search", "fetch", "grep")])
 
 
-async def run(configuration: str, folder: Path) -> list[AgentEvent]:
+async def run(configuration: str, folder: Path, past: list[AgentEvent] | None = None) -> list[AgentEvent]:
     scenario = folder / "scenario.json"
     scenario.write_text(json.dumps(STEPS))
     config = SimConfig(scenario=load_scenario(scenario)).with_latency(prefill_per_token=PREFILL_PER_TOKEN)
@@ -83,7 +86,10 @@ async def run(configuration: str, folder: Path) -> list[AgentEvent]:
         await provider.fetch(sim.url + "/health")  # a warm connection, as the runtime leaves it
         agent = Agent(provider, tools(), emit=events.append, workspace=folder, system=system_prompt(INSTRUCTIONS),
                       parallel_tools=configuration != "sequential tools",
-                      early_dispatch=configuration != "no early dispatch")
+                      early_dispatch=configuration != "no early dispatch",
+                      prefetch=configuration == "with prefetch" and past is not None)
+        if agent.prefetcher is not None and past is not None:
+            agent.prefetcher.predictor.learn_from(past)
         if configuration == "unstable prefix":
             base = agent.system
 
@@ -126,9 +132,10 @@ async def main(rounds: int) -> None:
     results: dict[str, list[tuple[float, int, float]]] = {c: [] for c in CONFIGURATIONS}
     minimum: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
+        past = await run("shipped", Path(tmp))  # the earlier session prefetch learns from
         for _ in range(rounds):
             for configuration in CONFIGURATIONS:
-                events = await run(configuration, Path(tmp))
+                events = await run(configuration, Path(tmp), past)
                 results[configuration].append(figures(events))
                 if configuration == "shipped":
                     minimum.append(theoretical_minimum(events))

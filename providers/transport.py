@@ -4,6 +4,7 @@ server-sent events, and turning SDK failures into one line."""
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -103,6 +104,8 @@ class SdkProvider:
         self.name = name
         self.model = model
         self._location = location
+        # The first request to the server opens the connection: when it went out and came back (perf_counter).
+        self.warm: tuple[float, float | None] | None = None
         # Gateways, vLLM, Ollama and the simulator take any key; the SDKs refuse to send a request without one.
         # The SDKs' aiohttp transport costs ~40% less CPU per request than their default.
         self._client = getattr(sdk, self.client_class)(
@@ -139,13 +142,25 @@ class SdkProvider:
         import httpx2
 
         sdk = importlib.import_module(self.sdk)
+        first = self.warm is None
+        if first:
+            self.warm = (time.perf_counter(), None)
         try:
             response = await self._client.get(url, cast_to=httpx2.Response, options={"max_retries": 0})
         except sdk.APIStatusError as error:
             return error.status_code, ""
         except sdk.APIError as error:
             raise await self._explain(error, listing=True) from None
+        finally:
+            if first and self.warm is not None:
+                self.warm = (self.warm[0], time.perf_counter())
         return response.status_code, response.text
+
+    def connect_paid(self, since: float) -> float:
+        """Seconds of connecting a request sent at `since` paid itself: the warm-up's time, if it was still out."""
+        if self.warm is None or self.warm[1] is None or self.warm[1] <= since:
+            return 0.0
+        return self.warm[1] - self.warm[0]
 
     async def fetch_json(self, url: str) -> Any:
         """GET a JSON document; a ProviderError if the server does not send one."""

@@ -68,6 +68,24 @@ def list_sessions(folder: Path, search: str | None = None) -> Listing:
     return Listing(sessions, problems)
 
 
+def past_events(folder: Path, workspace: Path, limit: int = 10, max_bytes: int = 5_000_000) -> list[list[AgentEvent]]:
+    """The events of the newest sessions run in `workspace` (at most `limit`, each under `max_bytes`), for learning.
+
+    Unreadable or oversized logs are passed over: what they would teach is not worth a slow start.
+    """
+    found: list[list[AgentEvent]] = []
+    for path in sorted(folder.glob("*.jsonl"), reverse=True) if folder.is_dir() else []:
+        if len(found) >= limit:
+            break
+        try:
+            if path.stat().st_size > max_bytes or read_header(path)[0].workspace != str(workspace):
+                continue
+            found.append(read_session(path).events)
+        except (OSError, SessionError):
+            continue
+    return found
+
+
 def summarize(path: Path) -> SessionSummary:
     try:
         with path.open("rb") as file:

@@ -34,6 +34,7 @@ class Bar:
     start: float  # seconds since the turn started
     end: float
     first_token: float | None = None  # model bars: where decode begins
+    connect: float = 0.0  # model bars: opening the connection, when the request paid for it
     critical: bool = False
     kind: str = "model"  # or "tool"
 
@@ -46,6 +47,7 @@ class TurnWaterfall:
     bars: list[Bar] = field(default_factory=list)
     saved_parallel: float = 0.0
     saved_early: float = 0.0
+    saved_prefetch: float = 0.0
     cache_read: int = 0
 
 
@@ -75,6 +77,7 @@ def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
             bar = steps[-1].bar
             bar.end = max(event.ts - origin, bar.start)
             bar.first_token = bar.start + event.ttft if event.ttft is not None else None
+            bar.connect = event.connect
             turns[-1].cache_read += (event.usage.cache_read or 0) if event.usage else 0
         elif isinstance(event, ToolStarted) and steps:
             at = event.ts - origin
@@ -83,6 +86,7 @@ def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
             turns[-1].bars.append(open_tools[event.call_id])
         elif isinstance(event, ToolFinished) and event.call_id in open_tools:
             open_tools.pop(event.call_id).end = event.ts - origin
+            turns[-1].saved_prefetch += event.ahead
         elif isinstance(event, TurnFinished):
             _close(turns[-1], steps, event.wall)
     if turns and turns[-1].wall == 0.0:
@@ -139,12 +143,13 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
             text.append("█" * round((bar.end - split) * scale), f"cyan {style}")
         else:
             text.append("▒" * max(round((bar.end - bar.start) * scale), 1), f"green {style}")
-        text.append(f" {bar.end - bar.start:.2f} s\n", "dim")
+        connect = f" (connect {bar.connect:.2f} s)" if bar.connect else ""
+        text.append(f" {bar.end - bar.start:.2f} s{connect}\n", "dim")
     cache = (f"~{turn.cache_read * cost:.2f} s from the cache ({turn.cache_read:,} tokens read × "
              f"{cost * 1e6:.0f} µs a token, fitted over this session)" if cost is not None and turn.cache_read
              else "the cache: its prefill cost is not measurable from this session's steps" if turn.cache_read
              else "no cache reads")
     text.append(f"saved: {turn.saved_parallel:.2f} s by parallel tools · {turn.saved_early:.2f} s by early dispatch · "
-                f"{cache}\n", "dim")
+                f"{turn.saved_prefetch:.2f} s by prefetch · {cache}\n", "dim")
     text.append("░ to first token (queue + prefill)  █ decode  ▒ tool  bold: the critical path\n", "dim")
     return text

@@ -255,7 +255,7 @@ async def test_a_wrong_guess_is_cancelled_and_never_used() -> None:
     prefetcher.start("ctx")
     await asyncio.sleep(0.01)
     assert started == ["a"]  # the write, not read-only, is never run ahead
-    assert prefetcher.take(("read_file", '{"path": "b"}')) is None
+    assert prefetcher.take(("read_file", '{"path": "b"}')) is None  # a call it did not guess
     assert prefetcher.discard() == 1 and prefetcher.stats.misses == 1 and prefetcher.stats.hits == 0
 
 
@@ -265,3 +265,40 @@ def slowed(tool: Tool, seconds: float) -> Tool:
         return await tool.handler(args, ctx)
 
     return Tool(tool.name, tool.description, tool.parameters, handler, read_only=True, prefetch=True)
+
+
+def test_prefetch_learns_from_past_sessions_in_the_same_workspace(workspace: Path, isolated_home: Path, monkeypatch) -> None:
+    from hotloop.cli import main
+    from hotloop.sessions.store import list_sessions, read_session
+
+    monkeypatch.chdir(workspace)
+    (isolated_home / "config.toml").write_text(
+        "[routing]\ntitles = false\n[latency]\nprefetch = true\nmemo_ttl = 0\n[sim]\nttft_ms = 50\n")
+    workload = ["Read README.md and notes.txt", "grep for TODO"]
+    assert main(["run", *workload]) == 0
+    assert main(["run", *workload]) == 0  # a new session: nothing learned in it yet, but the last one taught it
+    first, second = reversed(list_sessions(isolated_home / "data" / "sessions").sessions)
+    reused = {path: [e.reused for e in read_session(path).events if isinstance(e, ToolFinished)]
+              for path in (first.path, second.path)}
+    assert reused[first.path] == ["", "", ""] and reused[second.path] == ["prefetch"] * 3
+
+
+async def test_a_request_sent_before_the_connection_was_warm_shows_its_connect_time(tmp_path: Path) -> None:
+    from hotloop.agent.events import ResponseFinished
+
+    # A first token after 0.3 s: the warm-up, sent at the same moment, is back long before, even on a busy machine.
+    sim = sim_with_scenario(tmp_path, [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"text": "done"}],
+                            LatencyProfile(ttft=0.3, prefill_per_token=0, decode_per_token=0))
+    try:
+        agent, recorder = make_agent(sim, tmp_path)
+        warming = asyncio.create_task(agent.provider.fetch(sim.url + "/health"))  # as the runtime does at startup
+        await agent.run_turn("go")  # its first request goes out before the warm-up has come back
+        await warming
+        await agent.run_turn("again")
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+    connects = [event.connect for event in recorder.of(ResponseFinished)]
+    assert connects[0] > 0 and connects[1:] == [0.0] * (len(connects) - 1)
+    first, *_ = waterfalls(recorder.events)
+    assert f"(connect {connects[0]:.2f} s)" in render(first, 100, None).plain

@@ -177,6 +177,7 @@ class HotloopApp(App[None]):
         if resumed is not None:
             self._continue(resumed, notes)
         self.status.state = "ready"
+        await self.runtime.learn_from_past(self.agent, self.workspace)
         await self.runtime.start_mcp([], self.emit)
         self._probes = asyncio.create_task(self._probe_all())
         # The startup heap never dies: keep the collector off it, and collect old objects rarely.
@@ -189,10 +190,13 @@ class HotloopApp(App[None]):
 
         assert self.runtime is not None and self.router is not None
         summarize = self.router.summarize if self.config.routing.summarize_over_tokens else None
-        return Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace, system=system,
-                     max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout, cache_key=cache_key,
-                     lanes=self.runtime.lanes, summarize=summarize, early_dispatch=self.config.latency.early_dispatch,
-                     memo_ttl=self.config.latency.memo_ttl, prefetch=self.config.latency.prefetch)
+        agent = Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace, system=system,
+                      max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout, cache_key=cache_key,
+                      lanes=self.runtime.lanes, summarize=summarize, early_dispatch=self.config.latency.early_dispatch,
+                      memo_ttl=self.config.latency.memo_ttl, prefetch=self.config.latency.prefetch)
+        if self.agent is not None and self.agent.prefetcher is not None and agent.prefetcher is not None:
+            agent.prefetcher.predictor = self.agent.prefetcher.predictor  # what was learned outlives the conversation
+        return agent
 
     def _continue(self, resumed: Resumption, notes: list[str]) -> None:
         """Go on with a saved session: its history on screen and in the agent, appending to its log."""
