@@ -165,7 +165,6 @@ def fan_out(*sinks: Callable[[AgentEvent], None]) -> Callable[[AgentEvent], None
 
 async def run(options: RunOptions) -> int:
     """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
-    from hotloop.agent.loop import Agent
     from hotloop.agent.prompt import system_prompt
     from hotloop.resumption import Resumption
     from hotloop.routing import Router
@@ -193,12 +192,8 @@ async def run(options: RunOptions) -> int:
                 emit(event)
             await runtime.start_mcp(options.mcp, emit)
             router = Router(config, runtime, auto=choice.tier == AUTO_TIER)
-            agent = Agent(provider, runtime.tools, emit=emit, workspace=workspace, system=system,
-                          max_steps=options.max_steps or config.max_steps, tool_timeout=config.tool_timeout,
-                          cache_key=log.id, lanes=runtime.lanes,
-                          summarize=router.summarize if config.routing.summarize_over_tokens else None,
-                          early_dispatch=config.latency.early_dispatch, memo_ttl=config.latency.memo_ttl,
-                          prefetch=config.latency.prefetch)
+            agent = router.new_agent(provider, emit=emit, workspace=workspace, system=system, cache_key=log.id,
+                                     max_steps=options.max_steps)
             if resumed:
                 agent.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
             await runtime.learn_from_past(agent, workspace)

@@ -17,13 +17,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hotloop.agent.events import AgentEvent, SessionTitled, TurnFinished
+from hotloop.agent.loop import Agent
 from hotloop.config import AUTO_TIER, Choice, Config, Target, resolve
 from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, ToolCall, UserMessage
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import TextDelta
 
 if TYPE_CHECKING:
-    from hotloop.agent.loop import Agent
+    from pathlib import Path
+
+    from hotloop.providers.base import Provider
     from hotloop.runtime import Runtime
 
 CLASSIFY = (
@@ -46,6 +49,18 @@ class Router:
         self.lanes = runtime.lanes
         self.auto = auto
         self._side_jobs: set[asyncio.Task[None]] = set()
+
+    def new_agent(
+        self, provider: Provider, *, emit: Callable[[AgentEvent], None], workspace: Path, system: str | None = None,
+        cache_key: str | None = None, max_steps: int | None = None,
+    ) -> Agent:
+        """An agent as the config says: the runtime's tools and lanes, the latency switches, and summaries if asked."""
+        latency = self.config.latency
+        return Agent(provider, self.runtime.tools, emit=emit, workspace=workspace, system=system,
+                     max_steps=max_steps or self.config.max_steps, tool_timeout=self.config.tool_timeout,
+                     cache_key=cache_key, lanes=self.lanes,
+                     summarize=self.summarize if self.routing.summarize_over_tokens else None,
+                     early_dispatch=latency.early_dispatch, memo_ttl=latency.memo_ttl, prefetch=latency.prefetch)
 
     def chose(self, choice: Choice) -> None:
         """The user picked a provider, model or tier: `auto` routes from the next turn on, anything else stops it."""

@@ -22,7 +22,6 @@ _PARSERS = (
     (r"kimi", "kimi_k2"),
     (r"internlm", "internlm"),
 )
-SPECULATION = ("ngram", "eagle3")
 EAGLE3_PLACEHOLDER = "EAGLE3_DRAFT_MODEL"
 
 

@@ -14,7 +14,14 @@ import hashlib
 
 import msgspec
 
-from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, ToolResultMessage, UserMessage
+from hotloop.providers.conversation import (
+    AssistantMessage,
+    ChatRequest,
+    Message,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
 from hotloop.providers.events import UsageLedger
 
 BLOCK = 16
@@ -44,6 +51,7 @@ class CacheExplainer:
 
     def __init__(self) -> None:
         self._digests: dict[Message, str] = {}
+        self._tool_digests: tuple[tuple[ToolSpec, ...], dict[str, str]] = ((), {})  # the registry reuses its tuple
         self._previous: tuple[Fingerprint, str, list[str], float] | None = None  # fingerprint, system, digests, time
         self._current: tuple[Fingerprint, str, list[str], float] | None = None
         self._previous_usage: UsageLedger | None = None
@@ -56,7 +64,7 @@ class CacheExplainer:
             provider=provider,
             model=model,
             system=_digest(request.system.encode()),
-            tools={tool.name: _digest(_encode(tool)) for tool in request.tools},
+            tools=self._tools_digest(request.tools),
             messages=len(digests),
             history=_digest("".join(digests).encode()),
         )
@@ -97,6 +105,11 @@ class CacheExplainer:
         if anthropic and sent_now - sent_before > ANTHROPIC_TTL:
             return f"the cached prefix expired ({sent_now - sent_before:,.0f} s since the last request; the TTL is 5 min)"
         return "evicted: nothing changed, yet the server no longer had the prefix"
+
+    def _tools_digest(self, tools: tuple[ToolSpec, ...]) -> dict[str, str]:
+        if tools is not self._tool_digests[0]:
+            self._tool_digests = (tools, {tool.name: _digest(_encode(tool)) for tool in tools})
+        return self._tool_digests[1]
 
     def _message_digest(self, message: Message) -> str:
         digest = self._digests.get(message)

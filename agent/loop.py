@@ -22,7 +22,7 @@ from typing import Any
 
 from hotloop.agent.cache_explainer import CacheExplainer
 from hotloop.agent.memo import Memo
-from hotloop.agent.prefetch import CallKey, Prefetcher, call_key
+from hotloop.agent.prefetch import Prefetcher
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
@@ -40,7 +40,7 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
 from hotloop.agent.switching import CacheWarmth
-from hotloop.agent.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, cap_output
+from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, ToolRegistry, call_key, cap_output
 from hotloop.providers.base import Provider
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.conversation import (
@@ -278,7 +278,7 @@ class Agent:
                         continue
                     stream.observe(event, time.perf_counter())
                     self.emit(event)
-                    if isinstance(event, ToolCallReady) and self.early_dispatch and _parses(event.arguments):
+                    if isinstance(event, ToolCallReady) and self.early_dispatch and _parses(stream.calls[-1]):
                         # Its arguments are complete: run it while the model writes the rest of the message.
                         call = stream.calls[-1]
                         early[call.id] = asyncio.create_task(self._run_tool(call, phase))
@@ -475,14 +475,13 @@ def _connect_paid(provider: Provider, since: float) -> float:
     return paid(since) if paid is not None else 0.0
 
 
-def _parses(arguments: str) -> bool:
+def _parses(call: ToolCall) -> bool:
     """Whether a call's arguments are a JSON object; one that isn't waits for the step's end, to fail there."""
-    if not arguments.strip():
-        return True
     try:
-        return isinstance(json.loads(arguments), dict)
-    except json.JSONDecodeError:
+        parse_arguments(call)
+    except ToolError:
         return False
+    return True
 
 
 async def _cancel_all(tasks: Iterable[asyncio.Task[ToolResultMessage]]) -> dict[str, ToolResultMessage]:

@@ -7,11 +7,10 @@ tool that is not read-only forgets everything, since it may have changed what th
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
-from hotloop.agent.tools.registry import Tool
+from hotloop.agent.tools.registry import CallKey, Tool, call_key
 
 
 class Memo:
@@ -19,7 +18,7 @@ class Memo:
         self.ttl = ttl
         self.clock = clock
         self.hits = 0
-        self._results: dict[tuple[str, str], tuple[float, str]] = {}
+        self._results: dict[CallKey, tuple[float, str]] = {}
 
     def get(self, tool: Tool | None, arguments: str) -> str | None:
         key = self._key(tool, arguments)
@@ -40,11 +39,7 @@ class Memo:
     def clear(self) -> None:
         self._results.clear()
 
-    def _key(self, tool: Tool | None, arguments: str) -> tuple[str, str] | None:
+    def _key(self, tool: Tool | None, arguments: str) -> CallKey | None:
         if self.ttl <= 0 or tool is None or not tool.read_only or tool.volatile:
             return None
-        try:
-            canonical = json.dumps(json.loads(arguments or "{}"), sort_keys=True)
-        except json.JSONDecodeError:
-            return None
-        return tool.name, canonical
+        return call_key(tool.name, arguments)

@@ -11,24 +11,15 @@ are cancelled and counted as misses, and nothing they returned reaches the conve
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, ToolStarted, TurnStarted
-from hotloop.agent.tools.registry import Tool, ToolRegistry
+from hotloop.agent.tools.registry import CallKey, Tool, ToolRegistry, call_key
 
 THRESHOLD = 0.8
-CallKey = tuple[str, str]  # the tool's name and its arguments as canonical JSON
-
-
-def call_key(name: str, arguments: str) -> CallKey | None:
-    try:
-        return name, json.dumps(json.loads(arguments or "{}"), sort_keys=True)
-    except json.JSONDecodeError:
-        return None
 
 
 class Predictor:

@@ -19,8 +19,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-INTERACTIVE_PRIORITY = 0
-BACKGROUND_PRIORITY = 10
+BACKGROUND_PRIORITY = 10  # interactive requests send none: vLLM's default, 0, is the most urgent
 
 
 class Lanes:

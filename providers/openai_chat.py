@@ -279,7 +279,7 @@ class ChunkParser:
             # Servers stream parallel calls one after another: a new index means the earlier calls are
             # written, so they can start before the message ends. One whose JSON isn't closed waits for the end.
             for earlier in self._calls:
-                if _is_whole_object("".join(earlier.parts)):
+                if not earlier.ready and _is_whole_object("".join(earlier.parts)):
                     self._mark_ready(earlier, events)
         if current is None or (call_delta.id and call_delta.id != current.call_id):
             if current is not None:

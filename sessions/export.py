@@ -29,7 +29,6 @@ from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallReady, UsageLedger
 from hotloop.sessions.store import LoggedSession
 
-FORMATS = ("md", "json", "html")
 RESULT_LINES = 20
 
 

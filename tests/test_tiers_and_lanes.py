@@ -39,8 +39,7 @@ async def agent_and_router(config: Config, workspace: Path, choice: Choice = Cho
     provider = await runtime.connect(resolve(config, choice))
     recorder = Recorder()
     router = Router(config, runtime, auto=choice.tier == "auto")
-    agent = Agent(provider, runtime.tools, emit=recorder, workspace=workspace, lanes=runtime.lanes,
-                  summarize=router.summarize if config.routing.summarize_over_tokens else None)
+    agent = router.new_agent(provider, emit=recorder, workspace=workspace)
     return agent, router, recorder
 
 

@@ -16,12 +16,18 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.figures import SessionTotals
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, UsageLedger
-from hotloop.tui.fold import TranscriptFold, fold_session
+from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, tools_summary, usage_text
 from hotloop.slash import Slash, SlashError, parse
 
 PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
+
+
+def fold_session(events: list) -> list:
+    """A whole logged session as transcript items, as a saved session is drawn."""
+    fold = TranscriptFold()
+    return fold.apply_all(events) + fold.flush()
 
 
 def context(width: int = 80) -> RenderContext:

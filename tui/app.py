@@ -186,14 +186,9 @@ class HotloopApp(App[None]):
         gc.set_threshold(700, 10, 1_000_000)
 
     def _new_agent(self, provider: Provider, system: str | None = None, cache_key: str | None = None) -> Agent:
-        from hotloop.agent.loop import Agent
-
-        assert self.runtime is not None and self.router is not None
-        summarize = self.router.summarize if self.config.routing.summarize_over_tokens else None
-        agent = Agent(provider, self.runtime.tools, emit=self.emit, workspace=self.workspace, system=system,
-                      max_steps=self.config.max_steps, tool_timeout=self.config.tool_timeout, cache_key=cache_key,
-                      lanes=self.runtime.lanes, summarize=summarize, early_dispatch=self.config.latency.early_dispatch,
-                      memo_ttl=self.config.latency.memo_ttl, prefetch=self.config.latency.prefetch)
+        assert self.router is not None
+        agent = self.router.new_agent(provider, emit=self.emit, workspace=self.workspace, system=system,
+                                      cache_key=cache_key)
         if self.agent is not None and self.agent.prefetcher is not None and agent.prefetcher is not None:
             agent.prefetcher.predictor = self.agent.prefetcher.predictor  # what was learned outlives the conversation
         return agent

@@ -130,9 +130,3 @@ class TranscriptFold:
             items.append((UsageItem(step), 0))
         self.text, self.reasoning, self.calls, self.server_tools = [], [], {}, []
         return items
-
-
-def fold_session(events: list[AgentEvent]) -> list[tuple[Item, int]]:
-    """A whole logged session as transcript items."""
-    fold = TranscriptFold()
-    return fold.apply_all(events) + fold.flush()

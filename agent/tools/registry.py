@@ -45,6 +45,17 @@ class Tool:
         return ToolSpec(self.name, self.description, canonical(self.parameters))
 
 
+CallKey = tuple[str, str]  # a tool's name and its arguments as canonical JSON
+
+
+def call_key(name: str, arguments: str) -> CallKey | None:
+    """What makes two calls the same call: the tool, and the arguments whatever their key order; None if not JSON."""
+    try:
+        return name, json.dumps(json.loads(arguments or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return None
+
+
 def canonical(schema: Any) -> Any:
     """The schema with keys sorted at every level, so it serializes to the same bytes every time."""
     return json.loads(json.dumps(schema, sort_keys=True, ensure_ascii=False))

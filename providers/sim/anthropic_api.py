@@ -22,7 +22,7 @@ from typing import Any
 from hotloop.providers.sim.cache import ONE_HOUR, CacheBlock
 from hotloop.providers.sim.engine import Emission, Generation, SimRequest
 from hotloop.providers.sim.model import STREAM_ERRORS
-from hotloop.providers.sim.template import TOOLS_PREAMBLE, Call, Turn
+from hotloop.providers.sim.template import TOOLS_PREAMBLE, Call, Turn, joined_text
 from hotloop.providers.sim.tokenizer import encode
 
 MAX_BREAKPOINTS = 4
@@ -315,13 +315,10 @@ def _text(block: dict[str, Any], where: str) -> str:
 
 
 def _result_text(content: Any, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-        return "".join(str(p.get("text", "")) for p in content)
-    raise AnthropicError(400, f"{where}.content: Input should be a valid string or a list of text blocks")
+    text = joined_text(content)
+    if text is None:
+        raise AnthropicError(400, f"{where}.content: Input should be a valid string or a list of text blocks")
+    return text
 
 
 def _tool_use(block: dict[str, Any], where: str) -> Call:

@@ -15,7 +15,7 @@ from typing import Any
 
 from hotloop.providers.sim.engine import DEFAULT_MODEL, Emission, Generation, SimRequest
 from hotloop.providers.sim.model import STREAM_ERRORS
-from hotloop.providers.sim.template import Call, Turn
+from hotloop.providers.sim.template import Call, Turn, joined_text
 
 
 class ApiError(Exception):
@@ -117,14 +117,10 @@ def _turns(messages: list[Any]) -> list[Turn]:
 
 
 def _content(message: dict[str, Any], n: int) -> str:
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-        return "".join(str(p.get("text", "")) for p in content)
-    raise ApiError(400, f"messages[{n}].content must be a string or a list of text parts", param="messages")
+    text = joined_text(message.get("content"))
+    if text is None:
+        raise ApiError(400, f"messages[{n}].content must be a string or a list of text parts", param="messages")
+    return text
 
 
 def _calls(raw: Any, n: int) -> tuple[Call, ...]:

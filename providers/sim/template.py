@@ -34,6 +34,17 @@ class Call:
     arguments: str
 
 
+def joined_text(content: Any) -> str | None:
+    """Message content as text: a string, or text parts joined, as both APIs accept; None for anything else."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(str(p.get("text", "")) for p in content)
+    return None
+
+
 @dataclass(frozen=True)
 class Turn:
     """One message, in the protocol-neutral form both wire APIs are parsed into."""

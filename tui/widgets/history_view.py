@@ -120,12 +120,6 @@ class HistoryView(Widget, can_focus=True):
         self._relayout()
         self._schedule_fill()
 
-    def refresh_item(self, item: Item) -> None:
-        for slot in self._slots:
-            if slot.item is item:
-                self._render_slot(slot)
-        self._relayout()
-
     # -- geometry ----------------------------------------------------------------------
 
     def _relayout(self) -> None:
