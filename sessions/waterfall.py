@@ -35,6 +35,7 @@ class Bar:
     end: float
     first_token: float | None = None  # model bars: where decode begins
     connect: float = 0.0  # model bars: opening the connection, when the request paid for it
+    done: bool = False  # False while it runs (a waterfall drawn mid-turn)
     critical: bool = False
     kind: str = "model"  # or "tool"
 
@@ -78,6 +79,7 @@ def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
             bar.end = max(event.ts - origin, bar.start)
             bar.first_token = bar.start + event.ttft if event.ttft is not None else None
             bar.connect = event.connect
+            bar.done = True
             turns[-1].cache_read += (event.usage.cache_read or 0) if event.usage else 0
         elif isinstance(event, ToolStarted) and steps:
             at = event.ts - origin
@@ -85,7 +87,8 @@ def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
             steps[-1].tools.append(open_tools[event.call_id])
             turns[-1].bars.append(open_tools[event.call_id])
         elif isinstance(event, ToolFinished) and event.call_id in open_tools:
-            open_tools.pop(event.call_id).end = event.ts - origin
+            finished = open_tools.pop(event.call_id)
+            finished.end, finished.done = event.ts - origin, True
             turns[-1].saved_prefetch += event.ahead
         elif isinstance(event, TurnFinished):
             _close(turns[-1], steps, event.wall)
@@ -144,7 +147,7 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
         else:
             text.append("▒" * max(round((bar.end - bar.start) * scale), 1), f"green {style}")
         connect = f" (connect {bar.connect:.2f} s)" if bar.connect else ""
-        text.append(f" {bar.end - bar.start:.2f} s{connect}\n", "dim")
+        text.append(f" {bar.end - bar.start:.2f} s{connect}\n" if bar.done else " running\n", "dim")
     cache = (f"~{turn.cache_read * cost:.2f} s from the cache ({turn.cache_read:,} tokens read × "
              f"{cost * 1e6:.0f} µs a token, fitted over this session)" if cost is not None and turn.cache_read
              else "the cache: its prefill cost is not measurable from this session's steps" if turn.cache_read

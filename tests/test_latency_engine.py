@@ -302,3 +302,12 @@ async def test_a_request_sent_before_the_connection_was_warm_shows_its_connect_t
     assert connects[0] > 0 and connects[1:] == [0.0] * (len(connects) - 1)
     first, *_ = waterfalls(recorder.events)
     assert f"(connect {connects[0]:.2f} s)" in render(first, 100, None).plain
+
+
+async def test_a_waterfall_drawn_mid_turn_says_what_is_still_running(tmp_path: Path) -> None:
+    events, _ = await slow_step(tmp_path / "run", early_dispatch=True)
+    midway = next(n for n, event in enumerate(events) if isinstance(event, StepStarted) and event.step == 2)
+    (turn,) = waterfalls(events[: midway + 1])
+    lines = render(turn, 100, None).plain.splitlines()
+    assert lines[1].startswith("step 1 · ") and lines[1].endswith(" s")
+    assert lines[-3].startswith("step 2 · ") and lines[-3].endswith(" running")
