@@ -12,12 +12,13 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hotloop import InputError, __version__
 
 if TYPE_CHECKING:
-    from hotloop.slash import Slash
+    from hotloop.core.session import SessionOptions
+    from hotloop.core.slash import Slash
 
 
 class UsageError(InputError):
@@ -29,12 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hotloop", description="A terminal agent console that shows where every turn's time and tokens go."
     )
     parser.add_argument("--version", action="version", version=f"hotloop {__version__}")
-    # The app's starting point. Separate dests: a subcommand's own defaults would overwrite these.
-    parser.add_argument("--provider", dest="app_provider", metavar="NAME", help="start on this provider")
-    parser.add_argument("--model", dest="app_model", metavar="MODEL", help="start on this model")
-    parser.add_argument("--tier", dest="app_tier", metavar="TIER", help="start on this tier: fast, balanced, strong, or auto (the fast tier picks per turn)")
-    parser.add_argument("--base-url", dest="app_base_url", metavar="URL", help="another server for the provider's protocol")
-    _resume_options(parser, dest="app_resume")
+    # The app's options. Separate dests: a subcommand's own defaults would overwrite these.
+    _session_options(parser, prefix="app_")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="run prompts headless, streaming the answer to stdout")
@@ -42,12 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         "prompts", nargs="*", metavar="PROMPT",
         help="consecutive user turns (default: read stdin); /provider, /model or /tier between them switches",
     )
-    _provider_options(run)
-    run.add_argument("--system", type=Path, metavar="FILE", help="add this file's text to the system prompt")
-    run.add_argument("--mcp", action="append", default=[], metavar="CMD", help='an MCP stdio server, e.g. "npx -y pkg" (repeatable)')
     run.add_argument("--json", action="store_true", help="print every event as a JSON line instead of text")
-    run.add_argument("--max-steps", type=_positive_int, metavar="N", help="stop a turn after N model requests")
-    _resume_options(run, dest="resume")
+    _session_options(run, prefix="")
 
     replay = commands.add_parser("replay", help="redraw a saved session as it happened (never calls a provider)")
     replay.add_argument("session", nargs="?", metavar="SESSION", help="a session id or its prefix (default: the latest)")
@@ -99,19 +92,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _resume_options(parser: argparse.ArgumentParser, dest: str) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--resume", dest=dest, metavar="ID", help="continue a saved session (an id or a unique prefix)")
-    group.add_argument("-c", "--continue", dest=dest, action="store_const", const="", help="continue the latest session")
-
-
-def _provider_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--provider", metavar="NAME", help="a configured provider: sim (default), openai, …")
-    parser.add_argument("--model", metavar="MODEL")
-    parser.add_argument("--tier", metavar="TIER", help="fast, balanced or strong (a provider and model from the config), or auto (the fast tier picks per turn)")
+def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
+    """The options of a session, the same for the app and `hotloop run`; dests start with `prefix`."""
+    parser.add_argument("--provider", dest=f"{prefix}provider", metavar="NAME", help="a configured provider: sim (default), openai, …")
+    parser.add_argument("--model", dest=f"{prefix}model", metavar="MODEL")
     parser.add_argument(
-        "--base-url", metavar="URL",
+        "--tier", dest=f"{prefix}tier", metavar="TIER",
+        help="fast, balanced or strong (a provider and model from the config), or auto (the fast tier picks per turn)",
+    )
+    parser.add_argument(
+        "--base-url", dest=f"{prefix}base_url", metavar="URL",
         help="another server for the provider's protocol, e.g. http://localhost:8000/v1 (openai) or a gateway (anthropic)",
+    )
+    parser.add_argument("--system", dest=f"{prefix}system", type=Path, metavar="FILE", help="add this file's text to the system prompt")
+    parser.add_argument("--mcp", dest=f"{prefix}mcp", action="append", default=[], metavar="CMD",
+                        help='an MCP stdio server, e.g. "npx -y pkg" (repeatable)')
+    parser.add_argument("--max-steps", dest=f"{prefix}max_steps", type=_positive_int, metavar="N", help="stop a turn after N model requests")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--resume", dest=f"{prefix}resume", metavar="ID", help="continue a saved session (an id or a unique prefix)")
+    group.add_argument("-c", "--continue", dest=f"{prefix}resume", action="store_const", const="", help="continue the latest session")
+
+
+def _options(args: argparse.Namespace, prefix: str) -> SessionOptions:
+    """The session the command line asks for; a bad --mcp, --system or session fails here, before anything starts."""
+    from hotloop.core.session import SessionOptions
+
+    def given(name: str) -> Any:
+        return getattr(args, prefix + name)
+
+    for line in given("mcp"):
+        try:
+            if not shlex.split(line):
+                raise ValueError("no command")
+        except ValueError as error:
+            raise UsageError(f"--mcp {line!r} is not a command line: {error}") from None
+    return SessionOptions(
+        provider=given("provider"),
+        model=given("model"),
+        base_url=given("base_url"),
+        tier=given("tier"),
+        system=_read_system_file(given("system")),
+        mcp=tuple(given("mcp")),
+        max_steps=given("max_steps"),
+        resume=_session_to_resume(given("resume")),
     )
 
 
@@ -161,11 +184,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "config":
         return _config(args)
     if args.command == "vllm":
-        from hotloop.vllm_recipe import recipe
+        from hotloop.core.recipes import recipe
 
         print(recipe(args.model, args.gpus, args.spec))
         return 0
-    from hotloop import session_commands
+    from hotloop.headless import session_commands
 
     if args.command == "replay":
         return session_commands.replay(args.session, args.speed, args.headless)
@@ -174,13 +197,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _app(args: argparse.Namespace) -> int:
     """Open the TUI; a bad config, provider, tier or missing key fails here, before the screen takes over."""
-    from hotloop.config import Choice, load_config, resolve
+    from hotloop.config import load_config
     from hotloop.tui.app import HotloopApp
 
-    config, choice = load_config().pointed_at(Choice(args.app_provider, args.app_model, args.app_base_url, args.app_tier))
-    resolve(config, choice)
-    resume = _session_to_resume(args.app_resume)
-    HotloopApp(config, choice, resume=resume).run()
+    HotloopApp(load_config(), _options(args, "app_")).run()
     return 0
 
 
@@ -202,33 +222,15 @@ def _session_to_resume(reference: str | None) -> Path | None:
 def _run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from hotloop.headless import RunOptions, run
+    from hotloop.headless.run import run
 
     prompts = _prompts(args.prompts)
-    for line in args.mcp:
-        try:
-            if not shlex.split(line):
-                raise ValueError("no command")
-        except ValueError as error:
-            raise UsageError(f"--mcp {line!r} is not a command line: {error}") from None
-    options = RunOptions(
-        prompts=prompts,
-        provider=args.provider,
-        model=args.model,
-        base_url=args.base_url,
-        tier=args.tier,
-        system=_read_system_file(args.system),
-        mcp=args.mcp,
-        json_lines=args.json,
-        max_steps=args.max_steps,
-        resume=_session_to_resume(args.resume),
-    )
-    return asyncio.run(run(options))
+    return asyncio.run(run(_options(args, ""), prompts, json_lines=args.json))
 
 
 def _prompts(given: list[str]) -> list[str | Slash]:
     """The turns to run: the arguments (where /model, /tier and /provider switch between turns), or stdin."""
-    from hotloop.slash import SWITCHES, Slash, SlashError, parse
+    from hotloop.core.slash import SWITCHES, Slash, SlashError, parse
 
     if not given:
         if sys.stdin.isatty():

@@ -6,6 +6,7 @@ event has a wall-clock `ts`, so a logged session can be redrawn at its recorded 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import msgspec
@@ -175,3 +176,13 @@ def encode(event: AgentEvent) -> bytes:
 
 def decode(line: bytes | str) -> AgentEvent:
     return _decoder.decode(line)
+
+
+def fan_out(*sinks: Callable[[AgentEvent], None]) -> Callable[[AgentEvent], None]:
+    """One sink that hands each event to every one of `sinks`, in order."""
+
+    def emit(event: AgentEvent) -> None:
+        for sink in sinks:
+            sink(event)
+
+    return emit

@@ -35,7 +35,8 @@ from hotloop.agent.events import AgentEvent, StepFinished, StepStarted
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
-from hotloop.headless import Printer, fan_out
+from hotloop.agent.events import fan_out
+from hotloop.headless.printer import Printer
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionLog

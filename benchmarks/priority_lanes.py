@@ -31,8 +31,8 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.config import Choice, Config, RoutingSettings, SimSettings, resolve
 from hotloop.providers.conversation import AssistantMessage, UserMessage
-from hotloop.routing import Router
-from hotloop.runtime import Runtime
+from hotloop.core.routing import Router
+from hotloop.core.runtime import Runtime
 
 AGENTS, TITLES, STEPS, TOOL_SECONDS = 4, 16, 8, 0.2
 TOPICS = ("the cache", "the scheduler", "the tokenizer", "routing", "the server panel", "replay", "exports", "lanes")

@@ -137,7 +137,7 @@ async def open_in_app(session_id: str) -> tuple[float, float]:
     """Seconds from picking the session in the app's sidebar until its view's first frame is drawn,
     and until every item of it has been rendered in the background."""
     from hotloop import paths
-    from hotloop.config import Choice, load_config
+    from hotloop.config import load_config
     from hotloop.sessions.store import find_session
     from hotloop.tui.app import HotloopApp
     from hotloop.tui.screens.session_view import SessionView
@@ -145,7 +145,7 @@ async def open_in_app(session_id: str) -> tuple[float, float]:
     from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 
     path = find_session(paths.sessions_dir(), session_id)
-    app = HotloopApp(load_config(), Choice())
+    app = HotloopApp(load_config())
     drawn: list[float] = []
     render_line = HistoryView.render_line
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from hotloop.agent.events import ResponseFinished, StepFinished, StepStarted, TurnFinished, TurnStarted
-from hotloop.config import Choice, load_config
+from hotloop.config import load_config
 from hotloop.providers.events import TextDelta, UsageLedger
 from hotloop.tui.app import HotloopApp
 
@@ -56,14 +56,14 @@ def markdown_tokens(count: int, seed: int) -> list[str]:
 
 
 def finished_turn(app: HotloopApp, turn: int, tokens: list[str]) -> None:
-    app.emit(TurnStarted(turn=turn, prompt=f"question {turn}"))
-    app.emit(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"))
-    app.emit(TextDelta("".join(tokens)))
+    app.show(TurnStarted(turn=turn, prompt=f"question {turn}"))
+    app.show(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"))
+    app.show(TextDelta("".join(tokens)))
     usage = UsageLedger(prompt_total=1_000 * turn, cache_read=990 * turn, uncached=10 * turn, output=len(tokens))
-    app.emit(ResponseFinished(turn=turn, step=1, usage=usage, ttft=0.1, decode_tps=90.0, model_time=1.0, finish_reason="stop"))
-    app.emit(StepFinished(turn=turn, step=1, usage=usage, ttft=0.1, decode_tps=90.0, model_time=1.0, wall=1.0,
+    app.show(ResponseFinished(turn=turn, step=1, usage=usage, ttft=0.1, decode_tps=90.0, model_time=1.0, finish_reason="stop"))
+    app.show(StepFinished(turn=turn, step=1, usage=usage, ttft=0.1, decode_tps=90.0, model_time=1.0, wall=1.0,
                           tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop"))
-    app.emit(TurnFinished(turn=turn, reason="answer", steps=1, wall=1.0))
+    app.show(TurnFinished(turn=turn, reason="answer", steps=1, wall=1.0))
 
 
 async def stream(app: HotloopApp, pilot, tokens: list[str], rate: float | None) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -78,12 +78,12 @@ async def stream(app: HotloopApp, pilot, tokens: list[str], rate: float | None) 
 
     beating = asyncio.create_task(heartbeat())
     turn = HISTORY_TURNS + 1
-    app.emit(TurnStarted(turn=turn, prompt="the live turn"))
-    app.emit(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"))
+    app.show(TurnStarted(turn=turn, prompt="the live turn"))
+    app.show(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"))
     answer = app.transcript.answer
     start = time.perf_counter()
     for n, token in enumerate(tokens):
-        app.emit(TextDelta(token))
+        app.show(TextDelta(token))
         if rate is None:
             await asyncio.sleep(0)
         else:
@@ -98,7 +98,7 @@ async def stream(app: HotloopApp, pilot, tokens: list[str], rate: float | None) 
     lag = time.perf_counter() - produced
     done.set()
     await beating
-    app.emit(TurnFinished(turn=turn, reason="cancelled", steps=1, wall=elapsed))
+    app.show(TurnFinished(turn=turn, reason="cancelled", steps=1, wall=elapsed))
     lateness.sort()
     return {
         "tok_s": len(tokens) / elapsed,
@@ -113,7 +113,7 @@ async def measure() -> tuple[int, dict[str, float], dict[str, float]]:
     with tempfile.TemporaryDirectory() as home:
         os.environ["HOTLOOP_DATA_DIR"] = home
         os.environ["HOTLOOP_CONFIG"] = os.path.join(home, "none.toml")
-        app = HotloopApp(load_config(), Choice())
+        app = HotloopApp(load_config())
         async with app.run_test(size=(120, 40)) as pilot:
             while app.agent is None:  # connected: the engine's imports and the startup GC are behind us
                 await asyncio.sleep(0.05)

@@ -56,7 +56,7 @@ async def pause(args: dict[str, Any], ctx: Any) -> str:
 
 async def shoot(workspace: Path) -> None:
     from hotloop.agent.tools.registry import Tool
-    from hotloop.config import Choice, load_config
+    from hotloop.config import load_config
     from hotloop.tui.app import HotloopApp
     from hotloop.tui.widgets.prompt_input import PromptInput
 
@@ -67,13 +67,13 @@ async def shoot(workspace: Path) -> None:
             await asyncio.sleep(0.05)
         await pilot.pause(0.3)
 
-    app = HotloopApp(load_config(), Choice(), workspace=workspace)
+    app = HotloopApp(load_config(), workspace=workspace)
     async with app.run_test(size=(100, 30)) as pilot:
         while app.agent is None:
             await asyncio.sleep(0.05)
         app.query_one(PromptInput).cursor_blink = False
         schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
-        app.runtime.tools.add(Tool("pause", "Wait a while.", schema, pause))
+        app.session.runtime.tools.add(Tool("pause", "Wait a while.", schema, pause))
         await pilot.pause(0.3)
         app.save_screenshot("empty.svg", str(HERE))
 

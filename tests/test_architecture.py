@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ("hotloop.cli", "hotloop.headless", "hotloop.runtime", "hotloop.resumption", "hotloop.session_commands")
+CORE = ("hotloop.cli", "hotloop.headless.run", "hotloop.core.runtime", "hotloop.core.resumption", "hotloop.headless.session_commands")
 FORBIDDEN = {
     "providers": ("hotloop.agent", "hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
     "agent": ("hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
@@ -42,8 +42,8 @@ def test_layers_only_import_downwards(layer: str) -> None:
 def test_the_core_and_the_headless_cli_never_load_textual() -> None:
     code = (
         "import sys, hotloop.agent.loop, hotloop.sessions.log, hotloop.sessions.store, hotloop.sessions.resume, "
-        "hotloop.sessions.replay, hotloop.sessions.export, hotloop.headless, hotloop.runtime, hotloop.resumption, "
-        "hotloop.session_commands, hotloop.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
+        "hotloop.sessions.replay, hotloop.sessions.export, hotloop.headless.run, hotloop.core.runtime, hotloop.core.resumption, "
+        "hotloop.headless.session_commands, hotloop.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

@@ -10,7 +10,7 @@ from pathlib import Path
 from support import make_agent, start_sim
 
 from hotloop.agent.events import StepFinished, TurnStarted, decode
-from hotloop.headless import fan_out
+from hotloop.agent.events import fan_out
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import list_sessions, summarize
 

@@ -17,11 +17,11 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.cli import main
-from hotloop.headless import fan_out
+from hotloop.agent.events import fan_out
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
 from hotloop.providers.openai_chat import OpenAIChatProvider
-from hotloop.resumption import Resumption
+from hotloop.core.resumption import Resumption
 from hotloop.sessions.log import SessionInUse, SessionLog
 from hotloop.sessions.replay import IDLE_GAP, Replay, Timeline
 from hotloop.sessions.store import SessionError, find_session, list_sessions, read_session

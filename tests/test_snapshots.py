@@ -19,7 +19,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.config import Choice, load_config
+from hotloop.config import load_config
 from hotloop.providers.events import TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, UsageLedger
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.widgets.prompt_input import PromptInput
@@ -50,7 +50,7 @@ def block_hashes(tokens, size=16):
 
 def snapshot_app(home: Path) -> HotloopApp:
     write_config(home)
-    return HotloopApp(load_config(), Choice(), clock=lambda: T + 2.5)
+    return HotloopApp(load_config(), clock=lambda: T + 2.5)
 
 
 async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -65,7 +65,7 @@ def showing(events: list):  # type: ignore[no-untyped-def]
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await settle(pilot)
         for event in events:
-            pilot.app.emit(event)
+            pilot.app.show(event)
         await pilot.pause()
 
     return run_before

@@ -22,7 +22,7 @@ from hotloop.providers.conversation import (
     portable_call_id,
 )
 from hotloop.providers.events import ReasoningSignature
-from hotloop.runtime import Runtime
+from hotloop.core.runtime import Runtime
 from hotloop.sessions.log import SessionLog
 
 # The simulator's generation prompt: the only part of an Anthropic prompt after its newest breakpoint.

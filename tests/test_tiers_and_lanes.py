@@ -21,8 +21,8 @@ from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.server_metrics import ServerWatch, parse_metrics
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.vllm import discover, scrape
-from hotloop.routing import Router
-from hotloop.runtime import Runtime
+from hotloop.core.routing import Router
+from hotloop.core.runtime import Runtime
 from hotloop.sessions.store import list_sessions, read_session
 
 

@@ -11,7 +11,9 @@ from tui_support import idle, running_app, send, wait_until, write_config
 from hotloop.agent.events import TextDelta, decode
 from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.providers.conversation import AssistantMessage
+from hotloop.providers.server_metrics import ServerStats
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem
+from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.streaming_text import StreamingText
 from hotloop.tui.widgets.tool_pane import ToolPane
@@ -57,7 +59,7 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
 
     schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
     async with running_app() as (app, pilot):
-        app.runtime.tools.add(Tool("pause", "Pause.", schema, pause))
+        app.session.runtime.tools.add(Tool("pause", "Pause.", schema, pause))
         await send(app, pilot, "go")
         await wait_until(lambda: len(app.query("ToolPane.-running")) == 3)
         panes = list(app.query(ToolPane))
@@ -81,7 +83,7 @@ async def test_the_usage_strip_shows_the_simulators_own_numbers(isolated_home: P
     async with running_app() as (app, pilot):
         await send(app, pilot, "list")
         await idle(app, pilot)
-        requests = list(app.runtime.simulator.server.requests)
+        requests = list(app.session.runtime.simulator.server.requests)
 
         steps = [item.step for item in items_of(app, UsageItem)]
         assert [s.usage.prompt_total for s in steps] == [r.prompt_tokens for r in requests]
@@ -109,7 +111,7 @@ async def test_switching_in_the_palette_changes_the_next_requests_model(isolated
         await send(app, pilot, "second")
         await idle(app, pilot)
 
-        models = [request.model for request in app.runtime.simulator.server.requests]
+        models = [request.model for request in app.session.runtime.simulator.server.requests]
         assert models == ["sim-balanced", "sim-fast"]
         assert app.status.tier == "fast" and len(app.agent.messages) == 4  # the conversation was kept
 
@@ -121,7 +123,7 @@ async def test_slash_commands_switch_and_unknown_ones_explain(isolated_home: Pat
         await wait_until(lambda: app.status.model == "sim-strong")
         await send(app, pilot, "hi")
         await idle(app, pilot)
-        assert app.runtime.simulator.server.requests[-1].model == "sim-strong"
+        assert app.session.runtime.simulator.server.requests[-1].model == "sim-strong"
         await send(app, pilot, "/nonsense")
         await pilot.pause()
         assert any("unknown command /nonsense" in str(n.message) for n in app._notifications)
@@ -203,7 +205,7 @@ async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None
         return "paused"
 
     async with running_app(size=(120, 40)) as (app, pilot):
-        app.runtime.tools.add(Tool("pause", "Pause.", {"type": "object"}, pause))
+        app.session.runtime.tools.add(Tool("pause", "Pause.", {"type": "object"}, pause))
         await send(app, pilot, "go")
         await wait_until(lambda: len(app.query("ToolPane.-running")) == 5)
         await wait_until(lambda: all(pane.region.width for pane in app.query(ToolPane)))
@@ -296,7 +298,7 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
             if provider:
                 await send(app, pilot, f"/provider {provider}")
                 await wait_until(lambda provider=provider: app.status.provider == provider)
-        requests = list(app.runtime.simulator.server.requests)
+        requests = list(app.session.runtime.simulator.server.requests)
         usage = [item.step.usage for item in items_of(app, UsageItem)]
         notices = items_of(app, NoticeItem)
         strips = [" ".join(strip.text.strip() for strip in item.render(app.transcript.context(150)).lines)
@@ -325,28 +327,30 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
     assert sum(type(e).__name__ == "ProviderSwitched" for e in logged_events(isolated_home)) == 2
 
 
+def stats_of(panel: ServerPanel) -> ServerStats | None:
+    return panel.report.stats if panel.report is not None else None
+
+
 async def test_the_server_panel_shows_the_simulators_own_hit_rate(isolated_home: Path) -> None:
     """On a wide terminal the panel is there from the start; its hit rate is hits ÷ queries from /metrics."""
     import urllib.request
 
-    from hotloop.tui.widgets.server_panel import ServerPanel
-
     (isolated_home / "ws").mkdir()
     write_config(isolated_home)
     async with running_app(size=(130, 36)) as (app, pilot):
-        await wait_until(lambda: bool(app.query(ServerPanel)) and app.query_one(ServerPanel).stats is not None)
+        await wait_until(lambda: bool(app.query(ServerPanel)) and stats_of(app.query_one(ServerPanel)) is not None)
         panel = app.query_one(ServerPanel)
         assert panel.display and "no requests yet" in str(panel.render())  # scraped before the first request
         await send(app, pilot, "list the files, then say what you found")
         await idle(app, pilot)
-        panel.scrape()
-        await app.workers.wait_for_complete()
-        url = app.runtime.simulator.url + "/metrics"
+        url = app.session.runtime.simulator.url + "/metrics"
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
         totals = {name: sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
                   for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")}
         expected = totals["vllm:prefix_cache_hits_total"] / totals["vllm:prefix_cache_queries_total"]
-        assert panel.stats.hit_rate_session == expected > 0
+        assert expected > 0
+        # The session scrapes again as the turn ends; the panel draws what that scrape said.
+        await wait_until(lambda: stats_of(panel).hit_rate_session == expected)
         assert f"{expected:.0%}" in str(panel.render())
         await pilot.press("f2")
         assert not panel.display

@@ -19,7 +19,7 @@ from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelt
 from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, tools_summary, usage_text
-from hotloop.slash import Slash, SlashError, parse
+from hotloop.core.slash import Slash, SlashError, parse
 
 PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
 

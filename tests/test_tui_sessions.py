@@ -13,7 +13,8 @@ from tui_support import idle, running_app, send, wait_until, write_config
 from hotloop.agent.events import ToolFinished, ToolStarted, TurnFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
-from hotloop.headless import fan_out
+from hotloop.agent.events import fan_out
+from hotloop.core.session import SessionOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import read_session
@@ -130,13 +131,13 @@ async def test_speed_zero_draws_the_whole_session_at_once(tmp_path: Path) -> Non
 
 async def test_continue_after_kill_9_shows_the_interrupted_partial_answer(isolated_home: Path) -> None:
     path = killed_mid_answer(isolated_home)
-    async with running_app(resume=path) as (app, pilot):
+    async with running_app(options=SessionOptions(resume=path)) as (app, pilot):
         await pilot.pause()
         [partial] = [item for item in app.transcript.history.items if isinstance(item, AnswerItem)]
         assert partial.interrupted and partial.text.startswith("word word")
         notices = [item.message for item in app.transcript.history.items if isinstance(item, NoticeItem)]
         assert any("its partial answer is kept, marked interrupted" in n for n in notices)
-        assert app.session_log is not None and app.session_log.path == path
+        assert app.session.log is not None and app.session.log.path == path
         await send(app, pilot, "go on")
         await idle(app, pilot)
         answers = [item for item in app.transcript.history.items if isinstance(item, AnswerItem)]
@@ -151,7 +152,7 @@ async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -
     async with running_app() as (app, pilot):
         await send(app, pilot, "first session about caches")
         await idle(app, pilot)
-        first_log = app.session_log.path
+        first_log = app.session.log.path
         await pilot.press("ctrl+n")
         await send(app, pilot, "second session about panes")
         await idle(app, pilot)
@@ -170,7 +171,7 @@ async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -
         await wait_until(lambda: not isinstance(app.screen, ReplayScreen))
 
         await pilot.press("c")
-        await wait_until(lambda: app.session_log is not None and app.session_log.path == first_log)
+        await wait_until(lambda: app.session.log is not None and app.session.log.path == first_log)
         assert app.agent.turn == 1 and len(app.agent.messages) == 2
         await send(app, pilot, "and more")
         await idle(app, pilot)

@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from hotloop.config import Choice, load_config
+from hotloop.config import load_config
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.widgets.prompt_input import PromptInput
 
@@ -48,7 +48,7 @@ async def idle(app: HotloopApp, pilot: Pilot[None]) -> None:
 
 @asynccontextmanager
 async def running_app(size: tuple[int, int] = (100, 30), **options: Any) -> AsyncIterator[tuple[HotloopApp, Pilot[None]]]:
-    app = HotloopApp(load_config(), Choice(), **options)
+    app = HotloopApp(load_config(), **options)
     async with app.run_test(size=size) as pilot:
         await connected(app)
         app.query_one(PromptInput).cursor_blink = False

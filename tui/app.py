@@ -1,8 +1,9 @@
 """The hotloop app: a streaming transcript, live tool panes, usage, and switching inside the app.
 
-The app renders the agent's event stream and never talks to a provider itself: it asks the
-runtime for one, and the agent for turns. The engine (openai, aiohttp) is imported after
-the first paint, in a thread, so the window appears at once.
+The app is a frontend on `core.session.Session`: it draws the session's event stream and
+what the session reports of its server, and sends it prompts and switches. It never talks
+to a provider itself. The engine (openai, aiohttp) is imported after the first paint, in a
+thread, so the window appears at once.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import asyncio
 import gc
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
@@ -31,14 +33,15 @@ from hotloop.agent.events import (
     StepStarted,
     TurnFinished,
 )
+from hotloop import InputError
 from hotloop.agent.figures import SessionTotals
-from hotloop.agent.switching import describe_cost
-from hotloop.config import AUTO_TIER, Choice, Config, ConfigError, resolve
-from hotloop.markdown_blocks import code_blocks
+from hotloop.config import Choice, Config
+from hotloop.core.markdown_blocks import code_blocks
+from hotloop.core.session import ServerReport, Session, SessionOptions, SwitchOption
+from hotloop.core.slash import Slash, SlashError, parse
 from hotloop.tui.commands import SwitchCommands
 from hotloop.tui.items import AnswerItem
 from hotloop.tui.render import Palette, theme_palette
-from hotloop.slash import Slash, SlashError, parse
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
@@ -47,21 +50,10 @@ from hotloop.tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
-    from hotloop.providers.base import Provider
-    from hotloop.resumption import Resumption
-    from hotloop.routing import Router
-    from hotloop.runtime import Runtime
-    from hotloop.sessions.log import SessionLog
+    from hotloop.sessions.store import LoggedSession
 
 
 SERVER_PANEL_MIN_WIDTH = 120
-
-
-class SwitchOption(NamedTuple):
-    title: str
-    help: str
-    choice: Choice
-    unavailable: str | None = None
 
 
 def _import_engine() -> None:
@@ -70,7 +62,9 @@ def _import_engine() -> None:
     They are not needed for the first paint, but would stall the first request or answer.
     """
     import hotloop.agent.loop  # noqa: F401
-    import hotloop.runtime  # noqa: F401
+    import hotloop.core.resumption  # noqa: F401
+    import hotloop.core.routing  # noqa: F401
+    import hotloop.core.runtime  # noqa: F401
     import openai  # noqa: F401
     from hotloop.tui.render import warm_up
 
@@ -95,27 +89,22 @@ class HotloopApp(App[None]):
     def __init__(
         self,
         config: Config,
-        choice: Choice,
+        options: SessionOptions | None = None,
         *,
         workspace: Path | None = None,
         clock: Callable[[], float] = time.time,
-        resume: Path | None = None,
     ) -> None:
         super().__init__()
-        self.config = config
-        self.choice = choice
-        self.resume = resume
-        self.workspace = workspace or Path.cwd()
+        options = options or SessionOptions()
+        if workspace is not None:
+            options = replace(options, workspace=workspace)
+        # A bad provider, tier or missing key fails here, before the screen takes over.
+        self.session = Session(config, options, self.show, restored=self._restored)
         self.clock = clock
-        self.runtime: Runtime | None = None
-        self.router: Router | None = None
         self._server_panel_wanted: bool | None = None
-        self.agent: Agent | None = None
-        self.session_log: SessionLog | None = None
         self.totals = SessionTotals()
         self._palette: Palette | None = None
         self._pending_switch: Choice | None = None
-        self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
 
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
@@ -154,98 +143,57 @@ class HotloopApp(App[None]):
         for transcript in self.query(Transcript):
             transcript.rerender()
 
+    @property
+    def agent(self) -> Agent | None:
+        return self.session.agent
+
+    @property
+    def workspace(self) -> Path:
+        return self.session.workspace
+
     # -- connecting ----------------------------------------------------------------------
 
     @work(exclusive=True, group="connect", exit_on_error=False)
     async def connect(self) -> None:
         await asyncio.to_thread(_import_engine)
-        from hotloop.resumption import Resumption
-        from hotloop.routing import Router
-        from hotloop.runtime import Runtime
-
-        self.runtime = Runtime(self.config)
-        self.router = Router(self.config, self.runtime, auto=self.choice.tier == AUTO_TIER)
         # Any error here is shown by on_worker_state_changed, and the app stays open.
-        resumed = await asyncio.to_thread(Resumption.load, self.resume) if self.resume else None
-        target, notes = resumed.target(self.config, self.choice) if resumed else (resolve(self.config, self.choice), [])
-        provider = await self.runtime.connect(target)
-        self.agent = self._new_agent(provider)
+        await self.session.open()
         self._show_provider()
-        self._follow_server(provider)
-        for warning in self.config.warnings:
-            self.emit(Notice(level="warning", message=warning))
-        if resumed is not None:
-            self._continue(resumed, notes)
+        self.session.watch_server(self._server_report)
         self.status.state = "ready"
-        await self.runtime.learn_from_past(self.agent, self.workspace)
-        await self.runtime.start_mcp([], self.emit)
-        self._probes = asyncio.create_task(self._probe_all())
-        # The startup heap never dies: keep the collector off it, and collect old objects rarely.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(700, 10, 1_000_000)
 
-    def _new_agent(self, provider: Provider, system: str | None = None, cache_key: str | None = None) -> Agent:
-        assert self.router is not None
-        agent = self.router.new_agent(provider, emit=self.emit, workspace=self.workspace, system=system,
-                                      cache_key=cache_key)
-        if self.agent is not None and self.agent.prefetcher is not None and agent.prefetcher is not None:
-            agent.prefetcher.predictor = self.agent.prefetcher.predictor  # what was learned outlives the conversation
-        return agent
-
-    def _continue(self, resumed: Resumption, notes: list[str]) -> None:
-        """Go on with a saved session: its history on screen and in the agent, appending to its log."""
-        from hotloop.agent.events import StepFinished as Step
-        from hotloop.sessions.log import SessionInUse
-
-        assert self.runtime is not None and self.agent is not None
-        try:
-            log = self.runtime.reopen_session_log(resumed.path, resumed.session)
-        except (SessionInUse, ConfigError) as error:
-            self.notify(f"{error}: starting a new conversation instead", severity="error", timeout=10)
-            return
-        self.workspace, moved = resumed.workspace(self.workspace)
-        header, conversation = resumed.session.header, resumed.conversation
-        self.agent = self._new_agent(self.agent.provider, header.system or None, header.id)
-        self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
-        self.session_log = log
-        self.transcript.fast_forward(resumed.session.events)
-        for event in resumed.session.events:
-            if isinstance(event, Step):
+    def _restored(self, session: LoggedSession) -> None:
+        """A saved session is being continued: its history on screen, its totals in the status bar."""
+        self.transcript.fast_forward(session.events)
+        for event in session.events:
+            if isinstance(event, StepFinished):
                 self.totals.add(event)
         self.status.totals = self.totals
-        for event in resumed.opening_events(notes + moved):
-            self.emit(event)
-        self.notify(f"continuing session {header.id}")
+        self.notify(f"continuing session {session.header.id}")
 
     def _show_provider(self) -> None:
         if self.agent is not None:
             provider = self.agent.provider
             self.status.provider, self.status.model = provider.name, provider.model
-            self.status.tier = self._tier_label(provider.name, provider.model)
+            self.status.tier = self.session.tier_label(provider.name, provider.model)
 
-    def _tier_label(self, provider: str, model: str) -> str | None:
-        tier = self.config.tier_of(provider, model)
-        return f"auto → {tier}" if self.router is not None and self.router.auto else tier
-
-    @work(exclusive=True, group="server", exit_on_error=False)
-    async def _follow_server(self, provider: Provider) -> None:
+    def _server_report(self, report: ServerReport | None) -> None:
         """Show the server panel for a server that describes itself (vLLM, SGLang, the simulator, …)."""
         from hotloop.tui.widgets.server_panel import ServerPanel
 
-        assert self.runtime is not None
-        info = await self.runtime.server_of(provider)
         panels = self.query(ServerPanel)
-        if info is None:
-            await panels.remove()
+        if report is None:
+            panels.remove()
             return
-        panel = panels.first() if panels else ServerPanel(id="server")
-        if not panels:
-            # Shown from the start only where the transcript keeps room enough; F2 shows or hides it anyway.
-            wanted = self._server_panel_wanted
-            panel.display = wanted if wanted is not None else self.size.width >= SERVER_PANEL_MIN_WIDTH
-            await self.mount(panel, before=self.transcript)
-        panel.watch_server(provider, info)  # type: ignore[arg-type]
+        if panels:
+            panels.first().report = report
+            return
+        panel = ServerPanel(id="server")
+        panel.report = report
+        # Shown from the start only where the transcript keeps room enough; F2 shows or hides it anyway.
+        wanted = self._server_panel_wanted
+        panel.display = wanted if wanted is not None else self.size.width >= SERVER_PANEL_MIN_WIDTH
+        self.mount(panel, before=self.transcript)
 
     def on_resize(self) -> None:
         from hotloop.tui.widgets.server_panel import ServerPanel
@@ -259,11 +207,12 @@ class HotloopApp(App[None]):
         from hotloop.sessions.store import read_session
         from hotloop.tui.screens.waterfall import WaterfallScreen
 
-        if self.session_log is None:
+        log = self.session.log
+        if log is None:
             self.notify("no turns yet", severity="warning")
             return
-        self.session_log.flush()
-        self.push_screen(WaterfallScreen(read_session(self.session_log.path).events))
+        log.flush()
+        self.push_screen(WaterfallScreen(read_session(log.path).events))
 
     def action_toggle_server(self) -> None:
         from hotloop.tui.widgets.server_panel import ServerPanel
@@ -285,10 +234,8 @@ class HotloopApp(App[None]):
 
     # -- the event stream ----------------------------------------------------------------
 
-    def emit(self, event: AgentEvent) -> None:
-        """Every event of the agent goes to the session log and the transcript."""
-        if self.session_log is not None:
-            self.session_log.write(event)
+    def show(self, event: AgentEvent) -> None:
+        """Every event of the session, once its log has it: to the transcript and the status bar."""
         self.transcript.apply(event)
         if isinstance(event, StepStarted):
             self.status.state = f"step {event.step}"
@@ -297,9 +244,7 @@ class HotloopApp(App[None]):
             self.status.totals = self.totals
         elif isinstance(event, ProviderSwitched):
             self.status.provider, self.status.model = event.provider, event.model
-            self.status.tier = self._tier_label(event.provider, event.model)
-            if self.agent is not None and (event.provider, event.model) != (event.previous_provider, event.previous_model):
-                self._follow_server(self.agent.provider)
+            self.status.tier = self.session.tier_label(event.provider, event.model)
         elif isinstance(event, SessionTitled):
             self.sub_title = event.title
             self.notify(f"session titled “{event.title}” by {event.model}", timeout=4)
@@ -333,23 +278,7 @@ class HotloopApp(App[None]):
 
     @work(exclusive=True, group="turn", exit_on_error=False)
     async def run_turn(self, prompt: str) -> None:
-        assert self.agent is not None and self.runtime is not None
-        if self.session_log is None:
-            # A session is logged from its first turn, so an app opened and closed leaves no empty file.
-            self.session_log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
-            self.agent.cache_key = self.session_log.id
-        self._server_busy(True)
-        try:
-            assert self.router is not None
-            await self.router.turn(self.agent, prompt)
-        finally:
-            self._server_busy(False)
-
-    def _server_busy(self, busy: bool) -> None:
-        from hotloop.tui.widgets.server_panel import ServerPanel
-
-        for panel in self.query(ServerPanel):
-            panel.busy = busy
+        await self.session.turn(prompt)
 
     def run_slash(self, slash: Slash) -> None:
         if slash.name == "/new":
@@ -366,7 +295,7 @@ class HotloopApp(App[None]):
         """Use another provider, model or tier from the next turn on; the conversation stays."""
         from hotloop.providers.errors import ProviderError
 
-        if self.agent is None or self.runtime is None:
+        if self.agent is None:
             self.notify("not connected yet", severity="warning")
             return
         if self.turn_running:
@@ -375,50 +304,14 @@ class HotloopApp(App[None]):
             return
         try:
             # The agent reports the switch, with its cost, through the event stream.
-            await self.runtime.switch(self.agent, choice)
-            if self.router is not None:
-                self.router.chose(choice)
-                self._show_provider()
-        except (ConfigError, ProviderError) as error:
+            await self.session.switch(choice)
+            self._show_provider()
+        except (InputError, ProviderError) as error:
             self.notify(str(error), severity="error")
+
     async def switch_options(self) -> list[SwitchOption]:
         """Every tier, provider and model, each with what switching to it would cost now."""
-        probes = await self._probes if self._probes is not None else {}
-        options = []
-        for tier in self.config.tiers.values():
-            reason = probes.get(tier.provider)
-            help_text = f"{tier.provider} · {tier.model}{self._switch_cost(tier.provider, tier.model)}"
-            options.append(
-                SwitchOption(f"tier: {tier.name}", help_text, Choice(tier=tier.name), reason if isinstance(reason, str) else None)
-            )
-        routing = self.config.routing
-        options.append(SwitchOption(
-            f"tier: {AUTO_TIER}", f"the {routing.helper_tier} tier sorts each turn: simple → {routing.auto_simple}, "
-            f"complex → {routing.auto_complex}", Choice(tier=AUTO_TIER),
-        ))
-        for name, settings in self.config.providers.items():
-            served = probes.get(name, [])
-            if isinstance(served, str):
-                options.append(SwitchOption(f"provider: {name}", f"unavailable: {served}", Choice(provider=name), served))
-                continue
-            where = settings.base_url or f"embedded simulator, {settings.protocol} API"
-            for model in settings.models or tuple(served):
-                options.append(SwitchOption(f"model: {name} · {model}", f"{where}{self._switch_cost(name, model)}",
-                                            Choice(provider=name, model=model)))
-        return options
-
-    def _switch_cost(self, provider: str, model: str) -> str:
-        if self.agent is None or not self.agent.messages:
-            return ""
-        if (provider, model) == (self.agent.provider.name, self.agent.provider.model):
-            return " · current"
-        return " · " + describe_cost(*self.agent.warmth.cost(provider, model))
-
-    async def _probe_all(self) -> dict[str, list[str] | str]:
-        assert self.runtime is not None
-        names = list(self.config.providers)
-        results = await asyncio.gather(*(self.runtime.probe(self.config.providers[n]) for n in names))
-        return dict(zip(names, results))
+        return await self.session.switch_options()
 
     def get_system_commands(self, screen: Screen) -> list[SystemCommand]:  # type: ignore[override]
         return [
@@ -460,18 +353,15 @@ class HotloopApp(App[None]):
         self.notify(f"copied the {message.what}")
 
     def action_new_conversation(self) -> None:
-        if self.agent is None or self.runtime is None:
+        if self.agent is None:
             return
         self._start_over()
-        self.agent = self._new_agent(self.agent.provider)
+        self.session.new_conversation()
         self.notify("new conversation")
 
     def _start_over(self) -> None:
-        """Stop the turn in flight, close the session log, and clear the screen and the totals."""
+        """Stop the turn in flight, and clear the screen and the totals."""
         self.workers.cancel_group(self, "turn")
-        if self.session_log is not None:
-            self.session_log.close()
-            self.session_log = None
         self.transcript.clear()
         self.totals = SessionTotals()
         self.status.totals = self.totals
@@ -515,11 +405,7 @@ class HotloopApp(App[None]):
         for warning in session.warnings:
             self.notify(warning, severity="warning")
         if message.action == "resume":
-            from hotloop.resumption import Resumption
-            from hotloop.sessions.resume import rebuild
-
-            conversation = await asyncio.to_thread(rebuild, session.events)
-            await self._resume_here(Resumption(message.path, session, conversation))
+            await self._resume_here(message.path)
         elif message.action == "replay":
             from hotloop.tui.screens.replay import ReplayScreen
 
@@ -529,26 +415,25 @@ class HotloopApp(App[None]):
 
             await self.push_screen(SessionView(session, self.palette))
 
-    async def _resume_here(self, resumed: Resumption) -> None:
+    async def _resume_here(self, path: Path) -> None:
         """Leave the current conversation (its log stays) and go on with the picked one."""
-        if self.runtime is None or self.agent is None:
+        from hotloop.providers.errors import ProviderError
+
+        if self.agent is None:
             self.notify("not connected yet", severity="warning")
             return
-        if self.session_log is not None and self.session_log.path == resumed.path:
+        log = self.session.log
+        if log is not None and log.path == path:
             self.notify("that is this session")
             return
-        target, notes = resumed.target(self.config, Choice())
-        provider = await self.runtime.connect(target)
         self._start_over()
-        self.agent = self._new_agent(provider)
+        try:
+            await self.session.continue_session(path)
+        except (InputError, ProviderError) as error:
+            self.notify(f"{error}: starting a new conversation instead", severity="error", timeout=10)
+            self.session.new_conversation()
         self._show_provider()
-        self._continue(resumed, notes)
         self.query_one(PromptInput).focus()
 
     async def on_unmount(self) -> None:
-        if self._probes is not None:
-            self._probes.cancel()
-        if self.session_log is not None:
-            self.session_log.close()
-        if self.runtime is not None:
-            await self.runtime.aclose()
+        await self.session.close()

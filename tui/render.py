@@ -19,7 +19,7 @@ from textual.strip import Strip
 
 from hotloop.agent.events import ResponseFinished, StepFinished
 from hotloop.agent.figures import NOT_REPORTED, seconds, tokens
-from hotloop.markdown_blocks import block_starts, parser
+from hotloop.core.markdown_blocks import block_starts, parser
 from hotloop.providers.events import UsageLedger
 
 

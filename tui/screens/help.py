@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from hotloop.slash import COMMANDS
+from hotloop.core.slash import COMMANDS
 
 KEYS = """\
 | key | what it does |

@@ -48,6 +48,7 @@ class ReplayScreen(Screen[None]):
         self._instant = speed == 0
         self._leave = leave
         self._player: Worker[None] | None = None
+        self._left = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
@@ -77,6 +78,8 @@ class ReplayScreen(Screen[None]):
 
     def deliver(self, event: AgentEvent) -> None:
         """One event of the log, through the same path a live event takes."""
+        if self._left:
+            return  # a burst already under way when the user left: its widgets are being torn down
         self.transcript.apply(event)
 
     def _finish(self) -> None:
@@ -123,5 +126,6 @@ class ReplayScreen(Screen[None]):
         self.app.push_screen(WaterfallScreen(self.session.events))
 
     def action_leave(self) -> None:
+        self._left = True
         self.workers.cancel_group(self, "replay")
         self._leave()

@@ -22,7 +22,7 @@ from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 
-from hotloop.markdown_blocks import code_blocks
+from hotloop.core.markdown_blocks import code_blocks
 from hotloop.tui.items import Item, Rendered
 from hotloop.tui.render import RenderContext
 from hotloop.tui.widgets.selectable import selected_text, with_selection

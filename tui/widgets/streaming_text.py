@@ -18,7 +18,7 @@ from textual.strip import Strip
 from textual.timer import Timer
 from textual.widget import Widget
 
-from hotloop.markdown_blocks import block_starts
+from hotloop.core.markdown_blocks import block_starts
 from hotloop.tui.render import RenderContext, markdown_block
 from hotloop.tui.widgets.selectable import selected_text, with_selection
 

@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.markdown import Markdown
 from rich.segment import Segment, Segments
 
-from hotloop.markdown_blocks import block_starts
+from hotloop.core.markdown_blocks import block_starts
 
 
 class _Tail:

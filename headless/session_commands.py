@@ -112,7 +112,7 @@ def replay(reference: str | None, speed: float, headless: bool) -> int:
 
 
 async def _print_replay(events: list, speed: float) -> int:  # type: ignore[type-arg]
-    from hotloop.headless import Printer
+    from hotloop.headless.printer import Printer
     from hotloop.sessions.replay import paced
 
     printer = Printer()

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from hotloop.providers.base import Provider
-    from hotloop.runtime import Runtime
+    from hotloop.core.runtime import Runtime
 
 CLASSIFY = (
     "You route tasks for a coding agent. Reply with one word: simple (a greeting, a question answered in a "

@@ -1,0 +1,341 @@
+"""One session's life, the same for every frontend: `hotloop run` and the app are thin shells on it.
+
+A `Session` connects the provider (starting the embedded simulator when it is the one),
+resumes a saved session or starts a new one, builds the agent, starts the MCP servers,
+teaches prefetch what earlier sessions in the workspace did, runs turns, switches provider,
+model or tier, and closes. Every event goes first to the session log, then to the
+frontend's sink. The log is created at the first turn, so a session that never sent a
+prompt leaves no file; what was said before that (config warnings, MCP notices, a switch)
+is written when it opens.
+
+`open()` returns once the tool list is final (MCP tools included), so the first request a
+frontend sends already has the tools every later one will: the prefix cache never sees
+the list change under it.
+
+This module imports little at the top: the app builds a `Session` before its first paint,
+and the engine (SDKs, the simulator) loads inside `open()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, TurnFinished
+from hotloop.config import AUTO_TIER, Choice, Config, resolve
+
+if TYPE_CHECKING:
+    from hotloop.agent.loop import Agent
+    from hotloop.core.resumption import Resumption
+    from hotloop.core.routing import Router
+    from hotloop.core.runtime import Runtime
+    from hotloop.providers.base import Provider
+    from hotloop.providers.server_metrics import ServerStats
+    from hotloop.providers.vllm import ServerInfo
+    from hotloop.sessions.log import SessionLog
+    from hotloop.sessions.store import LoggedSession
+
+SIDE_JOB_GRACE = 10.0  # seconds a headless run waits at the end for a title still being written
+SERVER_BUSY_INTERVAL = 1.0  # seconds between /metrics scrapes while a turn runs
+SERVER_IDLE_INTERVAL = 5.0
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """What a user can ask of a session on the command line; `None` means "as configured"."""
+
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    tier: str | None = None
+    system: str | None = None  # text added to the system prompt (`--system FILE`)
+    mcp: tuple[str, ...] = ()  # MCP stdio servers as command lines (`--mcp "CMD ARGS"`)
+    max_steps: int | None = None
+    workspace: Path = field(default_factory=Path.cwd)
+    resume: Path | None = None  # the log of a saved session to continue
+
+    @property
+    def choice(self) -> Choice:
+        return Choice(self.provider, self.model, self.base_url, self.tier)
+
+
+@dataclass(frozen=True)
+class SwitchOption:
+    """One entry of the switch menu: a tier, or a provider and model, and what moving there costs now."""
+
+    title: str
+    help: str
+    choice: Choice
+    unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    """What a self-hosted server says of itself, for the server panel; `stats` is None until the first scrape."""
+
+    info: ServerInfo
+    base_url: str
+    model: str
+    stats: ServerStats | None = None
+
+
+class Session:
+    """A session from start to close. `emit` is the frontend's sink; the log sees every event first.
+
+    `restored` is called with a saved session's logged events when it is continued, before
+    anything new is emitted, so a frontend can draw the history first.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        options: SessionOptions,
+        emit: Callable[[AgentEvent], None],
+        restored: Callable[[LoggedSession], None] | None = None,
+    ) -> None:
+        self.config, self.choice = config.pointed_at(options.choice)
+        if options.resume is None:
+            resolve(self.config, self.choice)  # a bad provider, tier or missing key fails here, before anything starts
+        self.options = options
+        self.workspace = options.workspace
+        self._sink = emit
+        self._restored = restored or (lambda session: None)
+        self.runtime: Runtime | None = None
+        self.router: Router | None = None
+        self.agent: Agent | None = None
+        self.log: SessionLog | None = None
+        self.log_problem: str | None = None  # why a log stopped early (a failing disk), once it is closed
+        self._unlogged: list[AgentEvent] = []  # said before the log exists; written when it opens
+        self._turns = 0  # turns in flight
+        self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
+        self._server_task: asyncio.Task[None] | None = None
+        self._nudge = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        return self.agent is not None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is in flight."""
+        return self._turns > 0
+
+    # -- the event stream -----------------------------------------------------------------
+
+    def emit(self, event: AgentEvent) -> None:
+        """Every event of the session: to its log (or held until the log opens), then to the frontend."""
+        if self.log is not None:
+            self.log.write(event)
+        else:
+            self._unlogged.append(event)
+        self._sink(event)
+
+    # -- opening ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, resume if asked, build the agent, start MCP; return once the tool list is final."""
+        from hotloop.core.resumption import Resumption
+        from hotloop.core.routing import Router
+        from hotloop.core.runtime import Runtime
+
+        path = self.options.resume
+        resumed = await asyncio.to_thread(Resumption.load, path) if path is not None else None
+        target, notes = resumed.target(self.config, self.choice) if resumed else (resolve(self.config, self.choice), [])
+        self.runtime = Runtime(self.config)
+        self.router = Router(self.config, self.runtime, auto=self.choice.tier == AUTO_TIER)
+        provider = await self.runtime.connect(target)
+        self.agent = self._new_agent(provider, self._system())
+        for warning in self.config.warnings:
+            self.emit(Notice(level="warning", message=warning))
+        if resumed is not None:
+            self._continue(resumed, notes)
+        await self.runtime.start_mcp(list(self.options.mcp), self.emit)
+        await self.runtime.learn_from_past(self.agent, self.workspace)
+        self._probes = asyncio.create_task(self._probe_all())
+        # The startup heap never dies: keep the collector off it, and collect old objects rarely.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(700, 10, 1_000_000)
+
+    def _system(self, logged: str | None = None) -> str:
+        from hotloop.agent.prompt import system_prompt
+
+        return logged or system_prompt(self.options.system)
+
+    def _new_agent(self, provider: Provider, system: str, cache_key: str | None = None) -> Agent:
+        assert self.router is not None
+        agent = self.router.new_agent(provider, emit=self.emit, workspace=self.workspace, system=system,
+                                      cache_key=cache_key, max_steps=self.options.max_steps)
+        if self.agent is not None and self.agent.prefetcher is not None and agent.prefetcher is not None:
+            agent.prefetcher.predictor = self.agent.prefetcher.predictor  # what was learned outlives the conversation
+        return agent
+
+    def _continue(self, resumed: Resumption, notes: list[str]) -> None:
+        """Go on with a saved session: its history in the agent and on screen, appending to its log."""
+        assert self.runtime is not None and self.agent is not None
+        log = self.runtime.reopen_session_log(resumed.path, resumed.session)
+        self.workspace, moved = resumed.workspace(self.workspace)
+        header, conversation = resumed.session.header, resumed.conversation
+        self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.id)
+        self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
+        self._open_log(log)
+        self._restored(resumed.session)
+        for event in resumed.opening_events(notes + moved):
+            self.emit(event)
+
+    def _open_log(self, log: SessionLog) -> None:
+        self.log = log
+        for event in self._unlogged:
+            log.write(event)
+        self._unlogged.clear()
+
+    # -- turns and switches -------------------------------------------------------------
+
+    async def turn(self, prompt: str) -> TurnFinished:
+        """One turn of the conversation, on the tier `auto` picks or the one chosen."""
+        assert self.agent is not None and self.runtime is not None and self.router is not None
+        if self.log is None:
+            log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
+            self._open_log(log)
+            self.agent.cache_key = log.id
+        self._turns += 1
+        self._nudge.set()
+        try:
+            return await self.router.turn(self.agent, prompt)
+        finally:
+            self._turns -= 1
+            self._nudge.set()
+
+    async def switch(self, choice: Choice) -> ProviderSwitched:
+        """Move the conversation to another provider, model or tier from the next request on."""
+        assert self.agent is not None and self.runtime is not None and self.router is not None
+        switched = await self.runtime.switch(self.agent, choice)
+        self.router.chose(choice)
+        self._nudge.set()
+        return switched
+
+    def tier_label(self, provider: str, model: str) -> str | None:
+        """The tier that names this provider and model, as the status bar shows it (`auto → fast`)."""
+        tier = self.config.tier_of(provider, model)
+        return f"auto → {tier}" if self.router is not None and self.router.auto else tier
+
+    def new_conversation(self) -> None:
+        """Close this conversation's log and start another on the same provider (a turn in flight is the caller's)."""
+        assert self.agent is not None
+        self._close_log()
+        self.agent = self._new_agent(self.agent.provider, self._system())
+
+    async def continue_session(self, path: Path) -> None:
+        """Leave this conversation (its log stays) and go on with the saved one at `path`."""
+        from hotloop.core.resumption import Resumption
+
+        assert self.runtime is not None
+        resumed = await asyncio.to_thread(Resumption.load, path)
+        target, notes = resumed.target(self.config, Choice())
+        provider = await self.runtime.connect(target)
+        self._close_log()
+        self.agent = self._new_agent(provider, self._system())
+        self._continue(resumed, notes)
+        self._nudge.set()
+
+    def _close_log(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            if self.log.error is not None:
+                self.log_problem = f"the session log stopped at {self.log.path}: {self.log.error.strerror}"
+            self.log = None
+        self._unlogged.clear()
+
+    # -- what the frontends show besides the stream ---------------------------------------
+
+    async def switch_options(self) -> list[SwitchOption]:
+        """Every tier, provider and model, each with what switching to it would cost now."""
+        from hotloop.agent.switching import describe_cost
+
+        probes = await self._probes if self._probes is not None else {}
+
+        def cost(provider: str, model: str) -> str:
+            agent = self.agent
+            if agent is None or not agent.messages:
+                return ""
+            if (provider, model) == (agent.provider.name, agent.provider.model):
+                return " · current"
+            return " · " + describe_cost(*agent.warmth.cost(provider, model))
+
+        options = []
+        for tier in self.config.tiers.values():
+            reason = probes.get(tier.provider)
+            options.append(SwitchOption(f"tier: {tier.name}", f"{tier.provider} · {tier.model}{cost(tier.provider, tier.model)}",
+                                        Choice(tier=tier.name), reason if isinstance(reason, str) else None))
+        routing = self.config.routing
+        options.append(SwitchOption(
+            f"tier: {AUTO_TIER}", f"the {routing.helper_tier} tier sorts each turn: simple → {routing.auto_simple}, "
+            f"complex → {routing.auto_complex}", Choice(tier=AUTO_TIER),
+        ))
+        for name, settings in self.config.providers.items():
+            served = probes.get(name, [])
+            if isinstance(served, str):
+                options.append(SwitchOption(f"provider: {name}", f"unavailable: {served}", Choice(provider=name), served))
+                continue
+            where = settings.base_url or f"embedded simulator, {settings.protocol} API"
+            for model in settings.models or tuple(served):
+                options.append(SwitchOption(f"model: {name} · {model}", f"{where}{cost(name, model)}",
+                                            Choice(provider=name, model=model)))
+        return options
+
+    async def _probe_all(self) -> dict[str, list[str] | str]:
+        assert self.runtime is not None
+        names = list(self.config.providers)
+        results = await asyncio.gather(*(self.runtime.probe(self.config.providers[name]) for name in names))
+        return dict(zip(names, results, strict=True))
+
+    def watch_server(self, report: Callable[[ServerReport | None], None]) -> None:
+        """Report what the current provider's server says of itself: at once, then after each scrape of /metrics.
+
+        Scrapes come every second while a turn runs and every five otherwise; `None` means the
+        provider is not a server that describes itself (a hosted API).
+        """
+        if self._server_task is None:
+            self._server_task = asyncio.create_task(self._follow_server(report))
+
+    async def _follow_server(self, report: Callable[[ServerReport | None], None]) -> None:
+        from hotloop.providers.server_metrics import ServerWatch
+        from hotloop.providers.vllm import scrape
+
+        assert self.runtime is not None
+        followed: Provider | None = None
+        watch = ServerWatch()
+        info: ServerInfo | None = None
+        while True:
+            provider = self.agent.provider if self.agent is not None else None
+            if provider is not followed and provider is not None:
+                followed, watch = provider, ServerWatch()
+                info = await self.runtime.server_of(provider)
+                report(ServerReport(info, provider.base_url, provider.model) if info is not None else None)
+            if info is not None and info.has_metrics and followed is not None:
+                sample = await scrape(followed)  # type: ignore[arg-type]
+                if sample is not None:
+                    report(ServerReport(info, followed.base_url, followed.model, watch.observe(sample)))
+            self._nudge.clear()
+            interval = SERVER_BUSY_INTERVAL if self.busy else SERVER_IDLE_INTERVAL
+            try:
+                await asyncio.wait_for(self._nudge.wait(), interval)
+            except TimeoutError:
+                pass
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def close(self, grace: float = 0.0) -> None:
+        """Let side jobs finish for up to `grace` seconds (a title), then close the log, servers and connections."""
+        for task in (self._probes, self._server_task):
+            if task is not None:
+                task.cancel()
+        if self.router is not None:
+            await self.router.settle(grace)
+        self._close_log()
+        if self.runtime is not None:
+            await self.runtime.aclose()

@@ -1,0 +1,124 @@
+"""The headless printer: the event stream as a terminal or a pipe reads it.
+
+The answer streams to stdout, rendered as Markdown on a terminal and raw when piped, so
+`hotloop run "..." > answer.md` keeps only the answer. Tool calls, the per-step line and
+notices go to stderr. With `json_lines`, stdout carries every event as a JSON line instead,
+exactly as the session log stores it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    ProviderSwitched,
+    SessionTitled,
+    StepFinished,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    encode,
+)
+from hotloop.agent.figures import seconds, step_summary
+from hotloop.agent.switching import describe_switch
+from hotloop.headless.markdown_stream import MarkdownStream
+from hotloop.providers.events import ReasoningDelta, ServerToolUsed, TextDelta
+
+_STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
+_NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
+
+
+class Printer:
+    """Renders events for a terminal or a pipe. Colour only goes to a terminal; a pipe gets plain lines."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, json_lines: bool = False) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.console = Console(file=self.err, highlight=False, soft_wrap=True) if self.err.isatty() else None
+        # A terminal gets the answer rendered as Markdown while it streams; a pipe gets the raw text.
+        self.markdown = MarkdownStream(Console(file=self.out)) if self.out.isatty() and not json_lines else None
+        self.json_lines = json_lines
+        self._open: str | None = None  # "text" or "reasoning" while a stream is mid-line
+
+    def __call__(self, event: AgentEvent) -> None:
+        if self.json_lines:
+            self.out.write(encode(event).decode() + "\n")
+            self.out.flush()
+            if isinstance(event, Notice) and event.level != "info":
+                self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
+            return
+        if isinstance(event, TextDelta):
+            self._stream("text", event.text)
+        elif isinstance(event, ReasoningDelta):
+            self._stream("reasoning", event.text)
+        elif isinstance(event, ToolStarted):
+            self._status(f"  ▸ {event.name} {_clip(event.arguments, 120)}", "dim")
+        elif isinstance(event, ToolFinished):
+            self._status(*_tool_line(event))
+        elif isinstance(event, ServerToolUsed):
+            self._status(f"  ⚙ {event.name} (run by the provider) {_clip(event.arguments, 120)}", "dim")
+        elif isinstance(event, StepFinished):
+            self._status(step_summary(event), "cyan")
+        elif isinstance(event, ProviderSwitched):
+            self._status(describe_switch(event), "cyan")
+        elif isinstance(event, Notice):
+            self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
+        elif isinstance(event, SessionTitled):
+            self._status(f"session titled: {event.title}", "dim")
+        elif isinstance(event, TurnFinished):
+            self._end_stream()
+
+    def close(self) -> None:
+        """End a stream left open (a replay of a session that stopped mid-answer)."""
+        self._end_stream()
+
+    def _stream(self, kind: str, text: str) -> None:
+        if self._open != kind:
+            self._end_stream()
+        self._open = kind
+        if kind == "text" and self.markdown is not None:
+            self.markdown.write(text)
+        elif kind == "text":
+            self.out.write(text)
+            self.out.flush()
+        elif self.console is not None:
+            self.console.print(Text(text, style="dim italic"), end="")
+        else:
+            self.err.write(text)
+
+    def _end_stream(self) -> None:
+        if self._open == "text" and self.markdown is not None:
+            self.markdown.close()
+        elif self._open == "text":
+            self.out.write("\n")
+            self.out.flush()
+        elif self._open == "reasoning":
+            self.err.write("\n")
+        self._open = None
+
+    def _status(self, line: str, style: str) -> None:
+        self._end_stream()
+        if self.console is not None:
+            self.console.print(Text(line, style=style))
+        else:
+            self.err.write(line + "\n")
+            self.err.flush()
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _tool_line(event: ToolFinished) -> tuple[str, str]:
+    mark, style = _STATUS_MARK[event.status]
+    line = f"  {mark} {event.name} {seconds(event.duration)}" + (f" ({event.reused})" if event.reused else "")
+    if event.status != "ok":
+        line += f" · {_clip(event.result, 160)}"
+    return line, style

@@ -1,0 +1,47 @@
+"""`hotloop run`: prompts as consecutive turns of one session, printed as they stream.
+
+A `Slash` among the prompts (`/provider`, `/model`, `/tier`) switches before the next turn;
+every switch is checked before the first turn runs, so a typo fails at once.
+"""
+
+from __future__ import annotations
+
+from hotloop.agent.events import Notice
+from hotloop.config import Config, load_config, resolve
+from hotloop.core.session import SIDE_JOB_GRACE, Session, SessionOptions
+from hotloop.core.slash import Slash
+from hotloop.headless.printer import Printer
+
+
+async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: bool = False) -> int:
+    """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
+    printer = Printer(json_lines=json_lines)
+    session = Session(load_config(), options, printer)
+    if options.resume is None:
+        check_switches(session.config, resolve(session.config, session.choice).settings.name, prompts)
+    try:
+        await session.open()
+        failed = await _run_prompts(session, prompts)
+    finally:
+        await session.close(SIDE_JOB_GRACE)
+    if session.log_problem is not None:
+        printer(Notice(level="warning", message=session.log_problem))
+    return 1 if failed else 0
+
+
+async def _run_prompts(session: Session, prompts: list[str | Slash]) -> bool:
+    """Run the turns and switches in order; True if a turn failed (the rest would only fail again)."""
+    assert session.agent is not None
+    for prompt in prompts:
+        if isinstance(prompt, Slash):
+            await session.switch(prompt.choice(session.agent.provider.name))
+        elif (await session.turn(prompt)).reason == "error":
+            return True
+    return False
+
+
+def check_switches(config: Config, provider: str, prompts: list[str | Slash]) -> None:
+    """Fail before the first turn if a switch among the prompts names a provider, model or tier that can't be used."""
+    for prompt in prompts:
+        if isinstance(prompt, Slash):
+            provider = resolve(config, prompt.choice(provider)).settings.name
