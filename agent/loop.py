@@ -39,91 +39,18 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
+from hotloop.agent.step import CANCELLED_RESULT, StepAccumulator
 from hotloop.agent.switching import CacheWarmth
 from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, ToolRegistry, call_key, cap_output
 from hotloop.providers.base import Provider
 from hotloop.providers.lanes import Lanes
-from hotloop.providers.conversation import (
-    AssistantMessage,
-    Message,
-    Thinking,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-    repaired,
-)
+from hotloop.providers.conversation import Message, ToolCall, ToolResultMessage, UserMessage, repaired
 from hotloop.providers.errors import ProviderError
-from hotloop.providers.events import (
-    Finished,
-    ModelEvent,
-    ReasoningDelta,
-    ReasoningSignature,
-    RedactedReasoning,
-    ServerHint,
-    TextDelta,
-    ToolCallArgsDelta,
-    ToolCallReady,
-    ToolCallStarted,
-    Usage,
-    UsageLedger,
-)
+from hotloop.providers.events import ServerHint, ToolCallReady
 
 Emit = Callable[[AgentEvent], None]
 # Given a call and its (long) result: a shorter result for the context, and a note saying so; or None.
 Summarize = Callable[[ToolCall, str], Awaitable[tuple[str, str] | None]]
-
-_FIRST_TOKEN_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolCallArgsDelta)
-CANCELLED_RESULT = "cancelled: the user stopped this call before it finished"
-
-
-@dataclass
-class _Stream:
-    """What one streamed response has produced so far."""
-
-    started: float
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    thinking: list[Thinking] = field(default_factory=list)
-    signed_upto: int = 0  # reasoning parts already closed into a signed block
-    calls: list[ToolCall] = field(default_factory=list)
-    usage: UsageLedger | None = None
-    finish_reason: str = ""
-    first_token: float | None = None
-    last_token: float | None = None
-
-    def observe(self, event: ModelEvent, now: float) -> None:
-        if isinstance(event, _FIRST_TOKEN_EVENTS):
-            if self.first_token is None:
-                self.first_token = now
-            self.last_token = now
-        if isinstance(event, TextDelta):
-            self.text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            self.reasoning.append(event.text)
-        elif isinstance(event, ReasoningSignature):
-            self.thinking.append(Thinking("".join(self.reasoning[self.signed_upto :]), event.signature))
-            self.signed_upto = len(self.reasoning)
-        elif isinstance(event, RedactedReasoning):
-            self.thinking.append(Thinking(redacted=event.data))
-        elif isinstance(event, ToolCallReady):
-            self.calls.append(ToolCall(event.call_id, event.name, event.arguments))
-        elif isinstance(event, Usage):
-            self.usage = event.ledger
-        elif isinstance(event, Finished):
-            self.finish_reason = event.reason
-
-    def message(self, interrupted: bool = False) -> AssistantMessage:
-        return AssistantMessage(
-            "".join(self.text), "".join(self.reasoning), tuple(self.calls), interrupted, tuple(self.thinking)
-        )
-
-    def decode_tps(self) -> float | None:
-        output = self.usage.output if self.usage else None
-        if not output or output < 2 or self.first_token is None or self.last_token is None:
-            return None
-        span = self.last_token - self.first_token
-        return (output - 1) / span if span > 0 else None
-
 
 @dataclass
 class _ToolPhase:
@@ -267,7 +194,7 @@ class Agent:
         fingerprint = self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
         self.emit(StepStarted(turn=turn, step=step, provider=self.provider.name, model=self.provider.model,
                               fingerprint=fingerprint))
-        stream = _Stream(started=time.perf_counter())
+        stream = StepAccumulator(started=time.perf_counter())
         phase = _ToolPhase()
         early: dict[str, asyncio.Task[ToolResultMessage]] = {}
         try:
@@ -276,7 +203,7 @@ class Agent:
                     if isinstance(event, ServerHint):
                         self.emit(Notice(level="info", message=event.message))
                         continue
-                    stream.observe(event, time.perf_counter())
+                    stream.take(event, time.perf_counter())
                     self.emit(event)
                     if isinstance(event, ToolCallReady) and self.early_dispatch and _parses(stream.calls[-1]):
                         # Its arguments are complete: run it while the model writes the rest of the message.
@@ -332,15 +259,9 @@ class Agent:
             self.emit(Notice(level="warning", message="repaired the conversation before sending it: " + "; ".join(notes)))
         self._checked = len(self.messages)
 
-    def _keep_interrupted(self, stream: _Stream, ran: dict[str, ToolResultMessage]) -> None:
+    def _keep_interrupted(self, stream: StepAccumulator, ran: dict[str, ToolResultMessage]) -> None:
         """Keep a partial answer; complete calls keep the result they got, or a cancelled one, so history stays valid."""
-        if not (stream.text or stream.reasoning or stream.calls):
-            return
-        self.messages.append(stream.message(interrupted=True))
-        self.messages.extend(
-            ran.get(call.id) or ToolResultMessage(call.id, call.name, CANCELLED_RESULT, is_error=True)
-            for call in stream.calls
-        )
+        self.messages.extend(stream.cut_short(ran))
 
     async def _run_tools(
         self, calls: list[ToolCall], phase: _ToolPhase, started: dict[str, asyncio.Task[ToolResultMessage]]

@@ -9,103 +9,23 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hotloop.agent.events import (
-    AgentEvent,
-    Notice,
-    ProviderSwitched,
-    ResponseFinished,
-    StepFinished,
-    StepStarted,
-    ToolFinished,
-    TurnFinished,
-    TurnStarted,
-)
 from hotloop.agent.figures import seconds, step_summary
-from hotloop.agent.switching import describe_switch
-from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallReady, UsageLedger
+from hotloop.providers.events import UsageLedger
+from hotloop.sessions.projection import CallRecord, StepRecord, TurnRecord, project
 from hotloop.sessions.store import LoggedSession
 
 RESULT_LINES = 20
 
 
-@dataclass
-class CallRecord:
-    id: str
-    name: str
-    arguments: str
-    status: str = "not run"
-    duration: float | None = None
-    result: str = ""
-
-
-@dataclass
-class StepRecord:
-    step: int
-    provider: str
-    model: str
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
-    finished: StepFinished | None = None
-    usage: UsageLedger | None = None
-    interrupted: bool = False
-
-
-@dataclass
-class TurnRecord:
-    turn: int
-    prompt: str
-    steps: list[StepRecord] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    end: str = "interrupted"  # until a TurnFinished says otherwise
-
-
-def turns_of(events: list[AgentEvent]) -> tuple[list[str], list[TurnRecord]]:
-    """The session's notes from before its first turn, and its turns."""
-    preamble: list[str] = []
-    turns: list[TurnRecord] = []
-    calls: dict[str, CallRecord] = {}
-    for event in events:
-        turn = turns[-1] if turns else None
-        step = turn.steps[-1] if turn and turn.steps else None
-        if isinstance(event, TextDelta) and step:
-            step.text.append(event.text)
-        elif isinstance(event, ReasoningDelta) and step:
-            step.reasoning.append(event.text)
-        elif isinstance(event, TurnStarted):
-            turns.append(TurnRecord(event.turn, event.prompt))
-        elif isinstance(event, StepStarted) and turn:
-            turn.steps.append(StepRecord(event.step, event.provider, event.model))
-        elif isinstance(event, ToolCallReady) and step:
-            calls[event.call_id] = CallRecord(event.call_id, event.name, event.arguments)
-            step.calls.append(calls[event.call_id])
-        elif isinstance(event, ToolFinished) and event.call_id in calls:
-            call = calls[event.call_id]
-            call.status, call.duration, call.result = event.status, event.duration, event.result
-        elif isinstance(event, ResponseFinished) and step:
-            step.usage = event.usage
-        elif isinstance(event, StepFinished) and step:
-            step.finished, step.usage = event, event.usage
-        elif isinstance(event, TurnFinished) and turn:
-            turn.end = event.reason
-        elif isinstance(event, Notice | ProviderSwitched):
-            note = describe_switch(event) if isinstance(event, ProviderSwitched) else f"{event.level}: {event.message}"
-            (turn.notes if turn else preamble).append(note)
-    for turn in turns:
-        for record in turn.steps:
-            record.interrupted = record.finished is None and turn.end in ("cancelled", "error", "interrupted")
-    return preamble, turns
-
-
 def export(session: LoggedSession, fmt: str) -> str:
-    preamble, turns = turns_of(session.events)
+    projection = project(session.events)
+    turns = projection.turns
     if fmt == "json":
         return json.dumps(_as_json(session, turns), ensure_ascii=False, indent=2) + "\n"
-    markdown = _as_markdown(session, preamble, turns)
+    markdown = _as_markdown(session, projection.preamble, turns)
     return markdown if fmt == "md" else _as_html(session, markdown)
 
 
@@ -133,23 +53,23 @@ def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRe
     for turn in turns:
         lines += [f"## Turn {turn.turn}", "", "**You**", "", turn.prompt.strip(), ""]
         for step in turn.steps:
-            lines += _step_markdown(step)
+            lines += _step_markdown(step, turn.cut_short(step))
         lines += [f"> {note}" for note in turn.notes] + ([""] if turn.notes else [])
         if turn.end != "answer":
-            lines += [f"*The turn ended: {turn.end.replace('_', ' ')}.*", ""]
+            lines += [f"*The turn ended: {(turn.end or 'interrupted').replace('_', ' ')}.*", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _step_markdown(step: StepRecord) -> list[str]:
-    lines = [f"**{step.provider} · {step.model}**, step {step.step}{' (interrupted)' if step.interrupted else ''}", ""]
+def _step_markdown(step: StepRecord, interrupted: bool) -> list[str]:
+    lines = [f"**{step.provider} · {step.model}**, step {step.step}{' (interrupted)' if interrupted else ''}", ""]
     if step.reasoning:
         lines += ["*Reasoning:*", "", *[f"> {line}" for line in "".join(step.reasoning).strip().splitlines()], ""]
     text = "".join(step.text).strip()
     if text:
         lines += [text, ""]
-    for call in step.calls:
+    for call in step.calls.values():
         took = f" · {seconds(call.duration)}" if call.duration is not None else ""
-        lines += [f"- `{call.name}` `{call.arguments}` · {call.status}{took}", ""]
+        lines += [f"- `{call.name}` `{call.arguments}` · {_status(call)}{took}", ""]
         if call.result:
             shown = call.result.splitlines()
             more = f"\n… {len(shown) - RESULT_LINES} more lines" if len(shown) > RESULT_LINES else ""
@@ -175,25 +95,34 @@ def _as_json(session: LoggedSession, turns: list[TurnRecord]) -> dict[str, Any]:
             {
                 "turn": turn.turn,
                 "prompt": turn.prompt,
-                "end": turn.end,
+                "end": turn.end or "interrupted",
                 "notes": turn.notes,
-                "steps": [_step_json(step) for step in turn.steps],
+                "steps": [_step_json(step, turn.cut_short(step)) for step in turn.steps],
             }
             for turn in turns
         ],
     }
 
 
-def _step_json(step: StepRecord) -> dict[str, Any]:
+def _status(call: CallRecord) -> str:
+    return call.status if call.status in ("ok", "error", "cancelled") else "not run"
+
+
+def _step_json(step: StepRecord, interrupted: bool) -> dict[str, Any]:
     finished = step.finished
+    calls = [
+        {"id": call.call_id, "name": call.name, "arguments": call.arguments, "status": _status(call),
+         "duration": call.duration, "result": call.result}
+        for call in step.calls.values()
+    ]
     return {
         "step": step.step,
         "provider": step.provider,
         "model": step.model,
         "text": "".join(step.text),
         "reasoning": "".join(step.reasoning),
-        "interrupted": step.interrupted,
-        "tool_calls": [vars(call) for call in step.calls],
+        "interrupted": interrupted,
+        "tool_calls": calls,
         "usage": _usage(step.usage),
         "ttft": finished.ttft if finished else None,
         "decode_tps": finished.decode_tps if finished else None,

@@ -1,10 +1,10 @@
 """Rebuilding a conversation from its log, exactly as the agent held it.
 
 The agent's history follows from its events: a turn's prompt and context, each step's
-answer and calls, the results in call order. A step cut short keeps its partial answer,
-marked interrupted, and its complete calls get a `cancelled` result, as the agent does
-live. So a resumed conversation sends the same bytes as the original would have, and the
-provider's cache can still hit.
+answer and calls (built by the loop's own `StepAccumulator`), the results in call order. A
+step cut short keeps its partial answer, marked interrupted, and each complete call keeps
+the result it got, or a `cancelled` one, as the agent does live. So a resumed conversation
+sends the same bytes as the original would have, and the provider's cache can still hit.
 """
 
 from __future__ import annotations
@@ -22,35 +22,20 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.agent.loop import CANCELLED_RESULT
+from hotloop.agent.step import StepAccumulator
 from hotloop.agent.switching import CacheWarmth
-from hotloop.providers.conversation import (
-    AssistantMessage,
-    Message,
-    Thinking,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-    repaired,
-)
-from hotloop.providers.events import ReasoningDelta, ReasoningSignature, RedactedReasoning, TextDelta, ToolCallReady
+from hotloop.providers.conversation import Message, ToolResultMessage, UserMessage, repaired
+from hotloop.providers.events import ModelEvent
 
 
 @dataclass
 class _Step:
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    thinking: list[Thinking] = field(default_factory=list)
-    signed_upto: int = 0
-    calls: list[ToolCall] = field(default_factory=list)
+    response: StepAccumulator = field(default_factory=StepAccumulator)
     answered: bool = False  # the response finished; the tools may still be running
     results: dict[str, ToolResultMessage] = field(default_factory=dict)
 
-    def message(self, interrupted: bool) -> AssistantMessage:
-        return AssistantMessage("".join(self.text), "".join(self.reasoning), tuple(self.calls), interrupted, tuple(self.thinking))
-
     def results_in_call_order(self) -> list[ToolResultMessage]:
-        return [self.results[call.id] for call in self.calls if call.id in self.results]
+        return [self.results[call.id] for call in self.response.calls if call.id in self.results]
 
 
 @dataclass
@@ -81,21 +66,15 @@ class _Builder:
 
     def take(self, event: AgentEvent) -> None:
         step, conversation = self.step, self.conversation
-        if isinstance(event, TextDelta) and step is not None:
-            step.text.append(event.text)
-        elif isinstance(event, ReasoningDelta) and step is not None:
-            step.reasoning.append(event.text)
-        elif isinstance(event, ToolCallReady) and step is not None:
-            step.calls.append(ToolCall(event.call_id, event.name, event.arguments))
+        if isinstance(event, ModelEvent) and step is not None:
+            step.response.take(event)
         elif isinstance(event, ToolFinished) and step is not None:
             step.results[event.call_id] = ToolResultMessage(event.call_id, event.name, event.result, event.status != "ok")
-        elif isinstance(event, ReasoningSignature | RedactedReasoning) and step is not None:
-            self._thinking(step, event)
         elif isinstance(event, StepStarted):
             self._step_started(event)
         elif isinstance(event, ResponseFinished) and step is not None:
             step.answered = True
-            conversation.messages.append(step.message(interrupted=False))
+            conversation.messages.append(step.response.message())
             conversation.warmth.record(conversation.provider or "", conversation.model or "", event.usage)
         elif isinstance(event, StepFinished):
             self._close_step()
@@ -109,13 +88,6 @@ class _Builder:
             conversation.open_turn = None
         elif isinstance(event, ProviderSwitched):
             conversation.provider, conversation.model = event.provider, event.model
-
-    def _thinking(self, step: _Step, event: ReasoningSignature | RedactedReasoning) -> None:
-        if isinstance(event, ReasoningSignature):
-            step.thinking.append(Thinking("".join(step.reasoning[step.signed_upto :]), event.signature))
-            step.signed_upto = len(step.reasoning)
-        else:
-            step.thinking.append(Thinking(redacted=event.data))
 
     def _step_started(self, event: StepStarted) -> None:
         self._close_step()
@@ -135,9 +107,8 @@ class _Builder:
         messages = self.conversation.messages
         if step.answered:
             messages.extend(step.results_in_call_order())
-        elif step.text or step.reasoning or step.calls:
-            messages.append(step.message(interrupted=True))
-            messages.extend(ToolResultMessage(call.id, call.name, CANCELLED_RESULT, is_error=True) for call in step.calls)
+        else:
+            messages.extend(step.response.cut_short(step.results))
 
     def finish(self) -> Conversation:
         self._close_step()

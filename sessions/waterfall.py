@@ -14,15 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hotloop.agent.events import (
-    AgentEvent,
-    ResponseFinished,
-    StepStarted,
-    ToolFinished,
-    ToolStarted,
-    TurnFinished,
-    TurnStarted,
-)
+from hotloop.agent.events import AgentEvent, ResponseFinished
+from hotloop.sessions.projection import TurnRecord, project
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -60,41 +53,35 @@ class _Step:
 
 def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
     """Every turn of a session's events, as bars on the turn's own time axis."""
-    turns: list[TurnWaterfall] = []
-    steps: list[_Step] = []
-    open_tools: dict[str, Bar] = {}
-    origin = 0.0
-    for event in events:
-        if isinstance(event, TurnStarted):
-            origin, steps = event.ts, []
-            turns.append(TurnWaterfall(event.turn, event.prompt.strip().splitlines()[0] if event.prompt.strip() else ""))
-        elif not turns:
-            continue
-        elif isinstance(event, StepStarted):
-            at = event.ts - origin
-            steps.append(_Step(Bar(f"step {event.step} · {event.model}", at, at)))
-            turns[-1].bars.append(steps[-1].bar)
-        elif isinstance(event, ResponseFinished) and steps:
-            bar = steps[-1].bar
-            bar.end = max(event.ts - origin, bar.start)
-            bar.first_token = bar.start + event.ttft if event.ttft is not None else None
-            bar.connect = event.connect
-            bar.done = True
-            turns[-1].cache_read += (event.usage.cache_read or 0) if event.usage else 0
-        elif isinstance(event, ToolStarted) and steps:
-            at = event.ts - origin
-            open_tools[event.call_id] = Bar(f"  {event.name}", at, at, kind="tool")
-            steps[-1].tools.append(open_tools[event.call_id])
-            turns[-1].bars.append(open_tools[event.call_id])
-        elif isinstance(event, ToolFinished) and event.call_id in open_tools:
-            finished = open_tools.pop(event.call_id)
-            finished.end, finished.done = event.ts - origin, True
-            turns[-1].saved_prefetch += event.ahead
-        elif isinstance(event, TurnFinished):
-            _close(turns[-1], steps, event.wall)
-    if turns and turns[-1].wall == 0.0:
-        _close(turns[-1], steps, max((bar.end for bar in turns[-1].bars), default=0.0))
-    return turns
+    return [_turn(record) for record in project(events).turns]
+
+
+def _turn(record: TurnRecord) -> TurnWaterfall:
+    origin = record.started
+    turn = TurnWaterfall(record.turn, record.prompt.strip().splitlines()[0] if record.prompt.strip() else "")
+    steps = []
+    for step in record.steps:
+        at = step.started - origin
+        bar = Bar(f"step {step.step} · {step.model}", at, at)
+        response = step.response
+        if response is not None:
+            bar.end = max(response.ts - origin, bar.start)
+            bar.first_token = bar.start + response.ttft if response.ttft is not None else None
+            bar.connect, bar.done = response.connect, True
+            turn.cache_read += (response.usage.cache_read or 0) if response.usage else 0
+        tools = []
+        for call in sorted((c for c in step.calls.values() if c.started is not None), key=lambda c: c.started or 0.0):
+            start = (call.started or 0.0) - origin
+            tool = Bar(f"  {call.name}", start, start, kind="tool")
+            if call.ended is not None:
+                tool.end, tool.done = call.ended - origin, True
+                turn.saved_prefetch += call.ahead
+            tools.append(tool)
+        turn.bars += [bar, *tools]
+        steps.append(_Step(bar, tools))
+    wall = record.wall if record.wall is not None else max((bar.end for bar in turn.bars), default=0.0)
+    _close(turn, steps, wall)
+    return turn
 
 
 def _close(turn: TurnWaterfall, steps: list[_Step], wall: float) -> None:

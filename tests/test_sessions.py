@@ -83,7 +83,7 @@ async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(proto
 
 
 def test_an_interrupted_step_is_rebuilt_as_the_agent_kept_it() -> None:
-    from hotloop.agent.loop import CANCELLED_RESULT
+    from hotloop.agent.step import CANCELLED_RESULT
     from hotloop.providers.events import ToolCallReady
     from hotloop.sessions.resume import closing_events, rebuild
 

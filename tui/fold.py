@@ -1,132 +1,103 @@
 """Folding the agent's event stream into transcript items.
 
-The same rules serve a live session (the transcript also shows the step in flight with
-widgets) and a saved one (read from its log, with no widgets at all).
+The fold reads the stream through a `Projection` (the same records the exports and the
+waterfall read) and turns each step into items as it closes. The same rules serve a live
+session (the transcript also shows the step in flight with widgets) and a saved one (read
+from its log, with no widgets at all).
 """
 
 from __future__ import annotations
 
-from hotloop.agent.events import (
-    AgentEvent,
-    Notice,
-    ProviderSwitched,
-    StepFinished,
-    ToolFinished,
-    ToolOutput,
-    ToolStarted,
-    TurnFinished,
-    TurnStarted,
-)
+from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepFinished, StepStarted, TurnFinished, TurnStarted
 from hotloop.agent.switching import describe_switch
-from hotloop.providers.events import (
-    ReasoningDelta,
-    ServerToolUsed,
-    TextDelta,
-    ToolCallArgsDelta,
-    ToolCallReady,
-    ToolCallStarted,
-)
-from hotloop.tui.items import AnswerItem, Item, NoticeItem, ToolCall, ToolCallsItem, UsageItem, UserItem
-
-FINAL = ("ok", "error", "cancelled")
+from hotloop.providers.events import TextDelta
+from hotloop.sessions.projection import CUT_SHORT, FINAL, CallRecord, Projection, StepRecord
+from hotloop.tui.items import AnswerItem, Item, NoticeItem, ToolCallsItem, UsageItem, UserItem
 
 
 class TranscriptFold:
-    """What the step in flight has produced so far, and the items each finished step becomes."""
+    """The step in flight (`open`), and the items each finished step becomes."""
 
     def __init__(self) -> None:
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.calls: dict[str, ToolCall] = {}
-        self.server_tools: list[ServerToolUsed] = []
+        self.projection = Projection(keep=False)
+
+    @property
+    def open(self) -> StepRecord | None:
+        return self.projection.step
 
     def apply(self, event: AgentEvent) -> list[tuple[Item, int]]:
         """Record `event`; return the items it completes, each with the blank lines to put before it."""
-        if isinstance(event, TextDelta):
-            self.text.append(event.text)
-        elif isinstance(event, ReasoningDelta):
-            self.reasoning.append(event.text)
-        elif isinstance(event, ToolCallStarted):
-            self.calls[event.call_id] = ToolCall(event.call_id, event.name)
-        elif isinstance(event, ToolCallArgsDelta):
-            self.call(event.call_id).arguments += event.fragment
-        elif isinstance(event, ToolCallReady):
-            call = self.call(event.call_id)
-            call.name, call.arguments = event.name, event.arguments
-        elif isinstance(event, ToolStarted):
-            call = self.call(event.call_id)
-            call.status, call.started = "running", event.ts
-        elif isinstance(event, ToolOutput):
-            self.call(event.call_id).output.append(event.text)
-        elif isinstance(event, ToolFinished):
-            call = self.call(event.call_id)
-            call.status, call.duration, call.result = event.status, event.duration, event.result
-            call.reused = event.reused
-        elif isinstance(event, ServerToolUsed):
-            self.server_tools.append(event)
-        elif isinstance(event, TurnStarted):
-            return [(UserItem(event.prompt), 1)]
-        elif isinstance(event, StepFinished):
-            return self._close(event)
-        elif isinstance(event, TurnFinished):
-            return self._turn_finished(event)
-        elif isinstance(event, Notice):
+        before = self.projection.step
+        self.projection.apply(event)
+        if isinstance(event, TurnStarted):
+            # A turn that starts while a step is open: the log lost the end of the last turn.
+            return [*self._close(before, None), (UserItem(event.prompt), 1)]
+        if isinstance(event, StepFinished):
+            return self._close(before, event)
+        if isinstance(event, TurnFinished):
+            return self._turn_finished(before, event)
+        if isinstance(event, StepStarted) and before is not None:
+            return self._close(before, None)
+        if isinstance(event, Notice):
             return [(NoticeItem(event.level, event.message), 1)]
-        elif isinstance(event, ProviderSwitched):
+        if isinstance(event, ProviderSwitched):
             return [(NoticeItem("info", describe_switch(event)), 1)]
         return []
 
     def apply_all(self, events: list[AgentEvent]) -> list[tuple[Item, int]]:
         """`apply` for a whole log. Text deltas, nine events in ten, take a short path."""
         items: list[tuple[Item, int]] = []
-        text = self.text
         for event in events:
-            if type(event) is TextDelta:
-                text.append(event.text)
+            step = self.projection.step
+            if step is not None and type(event) is TextDelta:
+                step.text.append(event.text)
             else:
                 items += self.apply(event)
-                text = self.text  # closing a step starts a new list
         return items
 
     def flush(self) -> list[tuple[Item, int]]:
         """The step in progress as items, cut short: for a log that ends mid-turn."""
-        if not (self.text or self.reasoning or self.calls or self.server_tools):
-            return []
-        return self._close(None)
+        step, self.projection.step = self.projection.step, None
+        return self._close(step, None)
 
-    def call(self, call_id: str) -> ToolCall:
-        if call_id not in self.calls:
-            self.calls[call_id] = ToolCall(call_id, "")
-        return self.calls[call_id]
+    @property
+    def calls(self) -> list[CallRecord]:
+        return list(self.open.calls.values()) if self.open is not None else []
 
-    def _turn_finished(self, event: TurnFinished) -> list[tuple[Item, int]]:
-        if event.reason not in ("cancelled", "error", "interrupted"):
+    def call(self, call_id: str) -> CallRecord:
+        """The open step's call `call_id` (a call outside any step gets a record of its own)."""
+        return self.open.call(call_id) if self.open is not None else CallRecord(call_id, "")
+
+    def _turn_finished(self, step: StepRecord | None, event: TurnFinished) -> list[tuple[Item, int]]:
+        if event.reason not in CUT_SHORT:
             return []
-        stopped = sum(call.status not in FINAL for call in self.calls.values())
-        items = self._close(None)
+        stopped = sum(call.status not in FINAL for call in step.calls.values()) if step is not None else 0
+        items = self._close(step, None)
         if event.reason == "cancelled":
             calls = f"; {stopped} unfinished tool call{'s' if stopped != 1 else ''} got a cancelled result" if stopped else ""
             items.append((NoticeItem("warning", f"turn cancelled{calls}"), 1))
         return items
 
-    def _close(self, step: StepFinished | None) -> list[tuple[Item, int]]:
-        """The finished step as items; `step=None` for a step that was cut short."""
+    @staticmethod
+    def _close(step: StepRecord | None, finished: StepFinished | None) -> list[tuple[Item, int]]:
+        """A step as items; `finished=None` for a step that was cut short."""
+        if step is None:
+            return []
         items: list[tuple[Item, int]] = []
-        text, reasoning = "".join(self.text), "".join(self.reasoning)
+        text, reasoning = "".join(step.text), "".join(step.reasoning)
         if text or reasoning:
-            items.append((AnswerItem(text, reasoning, interrupted=step is None), 1))
-        for used in self.server_tools:
+            items.append((AnswerItem(text, reasoning, interrupted=finished is None), 1))
+        for used in step.server_tools:
             items.append((NoticeItem("info", f"⚙ {used.name} ran on the provider's side: {used.arguments}"), 1))
-        calls = list(self.calls.values())
+        calls = list(step.calls.values())
         if calls:
             for call in calls:
                 if call.status not in FINAL:
                     call.status = "cancelled"
             durations = [call.duration or 0.0 for call in calls]
-            wall = step.tool_wall if step is not None else max(durations)
-            total = step.tool_sum if step is not None else sum(durations)
+            wall = finished.tool_wall if finished is not None else max(durations)
+            total = finished.tool_sum if finished is not None else sum(durations)
             items.append((ToolCallsItem(calls, wall, total), 1))
-        if step is not None:
-            items.append((UsageItem(step), 0))
-        self.text, self.reasoning, self.calls, self.server_tools = [], [], {}, []
+        if finished is not None:
+            items.append((UsageItem(finished), 0))
         return items

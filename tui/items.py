@@ -14,8 +14,9 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
-from hotloop.agent.events import StepFinished, ToolStatus
+from hotloop.agent.events import StepFinished
 from hotloop.agent.figures import seconds
+from hotloop.sessions.projection import CallRecord
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, response_text, text_lines, tools_summary
 
 STATUS_MARK = {"ok": "✓", "error": "✗", "cancelled": "⊘", "running": "◌", "pending": "…"}
@@ -112,34 +113,18 @@ class AnswerItem(Item):
         return max(len(self.text) // max(width, 10) + self.text.count("\n") + 1, 1)
 
 
-@dataclass
-class ToolCall:
-    """A tool call as the transcript shows it, live or finished."""
-
-    call_id: str
-    name: str
-    arguments: str = ""
-    status: ToolStatus | str = "pending"
-    started: float | None = None
-    duration: float | None = None
-    output: list[str] = field(default_factory=list)
-    result: str = ""
-    reused: str = ""  # "memo" when an earlier identical call's result was reused
-
-    def head(self, width: int = 80) -> str:
-        args = " ".join(self.arguments.split())
-        room = max(width - len(self.name) - 16, 8)
-        return f"{self.name} {args if len(args) <= room else args[: room - 1] + '…'}"
-
-    def full_text(self) -> str:
-        return self.result or "".join(self.output)
+def call_head(call: CallRecord, width: int = 80) -> str:
+    """`read_file {"path": "README.md"}`, the arguments cut to fit `width`."""
+    args = " ".join(call.arguments.split())
+    room = max(width - len(call.name) - 16, 8)
+    return f"{call.name} {args if len(args) <= room else args[: room - 1] + '…'}"
 
 
 @dataclass
 class ToolCallsItem(Item):
     """A step's tool calls, one line each (expandable), and the summary line."""
 
-    calls: list[ToolCall]
+    calls: list[CallRecord]
     wall: float
     total: float
     expanded: set[str] = field(default_factory=set)
@@ -154,7 +139,7 @@ class ToolCallsItem(Item):
             open_ = call.call_id in self.expanded
             line = Text(f"{'▾' if open_ else '▸'} ", palette.muted)
             line.append(f"{STATUS_MARK.get(call.status, '?')} ", colours.get(call.status, ""))
-            line.append(call.head(ctx.width - 12), "")
+            line.append(call_head(call, ctx.width - 12), "")
             if call.duration is not None:
                 line.append(f"  {seconds(call.duration)}", palette.muted)
             if call.reused:
@@ -165,7 +150,7 @@ class ToolCallsItem(Item):
         lines += text_lines(Text(tools_summary(len(self.calls), self.wall, self.total), palette.muted), ctx)
         return Rendered(lines, targets)
 
-    def _details(self, call: ToolCall, ctx: RenderContext) -> list[Strip]:
+    def _details(self, call: CallRecord, ctx: RenderContext) -> list[Strip]:
         try:
             arguments = json.dumps(json.loads(call.arguments), indent=2, ensure_ascii=False)
         except (json.JSONDecodeError, TypeError):

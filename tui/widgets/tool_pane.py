@@ -10,7 +10,8 @@ from textual.timer import Timer
 from textual.widgets import Log, Static
 
 from hotloop.agent.figures import seconds
-from hotloop.tui.items import STATUS_MARK, ToolCall
+from hotloop.sessions.projection import CallRecord
+from hotloop.tui.items import STATUS_MARK
 
 SPINNER = "◐◓◑◒"
 
@@ -41,7 +42,7 @@ class ToolPane(Vertical):
     }
     """
 
-    def __init__(self, call: ToolCall, clock: Callable[[], float]) -> None:
+    def __init__(self, call: CallRecord, clock: Callable[[], float]) -> None:
         super().__init__(classes="-pending")
         self.call = call
         self.clock = clock

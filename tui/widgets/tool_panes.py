@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from textual.widget import Widget
 
-from hotloop.tui.items import ToolCall
+from hotloop.sessions.projection import CallRecord
 from hotloop.tui.widgets.tool_pane import ToolPane
 
 
@@ -24,10 +24,10 @@ class ToolPanes(Widget):
         self.panes: dict[str, ToolPane] = {}
 
     @property
-    def calls(self) -> list[ToolCall]:
+    def calls(self) -> list[CallRecord]:
         return [pane.call for pane in self.panes.values()]
 
-    def add(self, call: ToolCall) -> ToolPane:
+    def add(self, call: CallRecord) -> ToolPane:
         pane = self.panes[call.call_id] = ToolPane(call, self.clock)
         self.mount(pane)
         columns = min(len(self.panes), 3)

@@ -158,7 +158,7 @@ class Transcript(VerticalScroll):
 
     def _reasoning_delta(self, event: ReasoningDelta) -> None:
         self.usage.token(event.ts)
-        words = len("".join(self.fold.reasoning).split())
+        words = len("".join(self.fold.open.reasoning).split()) if self.fold.open is not None else 0
         reasoning = self.query_one("#reasoning", Static)
         reasoning.set_class(False, "-idle")
         reasoning.update(Text(f"▸ reasoning · {words:,} words…"))
@@ -211,7 +211,7 @@ class Transcript(VerticalScroll):
             pane.sync()
 
     def _running_tools(self) -> int:
-        return sum(call.status == "running" for call in self.fold.calls.values())
+        return sum(call.status == "running" for call in self.fold.calls)
 
     def _reset_live(self) -> None:
         self.query_one("#reasoning", Static).add_class("-idle")
