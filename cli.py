@@ -36,15 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run prompts headless, streaming the answer to stdout")
     run.add_argument(
-        "prompts", nargs="*", metavar="PROMPT",
+        "prompts",
+        nargs="*",
+        metavar="PROMPT",
         help="consecutive user turns (default: read stdin); /provider, /model or /tier between them switches",
     )
     run.add_argument("--json", action="store_true", help="print every event as a JSON line instead of text")
     _session_options(run, prefix="")
 
     replay = commands.add_parser("replay", help="redraw a saved session as it happened (never calls a provider)")
-    replay.add_argument("session", nargs="?", metavar="SESSION", help="a session id or its prefix (default: the latest)")
-    replay.add_argument("--speed", type=_non_negative, default=1.0, metavar="N", help="pace × N (default 1; 0 draws it all at once)")
+    replay.add_argument(
+        "session", nargs="?", metavar="SESSION", help="a session id or its prefix (default: the latest)"
+    )
+    replay.add_argument(
+        "--speed", type=_non_negative, default=1.0, metavar="N", help="pace × N (default 1; 0 draws it all at once)"
+    )
     replay.add_argument("--headless", action="store_true", help="print the replay to stdout, as hotloop run would have")
 
     sim = commands.add_parser("sim", help="the embedded vLLM-like simulator")
@@ -53,19 +59,49 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--ttft-ms", type=_non_negative, metavar="MS", help="fixed time to first token")
-    serve.add_argument("--prefill-us-per-token", type=_non_negative, metavar="US", help="prefill time per uncached prompt token")
+    serve.add_argument(
+        "--prefill-us-per-token", type=_non_negative, metavar="US", help="prefill time per uncached prompt token"
+    )
     serve.add_argument("--decode-ms-per-token", type=_non_negative, metavar="MS", help="time per output token")
     serve.add_argument("--no-latency", action="store_true", help="answer as fast as possible")
     serve.add_argument("--scenario", type=Path, metavar="FILE", help="follow a JSON list of steps")
-    serve.add_argument("--cache-blocks", type=_positive_int, default=16_384, metavar="N", help="prefix-cache capacity in 16-token blocks")
-    serve.add_argument("--cache-min-tokens", type=_positive_int, default=1024, metavar="N", help="shortest prompt prefix the Anthropic API caches")
-    serve.add_argument("--no-prompt-tokens-details", action="store_true", help="leave cached-token counts out of usage, like vLLM without --enable-prompt-tokens-details")
-    serve.add_argument("--max-running", type=_positive_int, metavar="N", help="run at most N requests at once and queue the rest (vLLM's --max-num-seqs)")
-    serve.add_argument("--scheduling-policy", choices=("fcfs", "priority"), default="fcfs", help="admit queued requests in arrival order, or by their priority field")
+    serve.add_argument(
+        "--cache-blocks",
+        type=_positive_int,
+        default=16_384,
+        metavar="N",
+        help="prefix-cache capacity in 16-token blocks",
+    )
+    serve.add_argument(
+        "--cache-min-tokens",
+        type=_positive_int,
+        default=1024,
+        metavar="N",
+        help="shortest prompt prefix the Anthropic API caches",
+    )
+    serve.add_argument(
+        "--no-prompt-tokens-details",
+        action="store_true",
+        help="leave cached-token counts out of usage, like vLLM without --enable-prompt-tokens-details",
+    )
+    serve.add_argument(
+        "--max-running",
+        type=_positive_int,
+        metavar="N",
+        help="run at most N requests at once and queue the rest (vLLM's --max-num-seqs)",
+    )
+    serve.add_argument(
+        "--scheduling-policy",
+        choices=("fcfs", "priority"),
+        default="fcfs",
+        help="admit queued requests in arrival order, or by their priority field",
+    )
 
     vllm = commands.add_parser("vllm", help="self-hosting with vLLM")
     vllm_commands = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND", required=True)
-    recipe = vllm_commands.add_parser("recipe", help="print a vLLM launch command suited to agents, each flag explained")
+    recipe = vllm_commands.add_parser(
+        "recipe", help="print a vLLM launch command suited to agents, each flag explained"
+    )
     recipe.add_argument("model", metavar="MODEL", help="a Hugging Face model id, e.g. Qwen/Qwen2.5-Coder-32B-Instruct")
     recipe.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="GPUs to split the model across")
     recipe.add_argument("--spec", choices=("ngram", "eagle3"), help="add speculative decoding")
@@ -94,23 +130,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
     """The options of a session, the same for the app and `hotloop run`; dests start with `prefix`."""
-    parser.add_argument("--provider", dest=f"{prefix}provider", metavar="NAME", help="a configured provider: sim (default), openai, …")
+    parser.add_argument(
+        "--provider", dest=f"{prefix}provider", metavar="NAME", help="a configured provider: sim (default), openai, …"
+    )
     parser.add_argument("--model", dest=f"{prefix}model", metavar="MODEL")
     parser.add_argument(
-        "--tier", dest=f"{prefix}tier", metavar="TIER",
+        "--tier",
+        dest=f"{prefix}tier",
+        metavar="TIER",
         help="fast, balanced or strong (a provider and model from the config), or auto (the fast tier picks per turn)",
     )
     parser.add_argument(
-        "--base-url", dest=f"{prefix}base_url", metavar="URL",
+        "--base-url",
+        dest=f"{prefix}base_url",
+        metavar="URL",
         help="another server for the provider's protocol, e.g. http://localhost:8000/v1 (openai) or a gateway (anthropic)",
     )
-    parser.add_argument("--system", dest=f"{prefix}system", type=Path, metavar="FILE", help="add this file's text to the system prompt")
-    parser.add_argument("--mcp", dest=f"{prefix}mcp", action="append", default=[], metavar="CMD",
-                        help='an MCP stdio server, e.g. "npx -y pkg" (repeatable)')
-    parser.add_argument("--max-steps", dest=f"{prefix}max_steps", type=_positive_int, metavar="N", help="stop a turn after N model requests")
+    parser.add_argument(
+        "--system", dest=f"{prefix}system", type=Path, metavar="FILE", help="add this file's text to the system prompt"
+    )
+    parser.add_argument(
+        "--mcp",
+        dest=f"{prefix}mcp",
+        action="append",
+        default=[],
+        metavar="CMD",
+        help='an MCP stdio server, e.g. "npx -y pkg" (repeatable)',
+    )
+    parser.add_argument(
+        "--max-steps",
+        dest=f"{prefix}max_steps",
+        type=_positive_int,
+        metavar="N",
+        help="stop a turn after N model requests",
+    )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--resume", dest=f"{prefix}resume", metavar="ID", help="continue a saved session (an id or a unique prefix)")
-    group.add_argument("-c", "--continue", dest=f"{prefix}resume", action="store_const", const="", help="continue the latest session")
+    group.add_argument(
+        "--resume", dest=f"{prefix}resume", metavar="ID", help="continue a saved session (an id or a unique prefix)"
+    )
+    group.add_argument(
+        "-c", "--continue", dest=f"{prefix}resume", action="store_const", const="", help="continue the latest session"
+    )
 
 
 def _options(args: argparse.Namespace, prefix: str) -> SessionOptions:
@@ -277,9 +337,14 @@ def _sim_serve(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario) if args.scenario else ()
     except ScenarioError as error:
         raise UsageError(str(error)) from None
-    config = SimConfig(cache_blocks=args.cache_blocks, scenario=scenario, cache_min_tokens=args.cache_min_tokens,
-                       prompt_tokens_details=not args.no_prompt_tokens_details, max_running=args.max_running,
-                       scheduling=args.scheduling_policy)
+    config = SimConfig(
+        cache_blocks=args.cache_blocks,
+        scenario=scenario,
+        cache_min_tokens=args.cache_min_tokens,
+        prompt_tokens_details=not args.no_prompt_tokens_details,
+        max_running=args.max_running,
+        scheduling=args.scheduling_policy,
+    )
     if args.no_latency:
         config = config.with_latency(NO_LATENCY.ttft, NO_LATENCY.prefill_per_token, NO_LATENCY.decode_per_token)
     config = config.with_latency(
@@ -293,8 +358,11 @@ def _sim_serve(args: argparse.Namespace) -> int:
             runner, port = await start(SimServer(config), args.host, args.port)
         except OSError as error:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
-        print(f"hotloop sim: OpenAI Chat Completions on http://{args.host}:{port}/v1 and Anthropic Messages on "
-              f"http://{args.host}:{port} (models: {', '.join(config.models)}); Ctrl-C stops", flush=True)
+        print(
+            f"hotloop sim: OpenAI Chat Completions on http://{args.host}:{port}/v1 and Anthropic Messages on "
+            f"http://{args.host}:{port} (models: {', '.join(config.models)}); Ctrl-C stops",
+            flush=True,
+        )
         try:
             await asyncio.Event().wait()
         finally:
@@ -316,9 +384,11 @@ def _config(args: argparse.Namespace) -> int:
         return 0
     config = load_config()
     print(f"# {config.path}{'' if config.loaded else ' (not found: defaults)'}")
-    print(f'default_provider = "{config.default_provider}"\nmax_steps = {config.max_steps}\ntool_timeout = {config.tool_timeout:g}')
+    print(
+        f'default_provider = "{config.default_provider}"\nmax_steps = {config.max_steps}\ntool_timeout = {config.tool_timeout:g}'
+    )
     for settings in config.providers.values():
-        print(f"\n[providers.{settings.name}]\nkind = \"{settings.kind}\"")
+        print(f'\n[providers.{settings.name}]\nkind = "{settings.kind}"')
         if settings.base_url:
             print(f'base_url = "{settings.base_url}"')
         if settings.api_key_env:
@@ -332,7 +402,7 @@ def _config(args: argparse.Namespace) -> int:
             if settings.thinking_budget:
                 print(f"thinking_budget = {settings.thinking_budget}")
     for server in config.mcp:
-        print(f"\n[mcp.{server.name}]\ncommand = \"{server.command}\"\nargs = {list(server.args)}")
+        print(f'\n[mcp.{server.name}]\ncommand = "{server.command}"\nargs = {list(server.args)}')
         if server.env:
             print("env = {" + ", ".join(f'{k} = "{_masked(v)}"' for k, v in server.env.items()) + "}")
     for warning in config.warnings:

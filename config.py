@@ -62,7 +62,10 @@ class ProviderSettings:
         """Whether this is OpenAI's or Anthropic's own API, which need a key (gateways and local servers may not)."""
         if self.kind == "openai":
             return (self.base_url or OPENAI_URL).rstrip("/") == OPENAI_URL
-        return self.kind == "anthropic" and (self.base_url or ANTHROPIC_URL).rstrip("/") in (ANTHROPIC_URL, ANTHROPIC_URL + "/v1")
+        return self.kind == "anthropic" and (self.base_url or ANTHROPIC_URL).rstrip("/") in (
+            ANTHROPIC_URL,
+            ANTHROPIC_URL + "/v1",
+        )
 
     @property
     def sends_prompt_cache_key(self) -> bool:
@@ -124,10 +127,13 @@ class RoutingSettings:
     lanes: bool = True
     max_background: int = 1
 
+
 SIM_MODELS = ("sim-fast", "sim-balanced", "sim-strong")
 BUILTIN_PROVIDERS = {
     "sim": ProviderSettings("sim", "sim", models=SIM_MODELS, default_model="sim-balanced"),
-    "sim-anthropic": ProviderSettings("sim-anthropic", "sim-anthropic", models=SIM_MODELS, default_model="sim-balanced"),
+    "sim-anthropic": ProviderSettings(
+        "sim-anthropic", "sim-anthropic", models=SIM_MODELS, default_model="sim-balanced"
+    ),
     "openai": ProviderSettings("openai", "openai", OPENAI_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
     "anthropic": ProviderSettings(
         "anthropic", "anthropic", ANTHROPIC_URL, "ANTHROPIC_API_KEY", default_model="claude-sonnet-4-5"
@@ -213,7 +219,14 @@ def load_config(path: Path | None = None) -> Config:
     return _Reader(path).config(data)
 
 
-_TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", list: "a list", dict: "a table", bool: "true or false"}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "a whole number",
+    float: "a number",
+    list: "a list",
+    dict: "a table",
+    bool: "true or false",
+}
 
 
 class _Reader:
@@ -231,7 +244,9 @@ class _Reader:
             raise self.fail(where, "must be a table")
         unknown = sorted(set(value) - set(known))
         if unknown:
-            raise self.fail(f"{where}.{unknown[0]}" if where else unknown[0], f"is not a setting (known: {', '.join(known)})")
+            raise self.fail(
+                f"{where}.{unknown[0]}" if where else unknown[0], f"is not a setting (known: {', '.join(known)})"
+            )
         return value
 
     def named_tables(self, value: Any, where: str) -> dict[str, Any]:
@@ -240,24 +255,32 @@ class _Reader:
             raise self.fail(where, "must be a table")
         return value
 
-    def typed(self, table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+    def typed(
+        self, table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None
+    ) -> Any:
         value = table.get(key, default)
         if value is default:
             return value
-        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             expected = _TYPE_NAMES[kind if isinstance(kind, type) else kind[-1]]
             raise self.fail(f"{where}{key}", f"must be {expected} (got {value!r})")
         return value
 
     def config(self, data: dict[str, Any]) -> Config:
-        top = self.table(data, "", ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp", "tiers",
-                                    "routing", "latency"))
+        top = self.table(
+            data,
+            "",
+            ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp", "tiers", "routing", "latency"),
+        )
         providers = dict(BUILTIN_PROVIDERS)
         for name, raw in self.named_tables(top.get("providers", {}), "providers").items():
             providers[name] = self.provider(name, raw, providers.get(name))
         default = self.typed(top, "default_provider", str, "", "sim")
         if default not in providers:
-            raise self.fail("default_provider", f"names an unknown provider {default!r} (configured: {', '.join(sorted(providers))})")
+            raise self.fail(
+                "default_provider",
+                f"names an unknown provider {default!r} (configured: {', '.join(sorted(providers))})",
+            )
         max_steps = self.typed(top, "max_steps", int, "", 25)
         timeout = self.typed(top, "tool_timeout", (int, float), "", 120.0)
         if max_steps < 1 or timeout <= 0:
@@ -280,9 +303,23 @@ class _Reader:
     def provider(self, name: str, raw: Any, base: ProviderSettings | None) -> ProviderSettings:
         where = f"providers.{name}."
         if isinstance(raw, dict) and "api_key" in raw:
-            raise self.fail(f"{where}api_key", "is not allowed: keep keys in the environment and name the variable with api_key_env")
-        known = ("kind", "base_url", "api_key_env", "models", "default_model", "max_retries", "max_tokens",
-                 "thinking_budget", "cache_breakpoints", "cache_ttl", "cache_min_tokens", "prompt_cache_key")
+            raise self.fail(
+                f"{where}api_key", "is not allowed: keep keys in the environment and name the variable with api_key_env"
+            )
+        known = (
+            "kind",
+            "base_url",
+            "api_key_env",
+            "models",
+            "default_model",
+            "max_retries",
+            "max_tokens",
+            "thinking_budget",
+            "cache_breakpoints",
+            "cache_ttl",
+            "cache_min_tokens",
+            "prompt_cache_key",
+        )
         table = self.table(raw, where.rstrip("."), known)
         kind = self.typed(table, "kind", str, where, base.kind if base else None)
         if kind not in KINDS:
@@ -292,7 +329,9 @@ class _Reader:
             raise self.fail(f"{where}models", "must be a list of model names")
         settings = base if base is not None and base.kind == kind else ProviderSettings(name, kind)
         changes = {
-            key: self.typed(table, key, str, where) for key in ("base_url", "api_key_env", "default_model") if key in table
+            key: self.typed(table, key, str, where)
+            for key in ("base_url", "api_key_env", "default_model")
+            if key in table
         }
         if models is not None:
             changes["models"] = tuple(models)
@@ -331,11 +370,22 @@ class _Reader:
         ttl = self.typed(table, "memo_ttl", (int, float), "latency.", 30.0)
         if ttl < 0:
             raise self.fail("latency.memo_ttl", "must be 0 (off) or more seconds")
-        return LatencySettings(self.typed(table, "early_dispatch", bool, "latency.", True), float(ttl),
-                               self.typed(table, "prefetch", bool, "latency.", False))
+        return LatencySettings(
+            self.typed(table, "early_dispatch", bool, "latency.", True),
+            float(ttl),
+            self.typed(table, "prefetch", bool, "latency.", False),
+        )
 
     def routing(self, raw: Any) -> RoutingSettings:
-        known = ("helper_tier", "titles", "summarize_over_tokens", "auto_simple", "auto_complex", "lanes", "max_background")
+        known = (
+            "helper_tier",
+            "titles",
+            "summarize_over_tokens",
+            "auto_simple",
+            "auto_complex",
+            "lanes",
+            "max_background",
+        )
         table = self.table(raw, "routing", known)
         tiers = {key: self.typed(table, key, str, "routing.") for key in ("helper_tier", "auto_simple", "auto_complex")}
         for key, tier in tiers.items():
@@ -354,10 +404,22 @@ class _Reader:
         )
 
     def sim(self, raw: Any) -> SimSettings:
-        known = ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token", "scenario", "cache_blocks", "cache_min_tokens",
-                 "max_running", "scheduling_policy", "prompt_tokens_details")
+        known = (
+            "ttft_ms",
+            "prefill_us_per_token",
+            "decode_ms_per_token",
+            "scenario",
+            "cache_blocks",
+            "cache_min_tokens",
+            "max_running",
+            "scheduling_policy",
+            "prompt_tokens_details",
+        )
         table = self.table(raw, "sim", known)
-        figures = {key: self.typed(table, key, (int, float), "sim.") for key in ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token")}
+        figures = {
+            key: self.typed(table, key, (int, float), "sim.")
+            for key in ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token")
+        }
         if any(value is not None and value < 0 for value in figures.values()):
             raise self.fail("sim", "latency figures must not be negative")
         scenario = self.typed(table, "scenario", str, "sim.")

@@ -103,7 +103,9 @@ class CacheExplainer:
             if old != new:
                 return f"message {index + 1} ({_role(messages[index]) if index < len(messages) else 'message'}) changed"
         if anthropic and sent_now - sent_before > ANTHROPIC_TTL:
-            return f"the cached prefix expired ({sent_now - sent_before:,.0f} s since the last request; the TTL is 5 min)"
+            return (
+                f"the cached prefix expired ({sent_now - sent_before:,.0f} s since the last request; the TTL is 5 min)"
+            )
         return "evicted: nothing changed, yet the server no longer had the prefix"
 
     def _tools_digest(self, tools: tuple[ToolSpec, ...]) -> dict[str, str]:

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.agent.cache_explainer import CacheExplainer
-from hotloop.agent.memo import Memo
-from hotloop.agent.prefetch import Prefetcher
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
@@ -38,19 +36,22 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
+from hotloop.agent.memo import Memo
+from hotloop.agent.prefetch import Prefetcher
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
 from hotloop.agent.step import CANCELLED_RESULT, StepAccumulator
 from hotloop.agent.switching import CacheWarmth
 from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, ToolRegistry, call_key, cap_output
 from hotloop.providers.base import Provider
-from hotloop.providers.lanes import Lanes
 from hotloop.providers.conversation import Message, ToolCall, ToolResultMessage, UserMessage, repaired
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import ServerHint, ToolCallReady
+from hotloop.providers.lanes import Lanes
 
 Emit = Callable[[AgentEvent], None]
 # Given a call and its (long) result: a shorter result for the context, and a note saying so; or None.
 Summarize = Callable[[ToolCall, str], Awaitable[tuple[str, str] | None]]
+
 
 @dataclass
 class _ToolPhase:
@@ -192,8 +193,11 @@ class Agent:
         if self.prefetcher is not None:
             self.prefetcher.start(self._prefetch_context)  # runs while the model prefills and decodes
         fingerprint = self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
-        self.emit(StepStarted(turn=turn, step=step, provider=self.provider.name, model=self.provider.model,
-                              fingerprint=fingerprint))
+        self.emit(
+            StepStarted(
+                turn=turn, step=step, provider=self.provider.name, model=self.provider.model, fingerprint=fingerprint
+            )
+        )
         stream = StepAccumulator(started=time.perf_counter())
         phase = _ToolPhase()
         early: dict[str, asyncio.Task[ToolResultMessage]] = {}
@@ -256,7 +260,9 @@ class Agent:
         tail, notes = repaired(self.messages[self._checked :])
         if notes:
             self.messages[self._checked :] = tail
-            self.emit(Notice(level="warning", message="repaired the conversation before sending it: " + "; ".join(notes)))
+            self.emit(
+                Notice(level="warning", message="repaired the conversation before sending it: " + "; ".join(notes))
+            )
         self._checked = len(self.messages)
 
     def _keep_interrupted(self, stream: StepAccumulator, ran: dict[str, ToolResultMessage]) -> None:
@@ -294,8 +300,9 @@ class Agent:
         if guess is not None:
             content = await self._attach(guess[0])
             if content is not None:
-                return self._finished(call, phase, (started, time.perf_counter()), "ok", content, reused="prefetch",
-                                      ahead=guess[1])
+                return self._finished(
+                    call, phase, (started, time.perf_counter()), "ok", content, reused="prefetch", ahead=guess[1]
+                )
         if tool is not None and not tool.read_only:
             self.memo.clear()  # it may change what the read-only tools would now say
             if self.prefetcher is not None:
@@ -319,14 +326,29 @@ class Agent:
         return self._finished(call, phase, (started, ended), status, content)
 
     def _finished(
-        self, call: ToolCall, phase: _ToolPhase, span: tuple[float, float], status: ToolStatus, content: str,
-        reused: str = "", ahead: float = 0.0,
+        self,
+        call: ToolCall,
+        phase: _ToolPhase,
+        span: tuple[float, float],
+        status: ToolStatus,
+        content: str,
+        reused: str = "",
+        ahead: float = 0.0,
     ) -> ToolResultMessage:
         started, ended = span
         phase.durations.append(ended - started)
         phase.last_end = ended if phase.last_end is None else max(phase.last_end, ended)
-        self.emit(ToolFinished(call_id=call.id, name=call.name, status=status, duration=ended - started, result=content,
-                               reused=reused, ahead=ahead))
+        self.emit(
+            ToolFinished(
+                call_id=call.id,
+                name=call.name,
+                status=status,
+                duration=ended - started,
+                result=content,
+                reused=reused,
+                ahead=ahead,
+            )
+        )
         return ToolResultMessage(call.id, call.name, content, is_error=status != "ok")
 
     async def _summarized(self, call: ToolCall, content: str) -> str:
@@ -334,7 +356,9 @@ class Agent:
         try:
             shorter = await self.summarize(call, content)
         except ProviderError as error:  # the full result is still correct, only longer
-            self.emit(Notice(level="warning", message=f"could not summarize {call.name}'s result, kept it whole: {error}"))
+            self.emit(
+                Notice(level="warning", message=f"could not summarize {call.name}'s result, kept it whole: {error}")
+            )
             return content
         if shorter is None:
             return content
@@ -365,8 +389,13 @@ class Agent:
         wrong = self.prefetcher.discard()
         stats = self.prefetcher.stats
         if stats.hits > before[0] or wrong:
-            self.emit(Notice(level="info", message=f"prefetch: {stats.hits - before[0]} hit(s), {wrong} miss(es), "
-                                                   f"{stats.saved - before[1]:.2f} s of tool time done ahead"))
+            self.emit(
+                Notice(
+                    level="info",
+                    message=f"prefetch: {stats.hits - before[0]} hit(s), {wrong} miss(es), "
+                    f"{stats.saved - before[1]:.2f} s of tool time done ahead",
+                )
+            )
 
     async def _run_ahead(self, tool: Tool, key: CallKey) -> str:
         """A predicted call, run before the model asks for it; its output stays out of the stream."""

@@ -41,7 +41,13 @@ class PromptBuilder:
         self.system = system
         self.tools = tools
 
-    def request(self, messages: list[Message], max_tokens: int | None = None, cache_key: str | None = None) -> ChatRequest:
+    def request(
+        self, messages: list[Message], max_tokens: int | None = None, cache_key: str | None = None
+    ) -> ChatRequest:
         return ChatRequest(
-            system=self.system, tools=self.tools.specs(), messages=tuple(messages), max_tokens=max_tokens, cache_key=cache_key
+            system=self.system,
+            tools=self.tools.specs(),
+            messages=tuple(messages),
+            max_tokens=max_tokens,
+            cache_key=cache_key,
         )

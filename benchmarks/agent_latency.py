@@ -44,8 +44,9 @@ PROFILE = TIERS[MODEL]
 PREFILL_PER_TOKEN = 0.000_200
 TOOL_DECODE_MS = 12
 # Project instructions of about 3,000 tokens: the static prefix a stable prompt keeps cached.
-INSTRUCTIONS = "\n".join(f"- Rule {n}: cite the file and line of every claim, and prefer primary sources over summaries."
-                         for n in range(150))
+INSTRUCTIONS = "\n".join(
+    f"- Rule {n}: cite the file and line of every claim, and prefer primary sources over summaries." for n in range(150)
+)
 
 
 def call(name: str, seconds: float, **arguments: str) -> dict[str, Any]:
@@ -54,13 +55,23 @@ def call(name: str, seconds: float, **arguments: str) -> dict[str, Any]:
 
 QUERY = "how does the prefix cache decide what to evict when blocks are shared between requests"
 STEPS = [
-    {"tool_calls": [call("search", s, query=f"{QUERY} ({n})") for n, s in enumerate((1.6, 0.4, 0.3))],
-     "decode_ms": TOOL_DECODE_MS},
-    {"tool_calls": [call("fetch", s, url=f"https://docs.example/cache/{n}") for n, s in enumerate((0.9, 0.2, 0.3))],
-     "decode_ms": TOOL_DECODE_MS},
-    {"tool_calls": [call("grep", s, pattern=p) for p, s in (("evict", 0.2), ("free_queue", 0.3))], "decode_ms": TOOL_DECODE_MS},
+    {
+        "tool_calls": [call("search", s, query=f"{QUERY} ({n})") for n, s in enumerate((1.6, 0.4, 0.3))],
+        "decode_ms": TOOL_DECODE_MS,
+    },
+    {
+        "tool_calls": [call("fetch", s, url=f"https://docs.example/cache/{n}") for n, s in enumerate((0.9, 0.2, 0.3))],
+        "decode_ms": TOOL_DECODE_MS,
+    },
+    {
+        "tool_calls": [call("grep", s, pattern=p) for p, s in (("evict", 0.2), ("free_queue", 0.3))],
+        "decode_ms": TOOL_DECODE_MS,
+    },
     {"tool_calls": [call("fetch", 0.4, url="https://docs.example/cache/lru")], "decode_ms": TOOL_DECODE_MS},
-    {"text": "## How eviction works\n\n" + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 6},
+    {
+        "text": "## How eviction works\n\n"
+        + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 6
+    },
 ]
 SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
 CONFIGURATIONS = ("shipped", "sequential tools", "no early dispatch", "unstable prefix", "with prefetch")
@@ -72,8 +83,12 @@ async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 def tools() -> ToolRegistry:
-    return ToolRegistry([Tool(name, f"{name.title()}.", SCHEMA, sleep, read_only=True, prefetch=True)
-                         for name in ("search", "fetch", "grep")])
+    return ToolRegistry(
+        [
+            Tool(name, f"{name.title()}.", SCHEMA, sleep, read_only=True, prefetch=True)
+            for name in ("search", "fetch", "grep")
+        ]
+    )
 
 
 async def run(configuration: str, folder: Path, past: list[AgentEvent] | None = None) -> list[AgentEvent]:
@@ -84,10 +99,16 @@ async def run(configuration: str, folder: Path, past: list[AgentEvent] | None = 
     with EmbeddedSimulator(config) as sim:
         provider = OpenAIChatProvider(name="sim", model=MODEL, base_url=sim.base_url)
         await provider.fetch(sim.url + "/health")  # a warm connection, as the runtime leaves it
-        agent = Agent(provider, tools(), emit=events.append, workspace=folder, system=system_prompt(INSTRUCTIONS),
-                      parallel_tools=configuration != "sequential tools",
-                      early_dispatch=configuration != "no early dispatch",
-                      prefetch=configuration == "with prefetch" and past is not None)
+        agent = Agent(
+            provider,
+            tools(),
+            emit=events.append,
+            workspace=folder,
+            system=system_prompt(INSTRUCTIONS),
+            parallel_tools=configuration != "sequential tools",
+            early_dispatch=configuration != "no early dispatch",
+            prefetch=configuration == "with prefetch" and past is not None,
+        )
         if agent.prefetcher is not None and past is not None:
             agent.prefetcher.predictor.learn_from(past)
         if configuration == "unstable prefix":
@@ -141,15 +162,21 @@ async def main(rounds: int) -> None:
                     minimum.append(theoretical_minimum(events))
     shipped_wall = statistics.median(r[0] for r in results["shipped"])
     shipped_uncached = statistics.median(r[1] for r in results["shipped"])
-    print(f"agent latency: a 5-step research task (9 tool calls), {MODEL}, prefill {PREFILL_PER_TOKEN * 1e6:.0f} µs/token, "
-          f"tool arguments written at {TOOL_DECODE_MS} ms/token; median of {rounds} rounds")
-    print(f"  {'configuration':<18} {'wall':>8} {'× shipped':>10} {'uncached prefill':>17} {'× shipped':>10} {'cache hit':>10}")
+    print(
+        f"agent latency: a 5-step research task (9 tool calls), {MODEL}, prefill {PREFILL_PER_TOKEN * 1e6:.0f} µs/token, "
+        f"tool arguments written at {TOOL_DECODE_MS} ms/token; median of {rounds} rounds"
+    )
+    print(
+        f"  {'configuration':<18} {'wall':>8} {'× shipped':>10} {'uncached prefill':>17} {'× shipped':>10} {'cache hit':>10}"
+    )
     for configuration in CONFIGURATIONS:
         wall = statistics.median(r[0] for r in results[configuration])
         uncached = statistics.median(r[1] for r in results[configuration])
         hit = statistics.median(r[2] for r in results[configuration])
-        print(f"  {configuration:<18} {wall:7.2f}s {wall / shipped_wall:9.2f}× {uncached:17,.0f} "
-              f"{uncached / shipped_uncached:9.2f}× {hit:9.1%}")
+        print(
+            f"  {configuration:<18} {wall:7.2f}s {wall / shipped_wall:9.2f}× {uncached:17,.0f} "
+            f"{uncached / shipped_uncached:9.2f}× {hit:9.1%}"
+        )
     floor = statistics.median(minimum)
     print(f"  {'theoretical min':<18} {floor:7.2f}s {floor / shipped_wall:9.2f}×")
 

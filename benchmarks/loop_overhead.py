@@ -31,11 +31,10 @@ from pathlib import Path
 
 import httpx2
 
-from hotloop.agent.events import AgentEvent, StepFinished, StepStarted
+from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, fan_out
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
-from hotloop.agent.events import fan_out
 from hotloop.headless.printer import Printer
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.openai_chat import OpenAIChatProvider
@@ -95,7 +94,9 @@ RecordingProvider = RecordingOpenAI | RecordingAnthropic
 
 def recording_provider(protocol: str, root_url: str) -> RecordingProvider:
     if protocol == "anthropic":
-        provider: RecordingProvider = RecordingAnthropic(name="sim", model="sim-balanced", base_url=root_url, max_retries=0)
+        provider: RecordingProvider = RecordingAnthropic(
+            name="sim", model="sim-balanced", base_url=root_url, max_retries=0
+        )
     else:
         provider = RecordingOpenAI(name="sim", model="sim-balanced", base_url=f"{root_url}/v1", max_retries=0)
     provider.bodies = []
@@ -103,9 +104,10 @@ def recording_provider(protocol: str, root_url: str) -> RecordingProvider:
 
 
 async def hotloop_steps(provider: RecordingProvider, workspace: Path, clock: StepClock) -> None:
-    with open(os.devnull, "w") as null, SessionLog.create(
-        workspace / "sessions", provider="sim", model="sim-balanced", workspace=workspace
-    ) as log:
+    with (
+        open(os.devnull, "w") as null,
+        SessionLog.create(workspace / "sessions", provider="sim", model="sim-balanced", workspace=workspace) as log,
+    ):
         emit = fan_out(Printer(out=null, err=null), log.write, clock)
         agent = Agent(provider, ToolRegistry(builtin_tools()), emit=emit, workspace=workspace, max_steps=STEPS)
         finished = await agent.run_turn("read the notes, one page per step")
@@ -127,8 +129,10 @@ async def bare_sdk_requests(provider: RecordingProvider, bodies: list[bytes]) ->
 
 def workload(root: Path) -> Path:
     (root / "notes.md").write_text("".join(f"Line {n} of the project notes.\n" for n in range(400)))
-    steps = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md", "offset": 1 + 20 * n, "limit": 20}}]}
-             for n in range(STEPS - 1)]
+    steps = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md", "offset": 1 + 20 * n, "limit": 20}}]}
+        for n in range(STEPS - 1)
+    ]
     scenario = root / "scenario.json"
     scenario.write_text(json.dumps([*steps, {"text": "Read all of it. " * 20}]))
     return scenario
@@ -161,21 +165,31 @@ async def measure(rounds: int, protocol: str) -> list[tuple[float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7, help=f"rounds of {RUNS_PER_ROUND} runs of {STEPS} steps (default 7)")
+    parser.add_argument(
+        "--rounds", type=int, default=7, help=f"rounds of {RUNS_PER_ROUND} runs of {STEPS} steps (default 7)"
+    )
     parser.add_argument("--protocol", choices=("openai", "anthropic"), default="openai")
     args = parser.parse_args()
     rounds = asyncio.run(measure(args.rounds, args.protocol))
     full = [f for f, _ in rounds]
     own = [f - b for f, b in rounds]
     bare = [b for _, b in rounds]
-    print(f"loop overhead ({args.protocol} protocol): {len(rounds)} rounds × {RUNS_PER_ROUND} runs × {STEPS} steps, "
-          "simulator at zero latency, CPU per step")
-    print(f"  hotloop's own time (full step − bare SDK request): median {statistics.median(own):.2f} ms "
-          f"(rounds {min(own):.2f}–{max(own):.2f})  target ≤ 3 ms")
-    print(f"  full step, SDK request included:                   median {statistics.median(full):.2f} ms "
-          f"(rounds {min(full):.2f}–{max(full):.2f})")
-    print(f"  bare {args.protocol + ' SDK request, same bytes:':<44}  median {statistics.median(bare):.2f} ms "
-          f"(rounds {min(bare):.2f}–{max(bare):.2f})")
+    print(
+        f"loop overhead ({args.protocol} protocol): {len(rounds)} rounds × {RUNS_PER_ROUND} runs × {STEPS} steps, "
+        "simulator at zero latency, CPU per step"
+    )
+    print(
+        f"  hotloop's own time (full step − bare SDK request): median {statistics.median(own):.2f} ms "
+        f"(rounds {min(own):.2f}–{max(own):.2f})  target ≤ 3 ms"
+    )
+    print(
+        f"  full step, SDK request included:                   median {statistics.median(full):.2f} ms "
+        f"(rounds {min(full):.2f}–{max(full):.2f})"
+    )
+    print(
+        f"  bare {args.protocol + ' SDK request, same bytes:':<44}  median {statistics.median(bare):.2f} ms "
+        f"(rounds {min(bare):.2f}–{max(bare):.2f})"
+    )
 
 
 if __name__ == "__main__":

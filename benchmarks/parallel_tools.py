@@ -46,7 +46,9 @@ async def main() -> None:
     slowest = max(e.duration for e in events if isinstance(e, ToolFinished))
     print(f"parallel tools: {step.tool_count} calls of {', '.join(f'{s:g}' for s in SECONDS)} s")
     print(f"  tool phase {step.tool_wall:.3f} s · slowest call {slowest:.3f} s · sum {step.tool_sum:.3f} s")
-    print(f"  phase / slowest = {step.tool_wall / slowest:.3f} (target < 1.3) · {step.tool_sum / step.tool_wall:.2f}× from parallelism")
+    print(
+        f"  phase / slowest = {step.tool_wall / slowest:.3f} (target < 1.3) · {step.tool_sum / step.tool_wall:.2f}× from parallelism"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,9 @@ async def run(root: Path, protocol: str) -> list[StepFinished]:
     with EmbeddedSimulator(config) as sim:
         provider: Provider
         if protocol == "anthropic":
-            provider = AnthropicProvider(name="sim-anthropic", model="sim-balanced", base_url=sim.url,
-                                         cache_min_tokens=config.cache_min_tokens)
+            provider = AnthropicProvider(
+                name="sim-anthropic", model="sim-balanced", base_url=sim.url, cache_min_tokens=config.cache_min_tokens
+            )
         else:
             provider = OpenAIChatProvider(name="sim", model="sim-balanced", base_url=sim.base_url)
         agent = Agent(provider, ToolRegistry(builtin_tools()), emit=events.append, workspace=root)
@@ -51,7 +52,9 @@ async def run(root: Path, protocol: str) -> list[StepFinished]:
 
 def report(protocol: str, steps: list[StepFinished]) -> None:
     print(f"{protocol} API:")
-    print(f"  {'step':>4} {'prompt':>7} {'cache read':>10} {'cache write':>11} {'prev prompt':>11} {'read − prev':>11}  note")
+    print(
+        f"  {'step':>4} {'prompt':>7} {'cache read':>10} {'cache write':>11} {'prev prompt':>11} {'read − prev':>11}  note"
+    )
     previous = None
     for step in steps:
         usage = step.usage
@@ -65,16 +68,26 @@ def report(protocol: str, steps: list[StepFinished]) -> None:
         previous = usage.prompt_total
     total = sum(s.usage.prompt_total or 0 for s in steps if s.usage)
     read = sum(s.usage.cache_read or 0 for s in steps if s.usage)
-    print(f"  cache-hit {read / total:.1%} of {total:,} prompt tokens (target: read − prev ≥ {TARGETS[protocol]} after a cacheable step)")
+    print(
+        f"  cache-hit {read / total:.1%} of {total:,} prompt tokens (target: read − prev ≥ {TARGETS[protocol]} after a cacheable step)"
+    )
 
 
 async def main() -> None:
     print("prefix cache over a 5-step run (simulator: vLLM's 16-token blocks; Anthropic's breakpoints)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "notes.md").write_text("".join(f"Line {n}: notes about the project and its plans.\n" for n in range(200)))
-        pages = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md", "offset": 1 + 50 * n, "limit": 50}}]}
-                 for n in range(4)]
+        (root / "notes.md").write_text(
+            "".join(f"Line {n}: notes about the project and its plans.\n" for n in range(200))
+        )
+        pages = [
+            {
+                "tool_calls": [
+                    {"name": "read_file", "arguments": {"path": "notes.md", "offset": 1 + 50 * n, "limit": 50}}
+                ]
+            }
+            for n in range(4)
+        ]
         (root / "scenario.json").write_text(json.dumps([*pages, {"text": "Read all four pages."}]))
         for protocol in ("openai", "anthropic"):
             report(protocol, await run(root, protocol))

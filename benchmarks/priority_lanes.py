@@ -30,9 +30,9 @@ from hotloop.agent.events import AgentEvent, StepFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.config import Choice, Config, RoutingSettings, SimSettings, resolve
-from hotloop.providers.conversation import AssistantMessage, UserMessage
 from hotloop.core.routing import Router
 from hotloop.core.runtime import Runtime
+from hotloop.providers.conversation import AssistantMessage, UserMessage
 
 AGENTS, TITLES, STEPS, TOOL_SECONDS = 4, 16, 8, 0.2
 TOPICS = ("the cache", "the scheduler", "the tokenizer", "routing", "the server panel", "replay", "exports", "lanes")
@@ -52,9 +52,12 @@ def scenario(folder: Path) -> Path:
 
 async def one_round(folder: Path, mode: str) -> tuple[list[float], float | None]:
     """The agents' TTFTs in one mode, and when the last title arrived (seconds after the start)."""
-    config = Config(path=folder / "config.toml", loaded=False,
-                    sim=SimSettings(scenario=scenario(folder), max_running=AGENTS, scheduling_policy="priority"),
-                    routing=RoutingSettings(lanes=mode == "lanes on"))
+    config = Config(
+        path=folder / "config.toml",
+        loaded=False,
+        sim=SimSettings(scenario=scenario(folder), max_running=AGENTS, scheduling_policy="priority"),
+        routing=RoutingSettings(lanes=mode == "lanes on"),
+    )
     runtime = Runtime(config)
     schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
     runtime.tools.add(Tool("wait", "Wait.", schema, wait))
@@ -69,13 +72,25 @@ async def one_round(folder: Path, mode: str) -> tuple[list[float], float | None]
         await runtime.server_of(provider)
         router = Router(config, runtime)
         await runtime.helper(router.helper_target())  # connected before the clock starts, like a running app
-        agents = [Agent(provider, runtime.tools, emit=emit, workspace=folder, lanes=runtime.lanes) for _ in range(AGENTS)]
-        started = time.perf_counter()
-        titles = [] if mode == "no background" else [
-            asyncio.create_task(router.title([UserMessage(f"Session {n}: explain {TOPICS[n % len(TOPICS)]} in depth"),
-                                              AssistantMessage(f"Here is how {TOPICS[n % len(TOPICS)]} works.")]))
-            for n in range(TITLES)
+        agents = [
+            Agent(provider, runtime.tools, emit=emit, workspace=folder, lanes=runtime.lanes) for _ in range(AGENTS)
         ]
+        started = time.perf_counter()
+        titles = (
+            []
+            if mode == "no background"
+            else [
+                asyncio.create_task(
+                    router.title(
+                        [
+                            UserMessage(f"Session {n}: explain {TOPICS[n % len(TOPICS)]} in depth"),
+                            AssistantMessage(f"Here is how {TOPICS[n % len(TOPICS)]} works."),
+                        ]
+                    )
+                )
+                for n in range(TITLES)
+            ]
+        )
         title_times: list[float] = []
         for task in titles:
             task.add_done_callback(lambda _: title_times.append(time.perf_counter() - started))
@@ -101,13 +116,17 @@ async def main(rounds: int) -> None:
                 ttfts[mode] += values
                 if done is not None:
                     last_title[mode].append(done)
-    print(f"priority lanes: {AGENTS} agents × {STEPS} steps (balanced tier, {TOOL_SECONDS:g} s tool per step) and "
-          f"{TITLES} title requests (fast tier); simulator max_running {AGENTS}, priority scheduling; {rounds} rounds")
+    print(
+        f"priority lanes: {AGENTS} agents × {STEPS} steps (balanced tier, {TOOL_SECONDS:g} s tool per step) and "
+        f"{TITLES} title requests (fast tier); simulator max_running {AGENTS}, priority scheduling; {rounds} rounds"
+    )
     base = p95(ttfts["no background"])
     for mode in modes:
         values = ttfts[mode]
-        line = (f"  {mode:<14} interactive TTFT p50 {statistics.median(values) * 1000:5.0f} ms · "
-                f"p95 {p95(values) * 1000:5.0f} ms ({p95(values) / base:.2f}× no-background) · {len(values)} steps")
+        line = (
+            f"  {mode:<14} interactive TTFT p50 {statistics.median(values) * 1000:5.0f} ms · "
+            f"p95 {p95(values) * 1000:5.0f} ms ({p95(values) / base:.2f}× no-background) · {len(values)} steps"
+        )
         if last_title[mode]:
             line += f" · last title after {statistics.median(last_title[mode]):.2f} s"
         print(line)

@@ -36,12 +36,20 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.providers.events import Finished, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, Usage, UsageLedger
+from hotloop.providers.events import (
+    Finished,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    Usage,
+    UsageLedger,
+)
 from hotloop.sessions.log import SessionLog
 
 BIG_TURNS = 1_000
 SESSIONS = 500
-WORDS = "the cache keeps every step warm so a turn pays only for what it adds to the prompt".split()
+WORDS = ["the", "cache", "keeps", "every", "step", "warm", "so", "a", "turn", "pays", "only", "for", "what", "it", "adds", "to", "the", "prompt"]
 
 
 def write_turn(log: SessionLog, turn: int, clock: list[float], rng: random.Random, context: int) -> int:
@@ -51,8 +59,14 @@ def write_turn(log: SessionLog, turn: int, clock: list[float], rng: random.Rando
         clock[0] += seconds
         return clock[0]
 
-    log.write(TurnStarted(turn=turn, prompt=f"read the module {turn} and its tests, then grep for TODO",
-                          context="\n\n<context>\ndate: 2026-11-22\nworkspace: /home/user/project\n</context>", ts=at(5.0)))
+    log.write(
+        TurnStarted(
+            turn=turn,
+            prompt=f"read the module {turn} and its tests, then grep for TODO",
+            context="\n\n<context>\ndate: 2026-11-22\nworkspace: /home/user/project\n</context>",
+            ts=at(5.0),
+        )
+    )
     log.write(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced", ts=at(0.01)))
     for _ in range(40):
         log.write(TextDelta(f" {rng.choice(WORDS)}", ts=at(0.01)))
@@ -66,29 +80,73 @@ def write_turn(log: SessionLog, turn: int, clock: list[float], rng: random.Rando
     usage = UsageLedger(prompt_total=context, cache_read=context - 200, uncached=200, output=120)
     log.write(Usage(ledger=usage, ts=at(0.0)))
     log.write(Finished(reason="tool_calls", ts=at(0.0)))
-    log.write(ResponseFinished(turn=turn, step=1, usage=usage, ttft=0.12, decode_tps=95.0, model_time=1.3,
-                               finish_reason="tool_calls", ts=at(0.0)))
+    log.write(
+        ResponseFinished(
+            turn=turn,
+            step=1,
+            usage=usage,
+            ttft=0.12,
+            decode_tps=95.0,
+            model_time=1.3,
+            finish_reason="tool_calls",
+            ts=at(0.0),
+        )
+    )
     for call_id, name, arguments in calls:
         log.write(ToolStarted(call_id=call_id, name=name, arguments=arguments, ts=at(0.0)))
     result = "\n".join(f"    line {n}: {' '.join(rng.choices(WORDS, k=6))}" for n in range(30))
     for call_id, name, _ in calls:
         log.write(ToolOutput(call_id=call_id, text="reading", ts=at(0.01)))
         log.write(ToolFinished(call_id=call_id, name=name, status="ok", duration=0.2, result=result, ts=at(0.1)))
-    log.write(StepFinished(turn=turn, step=1, usage=usage, ttft=0.12, decode_tps=95.0, model_time=1.3, wall=1.6,
-                           tool_count=3, tool_sum=0.6, tool_wall=0.3, finish_reason="tool_calls", ts=at(0.0)))
+    log.write(
+        StepFinished(
+            turn=turn,
+            step=1,
+            usage=usage,
+            ttft=0.12,
+            decode_tps=95.0,
+            model_time=1.3,
+            wall=1.6,
+            tool_count=3,
+            tool_sum=0.6,
+            tool_wall=0.3,
+            finish_reason="tool_calls",
+            ts=at(0.0),
+        )
+    )
     log.write(StepStarted(turn=turn, step=2, provider="sim", model="sim-balanced", ts=at(0.01)))
     log.write(TextDelta("## Findings\n\n", ts=at(0.1)))
     for n in range(200):
-        log.write(TextDelta(f"{rng.choice(WORDS)}{'.' if n % 15 == 14 else ''}{chr(10) * 2 if n % 60 == 59 else ' '}",
-                            ts=at(0.01)))
+        log.write(
+            TextDelta(
+                f"{rng.choice(WORDS)}{'.' if n % 15 == 14 else ''}{chr(10) * 2 if n % 60 == 59 else ' '}", ts=at(0.01)
+            )
+        )
     context += 3 * 400
     usage = UsageLedger(prompt_total=context, cache_read=context - 1200, uncached=1200, output=210)
     for event in (Usage(ledger=usage, ts=at(0.0)), Finished(reason="stop", ts=at(0.0))):
         log.write(event)
-    log.write(ResponseFinished(turn=turn, step=2, usage=usage, ttft=0.14, decode_tps=96.0, model_time=2.3,
-                               finish_reason="stop", ts=at(0.0)))
-    log.write(StepFinished(turn=turn, step=2, usage=usage, ttft=0.14, decode_tps=96.0, model_time=2.3, wall=2.3,
-                           tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop", ts=at(0.0)))
+    log.write(
+        ResponseFinished(
+            turn=turn, step=2, usage=usage, ttft=0.14, decode_tps=96.0, model_time=2.3, finish_reason="stop", ts=at(0.0)
+        )
+    )
+    log.write(
+        StepFinished(
+            turn=turn,
+            step=2,
+            usage=usage,
+            ttft=0.14,
+            decode_tps=96.0,
+            model_time=2.3,
+            wall=2.3,
+            tool_count=0,
+            tool_sum=0.0,
+            tool_wall=0.0,
+            finish_reason="stop",
+            ts=at(0.0),
+        )
+    )
     log.write(TurnFinished(turn=turn, reason="answer", steps=2, wall=4.0, ts=at(0.0)))
     return context + 210
 
@@ -123,12 +181,19 @@ def environment_for(data: Path, **more: str) -> dict[str, str]:
 
 def timed_command(argv: list[str], data: Path, runs: int) -> list[float]:
     environment = environment_for(data)
-    subprocess.run([sys.executable, "-m", "hotloop", "--version"], env=environment, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "hotloop", "--version"], env=environment, check=True, stdout=subprocess.DEVNULL
+    )
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hotloop", *argv], env=environment, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "hotloop", *argv],
+            env=environment,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         times.append(time.perf_counter() - started)
     return times
 
@@ -196,8 +261,9 @@ def in_fresh_process(how: str, data: Path, session_id: str, runs: int) -> tuple[
     environment = environment_for(data, SESSION_ID=session_id)
     first, settled, rss = [], [], []
     for _ in range(runs):
-        output = subprocess.run([sys.executable, __file__, "--measure", how], env=environment, check=True,
-                                capture_output=True, text=True).stdout.split()
+        output = subprocess.run(
+            [sys.executable, __file__, "--measure", how], env=environment, check=True, capture_output=True, text=True
+        ).stdout.split()
         first.append(float(output[0]))
         settled.append(float(output[1]))
         rss.append(float(output[2]))
@@ -221,16 +287,22 @@ def main() -> None:
         folder = data / "sessions"
         session_id, took = generate(folder)
         big = next(folder.glob(f"*_{session_id}.jsonl"))
-        print(f"session scale: {SESSIONS} sessions written in {took:.1f} s; the big one has {BIG_TURNS:,} turns, "
-              f"{sum(1 for _ in big.open('rb')) - 1:,} events, {big.stat().st_size / 1e6:.1f} MB")
+        print(
+            f"session scale: {SESSIONS} sessions written in {took:.1f} s; the big one has {BIG_TURNS:,} turns, "
+            f"{sum(1 for _ in big.open('rb')) - 1:,} events, {big.stat().st_size / 1e6:.1f} MB"
+        )
         listing = timed_command(["sessions", "list"], data, args.runs)
         print(f"  hotloop sessions list, {SESSIONS} sessions: {spread(listing)}  target ≤ 300 ms")
         opened, settled, rss = in_fresh_process("open", data, session_id, args.runs)
-        print(f"  open the {BIG_TURNS:,}-turn session from the app's sidebar, to its first frame: {spread(opened)}"
-              "  target ≤ 1 s")
+        print(
+            f"  open the {BIG_TURNS:,}-turn session from the app's sidebar, to its first frame: {spread(opened)}"
+            "  target ≤ 1 s"
+        )
         print(f"  … until all of its items are rendered, in the background: {spread(settled)}")
-        print(f"  peak RSS of that process: median {statistics.median(rss):.0f} MB (runs {', '.join(f'{r:.0f}' for r in rss)})"
-              "  target ≤ 250 MB")
+        print(
+            f"  peak RSS of that process: median {statistics.median(rss):.0f} MB (runs {', '.join(f'{r:.0f}' for r in rss)})"
+            "  target ≤ 250 MB"
+        )
         headless = timed_command(["replay", "--speed", "0", "--headless", session_id], data, args.runs)
         print(f"  hotloop replay --speed 0 --headless: {spread(headless)}  target ≤ 3 s")
         drawn, _, _ = in_fresh_process("replay", data, session_id, args.runs)

@@ -28,8 +28,7 @@ HISTORY_TURNS = 20
 TOKENS_PER_TURN = 1_000
 LIVE_TOKENS = 4_000
 RATE = 2_000
-WORDS = ("cache prefix tokens stream parallel tools latency decode prefill server model step turn "
-         "request answer vLLM block hash usage budget").split()
+WORDS = ["cache", "prefix", "tokens", "stream", "parallel", "tools", "latency", "decode", "prefill", "server", "model", "step", "turn", "request", "answer", "vLLM", "block", "hash", "usage", "budget"]
 
 
 def markdown_tokens(count: int, seed: int) -> list[str]:
@@ -60,9 +59,26 @@ def finished_turn(app: HotloopApp, turn: int, tokens: list[str]) -> None:
     app.show(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"))
     app.show(TextDelta("".join(tokens)))
     usage = UsageLedger(prompt_total=1_000 * turn, cache_read=990 * turn, uncached=10 * turn, output=len(tokens))
-    app.show(ResponseFinished(turn=turn, step=1, usage=usage, ttft=0.1, decode_tps=90.0, model_time=1.0, finish_reason="stop"))
-    app.show(StepFinished(turn=turn, step=1, usage=usage, ttft=0.1, decode_tps=90.0, model_time=1.0, wall=1.0,
-                          tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop"))
+    app.show(
+        ResponseFinished(
+            turn=turn, step=1, usage=usage, ttft=0.1, decode_tps=90.0, model_time=1.0, finish_reason="stop"
+        )
+    )
+    app.show(
+        StepFinished(
+            turn=turn,
+            step=1,
+            usage=usage,
+            ttft=0.1,
+            decode_tps=90.0,
+            model_time=1.0,
+            wall=1.0,
+            tool_count=0,
+            tool_sum=0.0,
+            tool_wall=0.0,
+            finish_reason="stop",
+        )
+    )
     app.show(TurnFinished(turn=turn, reason="answer", steps=1, wall=1.0))
 
 
@@ -131,9 +147,11 @@ def main() -> None:
     history, paced, flat_out = asyncio.run(measure())
     print(f"transcript streaming, 120×40, {history:,} tokens of history, {LIVE_TOKENS:,} new tokens")
     for label, result in ((f"at {RATE:,} tok/s", paced), ("unthrottled", flat_out)):
-        print(f"  {label:>14}: {result['tok_s']:,.0f} tok/s on screen · last token shown {result['lag_ms']:.0f} ms after it "
-              f"arrived · heartbeat lateness p99 {result['p99_ms']:.1f} ms (median {result['median_ms']:.1f}, "
-              f"max {result['max_ms']:.1f})")
+        print(
+            f"  {label:>14}: {result['tok_s']:,.0f} tok/s on screen · last token shown {result['lag_ms']:.0f} ms after it "
+            f"arrived · heartbeat lateness p99 {result['p99_ms']:.1f} ms (median {result['median_ms']:.1f}, "
+            f"max {result['max_ms']:.1f})"
+        )
     print("  targets: keep up with 2,000 tok/s (unthrottled ≥ 2,000), heartbeat p99 ≤ 50 ms")
 
 

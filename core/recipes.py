@@ -40,34 +40,56 @@ def tool_parser(model: str) -> tuple[str, bool]:
 def flags(model: str, gpus: int = 1, spec: str | None = None) -> list[Flag]:
     parser, known = tool_parser(model)
     chosen = [
-        Flag(("--enable-prefix-caching",), "reuse the KV cache of repeated prompt prefixes: every agent step resends the conversation"),
+        Flag(
+            ("--enable-prefix-caching",),
+            "reuse the KV cache of repeated prompt prefixes: every agent step resends the conversation",
+        ),
         Flag(("--enable-prompt-tokens-details",), "put cached-token counts in usage, so hotloop can show cache reads"),
         Flag(("--enable-auto-tool-choice",), "let the model decide when to call tools (tool_choice auto)"),
-        Flag(("--tool-call-parser", parser), "read this model family's tool-call format"
-             + ("" if known else " (family not recognised: check the model card for its parser)")),
-        Flag(("--scheduling-policy", "priority"), "serve hotloop's interactive requests (priority 0) before its background ones (10)"),
+        Flag(
+            ("--tool-call-parser", parser),
+            "read this model family's tool-call format"
+            + ("" if known else " (family not recognised: check the model card for its parser)"),
+        ),
+        Flag(
+            ("--scheduling-policy", "priority"),
+            "serve hotloop's interactive requests (priority 0) before its background ones (10)",
+        ),
     ]
     if gpus > 1:
         chosen.append(Flag(("--tensor-parallel-size", str(gpus)), f"split the model across {gpus} GPUs"))
     if spec == "ngram":
         config = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 5, "prompt_lookup_min": 3}
-        chosen.append(Flag(("--speculative-config", json.dumps(config, separators=(",", ":"))),
-                           "draft tokens by matching n-grams of the prompt: cheap, and agents repeat file contents a lot"))
+        chosen.append(
+            Flag(
+                ("--speculative-config", json.dumps(config, separators=(",", ":"))),
+                "draft tokens by matching n-grams of the prompt: cheap, and agents repeat file contents a lot",
+            )
+        )
     elif spec == "eagle3":
         config = {"method": "eagle3", "model": EAGLE3_PLACEHOLDER, "num_speculative_tokens": 3}
-        chosen.append(Flag(("--speculative-config", json.dumps(config, separators=(",", ":"))),
-                           f"draft tokens with an EAGLE-3 head trained for this model: replace {EAGLE3_PLACEHOLDER}"))
+        chosen.append(
+            Flag(
+                ("--speculative-config", json.dumps(config, separators=(",", ":"))),
+                f"draft tokens with an EAGLE-3 head trained for this model: replace {EAGLE3_PLACEHOLDER}",
+            )
+        )
     return chosen
 
 
 def recipe(model: str, gpus: int = 1, spec: str | None = None) -> str:
     chosen = flags(model, gpus, spec)
     lines = [f"vllm serve {shlex.quote(model)} \\"]
-    lines += [f"  {' '.join(shlex.quote(a) for a in flag.args)}" + (" \\" if n < len(chosen) - 1 else "")
-              for n, flag in enumerate(chosen)]
+    lines += [
+        f"  {' '.join(shlex.quote(a) for a in flag.args)}" + (" \\" if n < len(chosen) - 1 else "")
+        for n, flag in enumerate(chosen)
+    ]
     width = max(len(flag.args[0]) for flag in chosen)
     lines += ["", "Why each flag:"]
     lines += [f"  {flag.args[0]:<{width}}  {flag.why}" for flag in chosen]
-    lines += ["", "Then: hotloop --provider openai --base-url http://localhost:8000/v1",
-              "hotloop finds the model, shows the server panel (F2) and sends background requests at priority 10."]
+    lines += [
+        "",
+        "Then: hotloop --provider openai --base-url http://localhost:8000/v1",
+        "hotloop finds the model, shows the server panel (F2) and sends background requests at priority 10.",
+    ]
     return "\n".join(lines)

@@ -41,7 +41,9 @@ class Resumption:
         try:
             return resolve(config, Choice(provider=last.provider, model=last.model)), []
         except (ConfigError, MissingApiKey) as error:
-            return resolve(config, Choice()), [f"cannot go on with {last.provider} · {last.model} ({error}); using the default"]
+            return resolve(config, Choice()), [
+                f"cannot go on with {last.provider} · {last.model} ({error}); using the default"
+            ]
 
     def workspace(self, fallback: Path) -> tuple[Path, list[str]]:
         recorded = Path(self.session.header.workspace)

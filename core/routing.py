@@ -26,8 +26,8 @@ from hotloop.providers.events import TextDelta
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from hotloop.providers.base import Provider
     from hotloop.core.runtime import Runtime
+    from hotloop.providers.base import Provider
 
 CLASSIFY = (
     "You route tasks for a coding agent. Reply with one word: simple (a greeting, a question answered in a "
@@ -51,16 +51,32 @@ class Router:
         self._side_jobs: set[asyncio.Task[None]] = set()
 
     def new_agent(
-        self, provider: Provider, *, emit: Callable[[AgentEvent], None], workspace: Path, system: str | None = None,
-        cache_key: str | None = None, max_steps: int | None = None,
+        self,
+        provider: Provider,
+        *,
+        emit: Callable[[AgentEvent], None],
+        workspace: Path,
+        system: str | None = None,
+        cache_key: str | None = None,
+        max_steps: int | None = None,
     ) -> Agent:
         """An agent as the config says: the runtime's tools and lanes, the latency switches, and summaries if asked."""
         latency = self.config.latency
-        return Agent(provider, self.runtime.tools, emit=emit, workspace=workspace, system=system,
-                     max_steps=max_steps or self.config.max_steps, tool_timeout=self.config.tool_timeout,
-                     cache_key=cache_key, lanes=self.lanes,
-                     summarize=self.summarize if self.routing.summarize_over_tokens else None,
-                     early_dispatch=latency.early_dispatch, memo_ttl=latency.memo_ttl, prefetch=latency.prefetch)
+        return Agent(
+            provider,
+            self.runtime.tools,
+            emit=emit,
+            workspace=workspace,
+            system=system,
+            max_steps=max_steps or self.config.max_steps,
+            tool_timeout=self.config.tool_timeout,
+            cache_key=cache_key,
+            lanes=self.lanes,
+            summarize=self.summarize if self.routing.summarize_over_tokens else None,
+            early_dispatch=latency.early_dispatch,
+            memo_ttl=latency.memo_ttl,
+            prefetch=latency.prefetch,
+        )
 
     def chose(self, choice: Choice) -> None:
         """The user picked a provider, model or tier: `auto` routes from the next turn on, anything else stops it."""
@@ -121,11 +137,15 @@ class Router:
             lambda: self._ask(system, f"{call.name}({call.arguments}) returned:\n{content}", words * 2, background=True)
         )
         summary = f"[summary of a {tokens:,}-token result, by the {self.routing.helper_tier} tier]\n{text.strip()}"
-        note = (f"{call.name}'s result ({tokens:,} tokens) was summarized to {len(summary) // CHARS_PER_TOKEN:,} "
-                f"by the {self.routing.helper_tier} tier before entering the context")
+        note = (
+            f"{call.name}'s result ({tokens:,} tokens) was summarized to {len(summary) // CHARS_PER_TOKEN:,} "
+            f"by the {self.routing.helper_tier} tier before entering the context"
+        )
         return summary, note
 
-    def after_turn(self, agent: Agent, finished: TurnFinished, emit: Callable[[AgentEvent], None]) -> asyncio.Task[None] | None:
+    def after_turn(
+        self, agent: Agent, finished: TurnFinished, emit: Callable[[AgentEvent], None]
+    ) -> asyncio.Task[None] | None:
         """Start the title job after the session's first answered turn."""
         if finished.turn != 1 or finished.reason != "answer" or not self.routing.titles:
             return None
@@ -139,8 +159,9 @@ class Router:
 
     async def _ask(self, system: str, user: str, max_tokens: int, background: bool) -> str:
         provider = await self.runtime.helper(self.helper_target())
-        request = ChatRequest(system=system, tools=(), messages=(UserMessage(user),), max_tokens=max_tokens,
-                              background=background)
+        request = ChatRequest(
+            system=system, tools=(), messages=(UserMessage(user),), max_tokens=max_tokens, background=background
+        )
         if background:
             events = [event async for event in provider.stream(request)]
         else:

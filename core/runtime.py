@@ -116,9 +116,16 @@ class Runtime:
         if settings.is_simulator:
             if self.simulator is None:
                 self.simulator = EmbeddedSimulator(simulator_config(self.config)).start()
-            base_url, location, sim_minimum = self.simulator.url, "the embedded simulator", self.config.sim.cache_min_tokens
+            base_url, location, sim_minimum = (
+                self.simulator.url,
+                "the embedded simulator",
+                self.config.sim.cache_min_tokens,
+            )
         common: dict[str, Any] = {
-            "name": settings.name, "model": "", "api_key": settings.api_key(), "max_retries": settings.max_retries,
+            "name": settings.name,
+            "model": "",
+            "api_key": settings.api_key(),
+            "max_retries": settings.max_retries,
             "location": location,
         }
         if settings.protocol == "anthropic":
@@ -148,8 +155,14 @@ class Runtime:
         """A new session log that masks every configured key's value, or a one-line ConfigError."""
         folder = paths.sessions_dir()
         try:
-            return SessionLog.create(folder, provider=provider.name, model=provider.model, workspace=workspace,
-                                     system=system, secrets_to_mask=self._secrets())
+            return SessionLog.create(
+                folder,
+                provider=provider.name,
+                model=provider.model,
+                workspace=workspace,
+                system=system,
+                secrets_to_mask=self._secrets(),
+            )
         except OSError as error:
             raise ConfigError(f"cannot create a session log in {folder}: {error.strerror}") from None
 
@@ -212,8 +225,12 @@ def simulator_config(config: Config) -> SimConfig:
     except ScenarioError as error:
         raise ConfigError(str(error)) from None
     return SimConfig(
-        cache_blocks=sim.cache_blocks, scenario=scenario, cache_min_tokens=sim.cache_min_tokens, max_running=sim.max_running,
-        scheduling=sim.scheduling_policy, prompt_tokens_details=sim.prompt_tokens_details,
+        cache_blocks=sim.cache_blocks,
+        scenario=scenario,
+        cache_min_tokens=sim.cache_min_tokens,
+        max_running=sim.max_running,
+        scheduling=sim.scheduling_policy,
+        prompt_tokens_details=sim.prompt_tokens_details,
     ).with_latency(
         ttft=sim.ttft_ms / 1000 if sim.ttft_ms is not None else None,
         prefill_per_token=sim.prefill_us_per_token / 1e6 if sim.prefill_us_per_token is not None else None,

@@ -168,8 +168,14 @@ class Session:
 
     def _new_agent(self, provider: Provider, system: str, cache_key: str | None = None) -> Agent:
         assert self.router is not None
-        agent = self.router.new_agent(provider, emit=self.emit, workspace=self.workspace, system=system,
-                                      cache_key=cache_key, max_steps=self.options.max_steps)
+        agent = self.router.new_agent(
+            provider,
+            emit=self.emit,
+            workspace=self.workspace,
+            system=system,
+            cache_key=cache_key,
+            max_steps=self.options.max_steps,
+        )
         if self.agent is not None and self.agent.prefetcher is not None and agent.prefetcher is not None:
             agent.prefetcher.predictor = self.agent.prefetcher.predictor  # what was learned outlives the conversation
         return agent
@@ -269,22 +275,37 @@ class Session:
         options = []
         for tier in self.config.tiers.values():
             reason = probes.get(tier.provider)
-            options.append(SwitchOption(f"tier: {tier.name}", f"{tier.provider} · {tier.model}{cost(tier.provider, tier.model)}",
-                                        Choice(tier=tier.name), reason if isinstance(reason, str) else None))
+            options.append(
+                SwitchOption(
+                    f"tier: {tier.name}",
+                    f"{tier.provider} · {tier.model}{cost(tier.provider, tier.model)}",
+                    Choice(tier=tier.name),
+                    reason if isinstance(reason, str) else None,
+                )
+            )
         routing = self.config.routing
-        options.append(SwitchOption(
-            f"tier: {AUTO_TIER}", f"the {routing.helper_tier} tier sorts each turn: simple → {routing.auto_simple}, "
-            f"complex → {routing.auto_complex}", Choice(tier=AUTO_TIER),
-        ))
+        options.append(
+            SwitchOption(
+                f"tier: {AUTO_TIER}",
+                f"the {routing.helper_tier} tier sorts each turn: simple → {routing.auto_simple}, "
+                f"complex → {routing.auto_complex}",
+                Choice(tier=AUTO_TIER),
+            )
+        )
         for name, settings in self.config.providers.items():
             served = probes.get(name, [])
             if isinstance(served, str):
-                options.append(SwitchOption(f"provider: {name}", f"unavailable: {served}", Choice(provider=name), served))
+                options.append(
+                    SwitchOption(f"provider: {name}", f"unavailable: {served}", Choice(provider=name), served)
+                )
                 continue
             where = settings.base_url or f"embedded simulator, {settings.protocol} API"
             for model in settings.models or tuple(served):
-                options.append(SwitchOption(f"model: {name} · {model}", f"{where}{cost(name, model)}",
-                                            Choice(provider=name, model=model)))
+                options.append(
+                    SwitchOption(
+                        f"model: {name} · {model}", f"{where}{cost(name, model)}", Choice(provider=name, model=model)
+                    )
+                )
         return options
 
     async def _probe_all(self) -> dict[str, list[str] | str]:

@@ -48,6 +48,6 @@ def parse(text: str) -> Slash | None:
         raise SlashError(f"unknown command {name} (commands: {', '.join(COMMANDS)})")
     if name in _NEEDS_ARGUMENT and not args:
         raise SlashError(f"{name} needs an argument: {name} {COMMANDS[name]}")
-    if name == "/provider" and len(args) > 2 or name in ("/model", "/tier") and len(args) > 1:
+    if (name == "/provider" and len(args) > 2) or (name in ("/model", "/tier") and len(args) > 1):
         raise SlashError(f"too many arguments: {name} {COMMANDS[name]}")
     return Slash(name, tuple(args))

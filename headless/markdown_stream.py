@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.markdown import Markdown

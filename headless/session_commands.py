@@ -13,7 +13,14 @@ from datetime import datetime
 from pathlib import Path
 
 from hotloop import paths
-from hotloop.sessions.store import SessionError, delete_session, find_session, list_sessions, read_session, session_id_of
+from hotloop.sessions.store import (
+    SessionError,
+    delete_session,
+    find_session,
+    list_sessions,
+    read_session,
+    session_id_of,
+)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -106,7 +106,9 @@ class AnthropicProvider(SdkProvider):
         self._max_tokens = max_tokens
         self._thinking_budget = thinking_budget
         self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
-        self._cache_control = _encode({"type": "ephemeral", "ttl": "1h"} if cache_ttl == "1h" else {"type": "ephemeral"})
+        self._cache_control = _encode(
+            {"type": "ephemeral", "ttl": "1h"} if cache_ttl == "1h" else {"type": "ephemeral"}
+        )
         self._cache_min_tokens = cache_min_tokens
         self._blocks: dict[Message, list[bytes]] = {}
         self._tools: tuple[tuple[ToolSpec, ...], list[bytes]] | None = None
@@ -131,7 +133,9 @@ class AnthropicProvider(SdkProvider):
 
     def _tool_blocks(self, tools: tuple[ToolSpec, ...]) -> list[bytes]:
         if self._tools is None or self._tools[0] is not tools:
-            rendered = [_encode({"name": t.name, "description": t.description, "input_schema": t.parameters}) for t in tools]
+            rendered = [
+                _encode({"name": t.name, "description": t.description, "input_schema": t.parameters}) for t in tools
+            ]
             self._tools = (tools, rendered)
         return self._tools[1]
 
@@ -196,7 +200,9 @@ def render_blocks(message: Message) -> list[dict[str, Any]]:
     if message.text.strip():
         blocks.append({"type": "text", "text": message.text})
     for call in message.tool_calls:
-        blocks.append({"type": "tool_use", "id": portable_call_id(call.id), "name": call.name, "input": _input(call.arguments)})
+        blocks.append(
+            {"type": "tool_use", "id": portable_call_id(call.id), "name": call.name, "input": _input(call.arguments)}
+        )
     return blocks
 
 
@@ -274,7 +280,7 @@ _decode_event = msgspec.json.Decoder(StreamEvent).decode
 
 
 class _OpenBlock:
-    __slots__ = ("kind", "call_id", "name", "parts", "signature", "call_index")
+    __slots__ = ("call_id", "call_index", "kind", "name", "parts", "signature")
 
     def __init__(self, block: Block, call_index: int) -> None:
         self.kind = block.type
@@ -386,5 +392,7 @@ class MessageParser:
     def _error_line(self, error: dict[str, Any]) -> str:
         kind, message = error.get("type", "error"), error.get("message", "no details")
         if kind == "overloaded_error":
-            return f"{self._where} is overloaded and stopped mid-answer ({message}); try again, or switch with /provider"
+            return (
+                f"{self._where} is overloaded and stopped mid-answer ({message}); try again, or switch with /provider"
+            )
         return f"{self._where} stream failed: {kind}: {message}"

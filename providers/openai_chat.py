@@ -209,7 +209,7 @@ _decode_chunk = msgspec.json.Decoder(Chunk).decode
 
 
 class _OpenCall:
-    __slots__ = ("index", "call_id", "name", "parts", "ready")
+    __slots__ = ("call_id", "index", "name", "parts", "ready")
 
     def __init__(self, index: int, call_id: str, name: str) -> None:
         self.index = index

@@ -73,7 +73,9 @@ async def explain(
     if isinstance(error, sdk.APIConnectionError):
         # The aiohttp transport reports a refused connection as a connect timeout; the root cause tells.
         root = root_exception(error)
-        if isinstance(error, sdk.APITimeoutError) and not (isinstance(root, OSError) and not isinstance(root, TimeoutError)):
+        if isinstance(error, sdk.APITimeoutError) and not (
+            isinstance(root, OSError) and not isinstance(root, TimeoutError)
+        ):
             return ConnectionFailed(f"{where} timed out")
         return ConnectionFailed(f"cannot reach {where}: {root_cause(error)}")
     if isinstance(error, sdk.AuthenticationError):

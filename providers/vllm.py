@@ -20,7 +20,13 @@ if TYPE_CHECKING:
 
 # `owned_by` in /v1/models names the server family.
 _OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp", "library": "ollama", "ollama": "ollama"}
-LABELS = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp", "ollama": "Ollama", "openai-compatible": "server"}
+LABELS = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "llama.cpp": "llama.cpp",
+    "ollama": "Ollama",
+    "openai-compatible": "server",
+}
 _DETAILS_FLAGS = {
     "vllm": "start vLLM with --enable-prompt-tokens-details (and keep prefix caching on)",
     "sglang": "start SGLang with --enable-cache-report",
@@ -150,8 +156,12 @@ def _prompt_tokens(usage: dict[str, Any]) -> int:
 def _hint(kind: str) -> str:
     label = LABELS.get(kind, "this server")
     if kind in _DETAILS_FLAGS:
-        return (f"{label} reports no cached-token counts, so cache reads show as not reported: "
-                f"{_DETAILS_FLAGS[kind]} to see them")
+        return (
+            f"{label} reports no cached-token counts, so cache reads show as not reported: "
+            f"{_DETAILS_FLAGS[kind]} to see them"
+        )
     if kind == "ollama":
         return "Ollama does not report cached tokens, so cache reads show as not reported"
-    return "this server reports no cached-token counts (usage.prompt_tokens_details), so cache reads show as not reported"
+    return (
+        "this server reports no cached-token counts (usage.prompt_tokens_details), so cache reads show as not reported"
+    )

@@ -47,8 +47,12 @@ def _fence(text: str, language: str = "") -> str:
 
 def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRecord]) -> str:
     header = session.header
-    lines = [f"# {_title(turns)}", "",
-             f"Session `{header.id}` · {_started(session)} · {len(turns)} turn{'s' if len(turns) != 1 else ''}", ""]
+    lines = [
+        f"# {_title(turns)}",
+        "",
+        f"Session `{header.id}` · {_started(session)} · {len(turns)} turn{'s' if len(turns) != 1 else ''}",
+        "",
+    ]
     lines += [f"> {note}" for note in preamble] + ([""] if preamble else [])
     for turn in turns:
         lines += [f"## Turn {turn.turn}", "", "**You**", "", turn.prompt.strip(), ""]
@@ -111,8 +115,14 @@ def _status(call: CallRecord) -> str:
 def _step_json(step: StepRecord, interrupted: bool) -> dict[str, Any]:
     finished = step.finished
     calls = [
-        {"id": call.call_id, "name": call.name, "arguments": call.arguments, "status": _status(call),
-         "duration": call.duration, "result": call.result}
+        {
+            "id": call.call_id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "status": _status(call),
+            "duration": call.duration,
+            "result": call.result,
+        }
         for call in step.calls.values()
     ]
     return {

@@ -62,7 +62,9 @@ def new_session_id() -> str:
 class SessionLog:
     """Appends a session's events to `<folder>/<start time>_<id>.jsonl`, keeping its summary beside it."""
 
-    def __init__(self, path: Path, session_id: str, fd: int, summary: Summary, secrets_to_mask: Iterable[str] = ()) -> None:
+    def __init__(
+        self, path: Path, session_id: str, fd: int, summary: Summary, secrets_to_mask: Iterable[str] = ()
+    ) -> None:
         self.path = path
         self.id = session_id
         self._masker = Masker(list(secrets_to_mask))
@@ -92,7 +94,9 @@ class SessionLog:
         path = folder / f"{stamp}_{session_id}.jsonl"
         fd = _locked(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         log = cls(path, session_id, fd, Summary(), secrets_to_mask)
-        header = SessionHeader(session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system)
+        header = SessionHeader(
+            session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system
+        )
         log._write_line(msgspec.json.encode(header))
         log.flush()
         log._summary.size = log._written()

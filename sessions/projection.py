@@ -173,8 +173,19 @@ class Projection:
             self.step = None
 
 
-_STEP_EVENTS = (TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput, ToolCallStarted, ToolCallReady, ToolStarted,
-                ToolFinished, ServerToolUsed, ResponseFinished, StepFinished)
+_STEP_EVENTS = (
+    TextDelta,
+    ReasoningDelta,
+    ToolCallArgsDelta,
+    ToolOutput,
+    ToolCallStarted,
+    ToolCallReady,
+    ToolStarted,
+    ToolFinished,
+    ServerToolUsed,
+    ResponseFinished,
+    StepFinished,
+)
 
 
 def project(events: list[AgentEvent]) -> Projection:

@@ -69,7 +69,9 @@ class _Builder:
         if isinstance(event, ModelEvent) and step is not None:
             step.response.take(event)
         elif isinstance(event, ToolFinished) and step is not None:
-            step.results[event.call_id] = ToolResultMessage(event.call_id, event.name, event.result, event.status != "ok")
+            step.results[event.call_id] = ToolResultMessage(
+                event.call_id, event.name, event.result, event.status != "ok"
+            )
         elif isinstance(event, StepStarted):
             self._step_started(event)
         elif isinstance(event, ResponseFinished) and step is not None:
@@ -121,6 +123,11 @@ def closing_events(conversation: Conversation, events: list[AgentEvent]) -> list
     if turn is None:
         return []
     return [
-        Notice(level="warning", message="the last turn stopped when hotloop did; its partial answer is kept, marked interrupted"),
-        TurnFinished(turn=turn.turn, reason="interrupted", steps=conversation.open_turn_steps, wall=events[-1].ts - turn.ts),
+        Notice(
+            level="warning",
+            message="the last turn stopped when hotloop did; its partial answer is kept, marked interrupted",
+        ),
+        TurnFinished(
+            turn=turn.turn, reason="interrupted", steps=conversation.open_turn_steps, wall=events[-1].ts - turn.ts
+        ),
     ]

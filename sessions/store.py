@@ -93,8 +93,17 @@ def summarize(path: Path) -> SessionSummary:
             summary = read_summary(path, header_size, file)
     except OSError as error:
         raise SessionError(f"cannot read {path}: {error.strerror}") from None
-    return SessionSummary(header.id, path, header.started, header.provider, header.model, summary.title,
-                          summary.turns, summary.tokens, tuple(summary.prompts))
+    return SessionSummary(
+        header.id,
+        path,
+        header.started,
+        header.provider,
+        header.model,
+        summary.title,
+        summary.turns,
+        summary.tokens,
+        tuple(summary.prompts),
+    )
 
 
 def read_header(path: Path) -> tuple[SessionHeader, int]:

@@ -41,7 +41,9 @@ class Summary(msgspec.Struct, gc=False):
         """The helper tier's title; until there is one, the first line of the first prompt, shortened."""
         if self.titled:
             return self.titled
-        first = next((line.strip() for line in (self.prompts[0] if self.prompts else "").splitlines() if line.strip()), "")
+        first = next(
+            (line.strip() for line in (self.prompts[0] if self.prompts else "").splitlines() if line.strip()), ""
+        )
         return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
 
     def observe(self, event: AgentEvent) -> None:

@@ -100,8 +100,11 @@ def _close(turn: TurnWaterfall, steps: list[_Step], wall: float) -> None:
 
 def prefill_cost(events: list[AgentEvent]) -> float | None:
     """Seconds of TTFT per uncached prompt token, fitted by least squares over the session's steps."""
-    points = [(float(e.usage.uncached), e.ttft) for e in events
-              if isinstance(e, ResponseFinished) and e.usage and e.usage.uncached is not None and e.ttft is not None]
+    points = [
+        (float(e.usage.uncached), e.ttft)
+        for e in events
+        if isinstance(e, ResponseFinished) and e.usage and e.usage.uncached is not None and e.ttft is not None
+    ]
     if len(points) < 3:
         return None
     mean_x = sum(x for x, _ in points) / len(points)
@@ -124,7 +127,7 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
     text = Text()
     text.append(f"turn {turn.turn} · {turn.prompt[:60]} · {turn.wall:.2f} s\n", "bold")
     for bar in turn.bars:
-        text.append(f"{bar.label[:LABEL_WIDTH - 1]:<{LABEL_WIDTH}}", "bold" if bar.critical else "dim")
+        text.append(f"{bar.label[: LABEL_WIDTH - 1]:<{LABEL_WIDTH}}", "bold" if bar.critical else "dim")
         text.append(" " * round(bar.start * scale))
         style = "bold" if bar.critical else ""
         if bar.kind == "model":
@@ -135,11 +138,18 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
             text.append("▒" * max(round((bar.end - bar.start) * scale), 1), f"green {style}")
         connect = f" (connect {bar.connect:.2f} s)" if bar.connect else ""
         text.append(f" {bar.end - bar.start:.2f} s{connect}\n" if bar.done else " running\n", "dim")
-    cache = (f"~{turn.cache_read * cost:.2f} s from the cache ({turn.cache_read:,} tokens read × "
-             f"{cost * 1e6:.0f} µs a token, fitted over this session)" if cost is not None and turn.cache_read
-             else "the cache: its prefill cost is not measurable from this session's steps" if turn.cache_read
-             else "no cache reads")
-    text.append(f"saved: {turn.saved_parallel:.2f} s by parallel tools · {turn.saved_early:.2f} s by early dispatch · "
-                f"{turn.saved_prefetch:.2f} s by prefetch · {cache}\n", "dim")
+    cache = (
+        f"~{turn.cache_read * cost:.2f} s from the cache ({turn.cache_read:,} tokens read × "
+        f"{cost * 1e6:.0f} µs a token, fitted over this session)"
+        if cost is not None and turn.cache_read
+        else "the cache: its prefill cost is not measurable from this session's steps"
+        if turn.cache_read
+        else "no cache reads"
+    )
+    text.append(
+        f"saved: {turn.saved_parallel:.2f} s by parallel tools · {turn.saved_early:.2f} s by early dispatch · "
+        f"{turn.saved_prefetch:.2f} s by prefetch · {cache}\n",
+        "dim",
+    )
     text.append("░ to first token (queue + prefill)  █ decode  ▒ tool  bold: the critical path\n", "dim")
     return text

@@ -6,9 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import KEY_VARIABLES, start_sim
 
 from hotloop.providers.sim.server import EmbeddedSimulator
+
+from support import KEY_VARIABLES, start_sim
 
 
 @pytest.fixture(autouse=True)

@@ -106,8 +106,13 @@ def killed_mid_answer(home: Path) -> Path:
         f'[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 20\nscenario = "{scenario}"\n'
     )
     environment = {**os.environ, "HOTLOOP_CONFIG": str(home / "config.toml"), "HOTLOOP_DATA_DIR": str(home / "data")}
-    process = subprocess.Popen([sys.executable, "-m", "hotloop", "run", "talk at length"], cwd=home, env=environment,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hotloop", "run", "talk at length"],
+        cwd=home,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     folder = home / "data" / "sessions"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import make_agent, sim_with_scenario, start_sim
 
 from hotloop.agent.events import (
     Notice,
@@ -25,6 +24,8 @@ from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
 from hotloop.providers.events import TextDelta, ToolCallReady
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import LatencyProfile
+
+from support import make_agent, sim_with_scenario, start_sim
 
 SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
 
@@ -65,7 +66,9 @@ async def test_three_independent_tools_run_concurrently(tmp_path: Path) -> None:
 async def test_consecutive_requests_extend_each_other_byte_for_byte(tmp_path: Path) -> None:
     """Five steps: each request body starts with the previous one, and the cache reads all of it."""
     (tmp_path / "notes.md").write_text("# Notes\n" + "Some notes about the project.\n" * 40)
-    steps = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md", "offset": n}}]} for n in (1, 5, 9, 13)]
+    steps = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md", "offset": n}}]} for n in (1, 5, 9, 13)
+    ]
     sim = sim_with_scenario(tmp_path, [*steps, {"text": "finished reading"}])
     try:
         agent, recorder = make_agent(sim, tmp_path)
@@ -93,10 +96,13 @@ async def test_a_raising_tool_becomes_an_error_result_and_others_go_on(tmp_path:
         raise RuntimeError("kaput")
 
     (tmp_path / "a.txt").write_text("alpha")
-    sim = sim_with_scenario(tmp_path, [
-        {"tool_calls": [{"name": "boom", "arguments": {}}, {"name": "read_file", "arguments": {"path": "a.txt"}}]},
-        {"text": "ok"},
-    ])
+    sim = sim_with_scenario(
+        tmp_path,
+        [
+            {"tool_calls": [{"name": "boom", "arguments": {}}, {"name": "read_file", "arguments": {"path": "a.txt"}}]},
+            {"text": "ok"},
+        ],
+    )
     try:
         agent, recorder = make_agent(sim, tmp_path, [Tool("boom", "Fails.", {"type": "object"}, boom)])
         finished = await agent.run_turn("go")
@@ -129,10 +135,13 @@ async def test_malformed_arguments_and_unknown_tools_are_reported_to_the_model(t
         ran.append(args)
         return "ran"
 
-    sim = sim_with_scenario(tmp_path, [
-        {"tool_calls": [{"name": "record", "arguments": '{"path": '}, {"name": "nonesuch", "arguments": {}}]},
-        {"text": "ok"},
-    ])
+    sim = sim_with_scenario(
+        tmp_path,
+        [
+            {"tool_calls": [{"name": "record", "arguments": '{"path": '}, {"name": "nonesuch", "arguments": {}}]},
+            {"text": "ok"},
+        ],
+    )
     try:
         agent, recorder = make_agent(sim, tmp_path, [Tool("record", "Records.", {"type": "object"}, record)])
         finished = await agent.run_turn("go")
@@ -143,7 +152,10 @@ async def test_malformed_arguments_and_unknown_tools_are_reported_to_the_model(t
     finished_calls = {event.name: event for event in recorder.of(ToolFinished)}
     bad_json, unknown = finished_calls["record"], finished_calls["nonesuch"]
     assert bad_json.status == "error" and "are not valid JSON" in bad_json.result and '{"path": ' in bad_json.result
-    assert unknown.status == "error" and "unknown tool 'nonesuch' (available: grep, list_dir, read_file, record)" in unknown.result
+    assert (
+        unknown.status == "error"
+        and "unknown tool 'nonesuch' (available: grep, list_dir, read_file, record)" in unknown.result
+    )
 
 
 async def wait_for(recorder: Any, kind: type, count: int = 1) -> None:
@@ -237,7 +249,12 @@ async def test_events_tell_the_story_of_a_turn_in_order(tmp_path: Path) -> None:
 
     kinds = [type(e).__name__ for e in recorder.events]
     assert kinds[0] == "TurnStarted" and kinds[1] == "StepStarted" and kinds[-1] == "TurnFinished"
-    assert kinds.index("ToolCallReady") < kinds.index("ToolStarted") < kinds.index("ToolFinished") < kinds.index("StepFinished")
+    assert (
+        kinds.index("ToolCallReady")
+        < kinds.index("ToolStarted")
+        < kinds.index("ToolFinished")
+        < kinds.index("StepFinished")
+    )
     assert [e.ts for e in recorder.events] == sorted(e.ts for e in recorder.events)
     start = recorder.of(TurnStarted)[0]
     assert "<context>" in start.context and str(tmp_path) in start.context and "<context>" not in start.prompt
@@ -246,4 +263,3 @@ async def test_events_tell_the_story_of_a_turn_in_order(tmp_path: Path) -> None:
     assert json.loads(ready.arguments) == {"path": "README.md"}
     step = recorder.of(StepFinished)[0]
     assert step.ttft is not None and step.ttft > 0 and step.usage is not None and step.usage.output
-

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import FIXTURES, serve_events
 
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.conversation import ChatRequest, UserMessage
@@ -22,12 +21,16 @@ from hotloop.providers.events import (
     UsageLedger,
 )
 
+from support import FIXTURES, serve_events
+
 REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
 
 
 async def stream_fixture(events: list[bytes], **options: object) -> list[ModelEvent]:
     async for base_url in serve_events(events, "/v1/messages"):
-        provider = AnthropicProvider(name="fixture", model="m", base_url=base_url.removesuffix("/v1"), max_retries=0, **options)  # type: ignore[arg-type]
+        provider = AnthropicProvider(
+            name="fixture", model="m", base_url=base_url.removesuffix("/v1"), max_retries=0, **options
+        )  # type: ignore[arg-type]
         try:
             return [event async for event in provider.stream(REQUEST)]
         finally:
@@ -51,7 +54,10 @@ async def test_tool_use_stream_parses_exactly() -> None:
     """The recording ends without a blank line, so its `message_stop` is not framed; the answer is complete anyway."""
     events = await stream_fixture(sse_bytes("anthropic_tool_use.sse"))
 
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "I'll check the current weather in Paris for you."
+    assert (
+        "".join(e.text for e in events if isinstance(e, TextDelta))
+        == "I'll check the current weather in Paris for you."
+    )
     assert [(e.index, e.call_id, e.name) for e in events if isinstance(e, ToolCallStarted)] == [
         (0, "toolu_01NRLabsLyVHZPKxbKvkfSMn", "get_weather")
     ]
@@ -85,7 +91,9 @@ async def test_prompt_cache_stream_takes_cumulative_delta_usage() -> None:
     }
     usage = [e for e in events if isinstance(e, Usage)]
     assert [u.ledger for u in usage] == [
-        UsageLedger(prompt_total=6 + 6289 + 3337, cache_read=6289, cache_write=3337, uncached=6, output=198, reasoning=0)
+        UsageLedger(
+            prompt_total=6 + 6289 + 3337, cache_read=6289, cache_write=3337, uncached=6, output=198, reasoning=0
+        )
     ]
     assert usage[0].raw["message_start"]["cache_creation_input_tokens"] == 3068
     assert isinstance(events[-1], Finished) and events[-1].reason == "stop"
@@ -95,14 +103,31 @@ def event(payload: dict) -> bytes:
     return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n".encode()
 
 
-START = event({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                                                    "content": [], "usage": {"input_tokens": 900, "output_tokens": 1,
-                                                    "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}})
+START = event(
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [],
+            "usage": {
+                "input_tokens": 900,
+                "output_tokens": 1,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0,
+            },
+        },
+    }
+)
 
 
 async def test_overloaded_error_mid_stream_is_one_clear_line() -> None:
-    text = [event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Half an"}})]
+    text = [
+        event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Half an"}}),
+    ]
     error = event({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
 
     with pytest.raises(StreamInterrupted, match=r"^fixture \(.*\) is overloaded and stopped mid-answer \(Overloaded\)"):
@@ -110,8 +135,10 @@ async def test_overloaded_error_mid_stream_is_one_clear_line() -> None:
 
 
 async def test_a_prompt_below_the_minimum_is_not_a_miss() -> None:
-    stop = [event({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
-            event({"type": "message_stop"})]
+    stop = [
+        event({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+        event({"type": "message_stop"}),
+    ]
 
     events = await stream_fixture([START, *stop], cache_min_tokens=1024)
     [usage] = [e.ledger for e in events if isinstance(e, Usage)]

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ("hotloop.cli", "hotloop.headless.run", "hotloop.core.runtime", "hotloop.core.resumption", "hotloop.headless.session_commands")
+CORE = (
+    "hotloop.cli",
+    "hotloop.headless.run",
+    "hotloop.core.runtime",
+    "hotloop.core.resumption",
+    "hotloop.headless.session_commands",
+)
 FORBIDDEN = {
     "providers": ("hotloop.agent", "hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
     "agent": ("hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
@@ -50,7 +56,9 @@ def test_the_core_and_the_headless_cli_never_load_textual() -> None:
 
 
 def test_version_imports_almost_nothing() -> None:
-    code = "import sys; sys.argv = ['hotloop', '--version']\ntry:\n    import hotloop.cli as c; c.main()\nexcept SystemExit:\n    pass\n" \
-           "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'aiohttp', 'mcp', 'rich', 'msgspec')))"
+    code = (
+        "import sys; sys.argv = ['hotloop', '--version']\ntry:\n    import hotloop.cli as c; c.main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'aiohttp', 'mcp', 'rich', 'msgspec')))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[-1] == "[]"

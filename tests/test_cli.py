@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import scenario_file
 
 from hotloop import __version__
 from hotloop.agent.events import Notice, SessionTitled, StepFinished, ToolFinished, TurnFinished, decode
 from hotloop.cli import main
+
+from support import scenario_file
 
 MCP_SERVER = Path(__file__).parent / "mcp_server.py"
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
@@ -95,12 +96,17 @@ def test_json_mode_prints_every_event(workspace, capsys) -> None:
 
 def test_unknown_provider(workspace, capsys) -> None:
     assert main(["run", "--provider", "nope", "hi"]) == 2
-    assert one_line_error(capsys.readouterr().err) == "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)"
+    assert (
+        one_line_error(capsys.readouterr().err)
+        == "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)"
+    )
 
 
 def test_missing_api_key_fails_before_any_session(workspace, isolated_home, capsys) -> None:
     assert main(["run", "--provider", "openai", "hi"]) == 2
-    assert one_line_error(capsys.readouterr().err) == "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY"
+    assert (
+        one_line_error(capsys.readouterr().err) == "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY"
+    )
     assert session_lines(isolated_home) == []
 
 
@@ -120,7 +126,9 @@ def test_an_unusable_data_folder(workspace, isolated_home, capsys, monkeypatch) 
 
 
 def test_unreachable_base_url_keeps_the_log_valid(workspace, isolated_home, capsys) -> None:
-    assert main(["run", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi", "again"]) == 1
+    assert (
+        main(["run", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi", "again"]) == 1
+    )
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith("error: cannot reach openai (http://127.0.0.1:9/v1): ")
     (log,) = session_lines(isolated_home)
@@ -131,8 +139,9 @@ def test_unreachable_base_url_keeps_the_log_valid(workspace, isolated_home, caps
 def test_unknown_model(workspace, isolated_home, capsys) -> None:
     assert main(["run", "--model", "gpt-9", "hi"]) == 1
     line = one_line_error(capsys.readouterr().err)
-    assert line == ("error: unknown model 'gpt-9' at sim (the embedded simulator) "
-                    "(available: sim-balanced, sim-fast, sim-strong)")
+    assert line == (
+        "error: unknown model 'gpt-9' at sim (the embedded simulator) (available: sim-balanced, sim-fast, sim-strong)"
+    )
     (log,) = session_lines(isolated_home)
     assert isinstance(decode(log[-2]), Notice)
 
@@ -146,13 +155,20 @@ def test_model_is_discovered_when_none_is_configured(workspace, capsys) -> None:
 
 
 def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isolated_home, tmp_path, capsys) -> None:
-    scenario = scenario_file(tmp_path, [
-        {"tool_calls": [{"name": "read_file", "arguments": '{"path": "README'},
-                        {"name": "add", "arguments": {"a": "not a number", "b": 1}},
-                        {"name": "nap", "arguments": {"seconds": 30}}]},
-        {"tool_calls": [{"name": "crash", "arguments": {}}]},
-        {"text": "survived"},
-    ])
+    scenario = scenario_file(
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    {"name": "read_file", "arguments": '{"path": "README'},
+                    {"name": "add", "arguments": {"a": "not a number", "b": 1}},
+                    {"name": "nap", "arguments": {"seconds": 30}},
+                ]
+            },
+            {"tool_calls": [{"name": "crash", "arguments": {}}]},
+            {"text": "survived"},
+        ],
+    )
     write_config(isolated_home, f'tool_timeout = 0.5\n{FAST_SIM}scenario = "{scenario}"\n')
     code = main(["run", "--mcp", f"{sys.executable} {MCP_SERVER}", "--mcp", "/nonexistent/server --stdio", "go"])
     out, err = capsys.readouterr()
@@ -166,7 +182,10 @@ def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isol
     assert finished["add"].status == "error" and "validation error" in finished["add"].result
     assert finished["nap"].result == "error: nap timed out after 0.5 s"
     assert finished["crash"].result == "error: MCP server 'mcp_server' exited during the call"
-    assert "warning: MCP server 'mcp_server' stopped: the server exited; its tools are gone (add, crash, getenv, nap)" in err
+    assert (
+        "warning: MCP server 'mcp_server' stopped: the server exited; its tools are gone (add, crash, getenv, nap)"
+        in err
+    )
 
 
 def test_config_show_masks_keys_and_path_honours_the_override(workspace, isolated_home, capsys, monkeypatch) -> None:
@@ -180,8 +199,14 @@ def test_config_show_masks_keys_and_path_honours_the_override(workspace, isolate
 
 def test_the_installed_entry_point_runs_from_a_fresh_process(workspace: Path, isolated_home: Path) -> None:
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    result = subprocess.run([sys.executable, "-m", "hotloop", "run", "Read README.md"], capture_output=True,
-                            text=True, env=env, cwd=workspace, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hotloop", "run", "Read README.md"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workspace,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "# Demo project" in result.stdout and "Traceback" not in result.stderr
 
@@ -209,11 +234,19 @@ def test_run_takes_a_tier(workspace, capsys) -> None:
 def test_run_switches_provider_between_prompts(workspace, isolated_home, capsys) -> None:
     from hotloop.agent.events import ProviderSwitched, StepStarted
 
-    assert main(["run", "--json", "Read README.md", "/provider sim-anthropic", "Read README.md again", "/tier fast", "bye"]) == 0
+    assert (
+        main(
+            ["run", "--json", "Read README.md", "/provider sim-anthropic", "Read README.md again", "/tier fast", "bye"]
+        )
+        == 0
+    )
     events = [decode(line) for line in capsys.readouterr().out.splitlines()]
     assert [(e.provider, e.model) for e in events if isinstance(e, StepStarted)] == [
-        ("sim", "sim-balanced"), ("sim", "sim-balanced"),
-        ("sim-anthropic", "sim-balanced"), ("sim-anthropic", "sim-balanced"), ("sim", "sim-fast"),
+        ("sim", "sim-balanced"),
+        ("sim", "sim-balanced"),
+        ("sim-anthropic", "sim-balanced"),
+        ("sim-anthropic", "sim-balanced"),
+        ("sim", "sim-fast"),
     ]
     switches = [e for e in events if isinstance(e, ProviderSwitched)]
     assert [(s.previous_provider, s.provider) for s in switches] == [("sim", "sim-anthropic"), ("sim-anthropic", "sim")]
@@ -233,9 +266,19 @@ def test_the_switch_and_its_cost_are_printed(workspace, capsys) -> None:
 
 def test_run_rejects_commands_it_cannot_run_before_starting(workspace, isolated_home, capsys) -> None:
     cases = {
-        ("hi", "/new", "again"): "hotloop: /new works in the app; between prompts, hotloop run takes /model, /tier, /provider",
-        ("hi", "/provider nope"): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)",
-        ("hi", "/provider"): "hotloop: /provider needs an argument: /provider NAME [MODEL]: switch provider (and model); the conversation continues",
+        (
+            "hi",
+            "/new",
+            "again",
+        ): "hotloop: /new works in the app; between prompts, hotloop run takes /model, /tier, /provider",
+        (
+            "hi",
+            "/provider nope",
+        ): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)",
+        (
+            "hi",
+            "/provider",
+        ): "hotloop: /provider needs an argument: /provider NAME [MODEL]: switch provider (and model); the conversation continues",
         ("/tier fast",): "hotloop: give a prompt to run, not only commands",
     }
     for prompts, message in cases.items():
@@ -252,17 +295,25 @@ def test_any_anthropic_compatible_endpoint_without_a_config_file(workspace, isol
     assert {r.path for r in sim.server.requests} == {"/v1/messages"}
     # The official endpoint needs a key; a gateway or proxy may not.
     assert main(["run", "--provider", "anthropic", "hi"]) == 2
-    assert one_line_error(capsys.readouterr().err) == "hotloop: missing API key for provider 'anthropic': set ANTHROPIC_API_KEY"
+    assert (
+        one_line_error(capsys.readouterr().err)
+        == "hotloop: missing API key for provider 'anthropic': set ANTHROPIC_API_KEY"
+    )
 
 
 def test_too_many_breakpoints_are_capped_with_a_warning(workspace, isolated_home, capsys) -> None:
-    write_config(isolated_home, FAST_SIM + '[providers.sim-anthropic]\ncache_breakpoints = 6\n')
+    write_config(isolated_home, FAST_SIM + "[providers.sim-anthropic]\ncache_breakpoints = 6\n")
     assert main(["run", "--provider", "sim-anthropic", "hello"]) == 0
     err = capsys.readouterr().err
-    assert "warning: config " in err and "providers.sim-anthropic.cache_breakpoints = 6 is more than the 4 Anthropic allows; using 4" in err
+    assert (
+        "warning: config " in err
+        and "providers.sim-anthropic.cache_breakpoints = 6 is more than the 4 Anthropic allows; using 4" in err
+    )
     (log,) = session_lines(isolated_home)
     assert any(b'"type":"notice"' in line and b"cache_breakpoints = 6" in line for line in log)
 
     write_config(isolated_home, FAST_SIM + '[providers.sim-anthropic]\ncache_ttl = "2h"\n')
     assert main(["run", "--provider", "sim-anthropic", "hello"]) == 2
-    assert one_line_error(capsys.readouterr().err).endswith("providers.sim-anthropic.cache_ttl must be one of 5m, 1h (got '2h')")
+    assert one_line_error(capsys.readouterr().err).endswith(
+        "providers.sim-anthropic.cache_ttl must be one of 5m, 1h (got '2h')"
+    )

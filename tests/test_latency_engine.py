@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from support import make_agent, sim_with_scenario, start_sim
-
 from hotloop.agent.events import StepFinished, StepStarted, ToolFinished, ToolStarted
 from hotloop.agent.figures import step_summary
 from hotloop.agent.memo import Memo
@@ -18,6 +16,8 @@ from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.providers.events import Finished as ModelFinished
 from hotloop.providers.sim.engine import LatencyProfile
 from hotloop.sessions.waterfall import render, waterfalls
+
+from support import make_agent, sim_with_scenario, start_sim
 
 # Slow decode and long arguments: each call takes ~0.7 s to write, and the first one runs longest.
 QUERY = "prefix caching block hashing eviction policy " * 6
@@ -37,8 +37,9 @@ async def slow_step(tmp_path: Path, early_dispatch: bool) -> tuple[list[Any], fl
     steps = [{"tool_calls": SLOW_CALLS, "decode_ms": 10}, {"text": "done"}]
     sim = sim_with_scenario(tmp_path, steps, LatencyProfile(ttft=0.05, prefill_per_token=0, decode_per_token=0.001))
     try:
-        agent, recorder = make_agent(sim, tmp_path, [Tool("search", "Search.", SCHEMA, search, read_only=True)],
-                                     early_dispatch=early_dispatch)
+        agent, recorder = make_agent(
+            sim, tmp_path, [Tool("search", "Search.", SCHEMA, search, read_only=True)], early_dispatch=early_dispatch
+        )
         await agent.run_turn("search three ways")
         await agent.provider.aclose()
     finally:
@@ -77,7 +78,6 @@ async def test_a_call_whose_arguments_do_not_parse_is_not_started_early(tmp_path
     assert ran == ["fine"]
     broken = next(e for e in recorder.of(ToolFinished) if e.status == "error")
     assert "are not valid JSON" in broken.result
-
 
 
 async def test_a_timestamp_planted_in_the_system_prompt_is_named_as_the_miss(tmp_path: Path) -> None:
@@ -120,7 +120,9 @@ async def test_a_changed_tool_schema_and_an_eviction_get_their_own_names(tmp_pat
         registry_box.append(calls)
         if calls == 1:  # after step 1: a tool's description changes
             old = registry.get("grep")
-            registry.replace(Tool("grep", old.description + " Now faster.", old.parameters, old.handler, read_only=True))
+            registry.replace(
+                Tool("grep", old.description + " Now faster.", old.parameters, old.handler, read_only=True)
+            )
         elif calls == 2:  # after step 2 has left the server: the server loses every cached block
             while sim.server.admission.running:
                 await asyncio.sleep(0.01)
@@ -144,8 +146,13 @@ async def test_identical_read_only_calls_reuse_the_earlier_result_until_somethin
     (tmp_path / "README.md").write_text("# Demo\n")
     read = {"name": "read_file", "arguments": {"path": "README.md"}}
     clock = {"name": "now", "arguments": {}}
-    steps = [{"tool_calls": [read, clock]}, {"tool_calls": [read, clock]},
-             {"tool_calls": [{"name": "write", "arguments": {}}]}, {"tool_calls": [read]}, {"text": "done"}]
+    steps = [
+        {"tool_calls": [read, clock]},
+        {"tool_calls": [read, clock]},
+        {"tool_calls": [{"name": "write", "arguments": {}}]},
+        {"tool_calls": [read]},
+        {"text": "done"},
+    ]
     sim = sim_with_scenario(tmp_path, steps)
     ticks: list[int] = []
 
@@ -157,8 +164,10 @@ async def test_identical_read_only_calls_reuse_the_earlier_result_until_somethin
         (tmp_path / "README.md").write_text("# Changed\n")
         return "written"
 
-    tools = [Tool("now", "Now.", {"type": "object"}, now, read_only=True, volatile=True),
-             Tool("write", "Write.", {"type": "object"}, write)]
+    tools = [
+        Tool("now", "Now.", {"type": "object"}, now, read_only=True, volatile=True),
+        Tool("write", "Write.", {"type": "object"}, write),
+    ]
     try:
         agent, recorder = make_agent(sim, tmp_path, tools, memo_ttl=60)
         await agent.run_turn("go")
@@ -200,7 +209,9 @@ def test_sessions_show_waterfall_draws_every_turn(workspace: Path, isolated_home
     from hotloop.sessions.store import list_sessions
 
     monkeypatch.chdir(workspace)
-    (isolated_home / "config.toml").write_text("[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\n")
+    (isolated_home / "config.toml").write_text(
+        "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\n"
+    )
     assert main(["run", "Read README.md and notes.txt", "grep for TODO"]) == 0
     (session,) = list_sessions(isolated_home / "data" / "sessions").sessions
     capsys.readouterr()
@@ -244,8 +255,12 @@ async def test_a_wrong_guess_is_cancelled_and_never_used() -> None:
         await asyncio.sleep(10)
         return "never"
 
-    registry = ToolRegistry([Tool("read_file", "Read.", {"type": "object"}, slow, read_only=True, prefetch=True),
-                             Tool("write", "Write.", {"type": "object"}, slow)])
+    registry = ToolRegistry(
+        [
+            Tool("read_file", "Read.", {"type": "object"}, slow, read_only=True, prefetch=True),
+            Tool("write", "Write.", {"type": "object"}, slow),
+        ]
+    )
 
     async def run(tool: Tool, key: Any) -> str:
         return await tool.handler(json.loads(key[1]), ToolContext("prefetch", Path(".")))
@@ -267,19 +282,24 @@ def slowed(tool: Tool, seconds: float) -> Tool:
     return Tool(tool.name, tool.description, tool.parameters, handler, read_only=True, prefetch=True)
 
 
-def test_prefetch_learns_from_past_sessions_in_the_same_workspace(workspace: Path, isolated_home: Path, monkeypatch) -> None:
+def test_prefetch_learns_from_past_sessions_in_the_same_workspace(
+    workspace: Path, isolated_home: Path, monkeypatch
+) -> None:
     from hotloop.cli import main
     from hotloop.sessions.store import list_sessions, read_session
 
     monkeypatch.chdir(workspace)
     (isolated_home / "config.toml").write_text(
-        "[routing]\ntitles = false\n[latency]\nprefetch = true\nmemo_ttl = 0\n[sim]\nttft_ms = 50\n")
+        "[routing]\ntitles = false\n[latency]\nprefetch = true\nmemo_ttl = 0\n[sim]\nttft_ms = 50\n"
+    )
     workload = ["Read README.md and notes.txt", "grep for TODO"]
     assert main(["run", *workload]) == 0
     assert main(["run", *workload]) == 0  # a new session: nothing learned in it yet, but the last one taught it
     first, second = reversed(list_sessions(isolated_home / "data" / "sessions").sessions)
-    reused = {path: [e.reused for e in read_session(path).events if isinstance(e, ToolFinished)]
-              for path in (first.path, second.path)}
+    reused = {
+        path: [e.reused for e in read_session(path).events if isinstance(e, ToolFinished)]
+        for path in (first.path, second.path)
+    }
     assert reused[first.path] == ["", "", ""] and reused[second.path] == ["prefetch"] * 3
 
 
@@ -287,8 +307,11 @@ async def test_a_request_sent_before_the_connection_was_warm_shows_its_connect_t
     from hotloop.agent.events import ResponseFinished
 
     # A first token after 0.3 s: the warm-up, sent at the same moment, is back long before, even on a busy machine.
-    sim = sim_with_scenario(tmp_path, [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"text": "done"}],
-                            LatencyProfile(ttft=0.3, prefill_per_token=0, decode_per_token=0))
+    sim = sim_with_scenario(
+        tmp_path,
+        [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"text": "done"}],
+        LatencyProfile(ttft=0.3, prefill_per_token=0, decode_per_token=0),
+    )
     try:
         agent, recorder = make_agent(sim, tmp_path)
         warming = asyncio.create_task(agent.provider.fetch(sim.url + "/health"))  # as the runtime does at startup

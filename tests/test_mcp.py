@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import make_agent, sim_with_scenario
 
 from hotloop.agent.events import Notice, ToolFinished
 from hotloop.agent.tools.builtins import builtin_tools
@@ -14,6 +13,8 @@ from hotloop.agent.tools.mcp import McpBridge
 from hotloop.agent.tools.mcp_config import McpServer, server_from_command_line
 from hotloop.agent.tools.registry import ToolContext, ToolError, ToolRegistry
 from hotloop.providers.conversation import ToolResultMessage
+
+from support import make_agent, sim_with_scenario
 
 SERVER = [str(Path(__file__).parent / "mcp_server.py")]
 HIDDEN = {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
@@ -35,15 +36,30 @@ async def test_tools_join_sorted_and_run_through_the_agent(tmp_path: Path, monke
     try:
         assert notices == []
         assert [tool.name for tool in registry] == ["add", "crash", "getenv", "grep", "list_dir", "nap", "read_file"]
-        assert [spec.name for spec in registry.specs()] == ["add", "crash", "getenv", "grep", "list_dir", "nap", "read_file"]
-        sim = sim_with_scenario(tmp_path, [
-            {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}},
-                            {"name": "getenv", "arguments": {"name": "OPENAI_API_KEY"}},
-                            {"name": "getenv", "arguments": {"name": "HOTLOOP_VISIBLE"}},
-                            {"name": "getenv", "arguments": {"name": "FROM_CONFIG"}},
-                            {"name": "add", "arguments": {"a": "x"}}]},
-            {"text": "done"},
-        ])
+        assert [spec.name for spec in registry.specs()] == [
+            "add",
+            "crash",
+            "getenv",
+            "grep",
+            "list_dir",
+            "nap",
+            "read_file",
+        ]
+        sim = sim_with_scenario(
+            tmp_path,
+            [
+                {
+                    "tool_calls": [
+                        {"name": "add", "arguments": {"a": 2, "b": 3}},
+                        {"name": "getenv", "arguments": {"name": "OPENAI_API_KEY"}},
+                        {"name": "getenv", "arguments": {"name": "HOTLOOP_VISIBLE"}},
+                        {"name": "getenv", "arguments": {"name": "FROM_CONFIG"}},
+                        {"name": "add", "arguments": {"a": "x"}},
+                    ]
+                },
+                {"text": "done"},
+            ],
+        )
         try:
             agent, recorder = make_agent(sim, tmp_path, registry=registry)
             await agent.run_turn("use the server")
@@ -63,10 +79,16 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_run_goes_on() ->
     notices: list[Notice] = []
     registry = ToolRegistry(builtin_tools())
     bridge = McpBridge(registry, notices.append, HIDDEN)
-    await bridge.start([
-        McpServer("ghost", "/nonexistent/mcp-server"),
-        McpServer("quitter", sys.executable, ("-c", "import sys; print('cannot start: bad flag', file=sys.stderr); sys.exit(2)")),
-    ])
+    await bridge.start(
+        [
+            McpServer("ghost", "/nonexistent/mcp-server"),
+            McpServer(
+                "quitter",
+                sys.executable,
+                ("-c", "import sys; print('cannot start: bad flag', file=sys.stderr); sys.exit(2)"),
+            ),
+        ]
+    )
     await bridge.aclose()
 
     messages = sorted(n.message for n in notices)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import FIXTURES, serve_events
 
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.events import (
@@ -20,6 +19,8 @@ from hotloop.providers.events import (
     UsageLedger,
 )
 from hotloop.providers.openai_chat import OpenAIChatProvider
+
+from support import FIXTURES, serve_events
 
 REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
 
@@ -93,8 +94,15 @@ def chunk(delta: dict | None, finish: str | None = None, usage: dict | None = No
 
 async def test_whole_call_in_one_chunk_and_missing_usage_key() -> None:
     """xAI and Ollama send a call's arguments in the same chunk as its name; some servers send no usage."""
-    call = {"index": 0, "id": "call_a", "type": "function", "function": {"name": "grep", "arguments": '{"pattern": "x"}'}}
-    events = await stream_fixture([chunk({"role": "assistant", "tool_calls": [call]}), chunk({}, "tool_calls"), b"data: [DONE]\n\n"])
+    call = {
+        "index": 0,
+        "id": "call_a",
+        "type": "function",
+        "function": {"name": "grep", "arguments": '{"pattern": "x"}'},
+    }
+    events = await stream_fixture(
+        [chunk({"role": "assistant", "tool_calls": [call]}), chunk({}, "tool_calls"), b"data: [DONE]\n\n"]
+    )
 
     assert calls_of(events) == [("call_a", "grep", {"pattern": "x"})]
     assert not [e for e in events if isinstance(e, Usage)]
@@ -104,15 +112,23 @@ async def test_new_id_on_a_used_index_starts_a_new_call() -> None:
     """Ollama reuses index 0 for a whole parallel batch, telling calls apart only by id."""
     first = {"index": 0, "id": "call_1", "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
     second = {"index": 0, "id": "call_2", "function": {"name": "read_file", "arguments": '{"path": "b"}'}}
-    events = await stream_fixture([chunk({"tool_calls": [first]}), chunk({"tool_calls": [second]}), chunk({}, "tool_calls")])
+    events = await stream_fixture(
+        [chunk({"tool_calls": [first]}), chunk({"tool_calls": [second]}), chunk({}, "tool_calls")]
+    )
 
     assert calls_of(events) == [("call_1", "read_file", {"path": "a"}), ("call_2", "read_file", {"path": "b"})]
 
 
 async def test_vllm_reasoning_field_and_cache_write() -> None:
-    usage = {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
-             "prompt_tokens_details": {"cached_tokens": 64, "cache_write_tokens": 20}}
-    events = await stream_fixture([chunk({"reasoning": "think"}), chunk({"content": "hello"}, "stop"), chunk(None, usage=usage)])
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 5,
+        "total_tokens": 105,
+        "prompt_tokens_details": {"cached_tokens": 64, "cache_write_tokens": 20},
+    }
+    events = await stream_fixture(
+        [chunk({"reasoning": "think"}), chunk({"content": "hello"}, "stop"), chunk(None, usage=usage)]
+    )
 
     assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "think"
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "hello"

@@ -7,12 +7,11 @@ import os
 import stat
 from pathlib import Path
 
-from support import make_agent, start_sim
-
-from hotloop.agent.events import StepFinished, TurnStarted, decode
-from hotloop.agent.events import fan_out
+from hotloop.agent.events import StepFinished, TurnStarted, decode, fan_out
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import list_sessions, summarize
+
+from support import make_agent, start_sim
 
 
 def create_log(folder: Path, secrets: tuple[str, ...] = ()) -> SessionLog:
@@ -59,15 +58,41 @@ def test_listing_summarizes_and_survives_a_torn_last_line(tmp_path: Path) -> Non
 
     with create_log(tmp_path) as first:
         first.write(TurnStarted(turn=1, prompt="first question"))
-        first.write(StepFinished(turn=1, step=1, usage=UsageLedger(prompt_total=100, output=20), ttft=0.1, decode_tps=50.0,
-                                 model_time=0.5, wall=0.6, tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop"))
+        first.write(
+            StepFinished(
+                turn=1,
+                step=1,
+                usage=UsageLedger(prompt_total=100, output=20),
+                ttft=0.1,
+                decode_tps=50.0,
+                model_time=0.5,
+                wall=0.6,
+                tool_count=0,
+                tool_sum=0.0,
+                tool_wall=0.0,
+                finish_reason="stop",
+            )
+        )
         first.write(TurnStarted(turn=2, prompt="second question"))
     with first.path.open("ab") as torn:
         torn.write(b'{"type":"step_finished","turn":2,"st')
     with create_log(tmp_path) as second:
         second.write(TurnStarted(turn=1, prompt="later"))
-        second.write(StepFinished(turn=1, step=1, usage=None, ttft=None, decode_tps=None, model_time=0.1, wall=0.1,
-                                  tool_count=0, tool_sum=0.0, tool_wall=0.0, finish_reason="stop"))
+        second.write(
+            StepFinished(
+                turn=1,
+                step=1,
+                usage=None,
+                ttft=None,
+                decode_tps=None,
+                model_time=0.1,
+                wall=0.1,
+                tool_count=0,
+                tool_sum=0.0,
+                tool_wall=0.0,
+                finish_reason="stop",
+            )
+        )
 
     summary = summarize(first.path)
     assert (summary.id, summary.turns, summary.tokens, summary.title) == (first.id, 2, 120, "first question")

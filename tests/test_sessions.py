@@ -10,41 +10,54 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import Recorder, killed_mid_answer, start_sim
 
-from hotloop.agent.events import Notice, StepStarted, TextDelta, TurnFinished, TurnStarted
+from hotloop.agent.events import Notice, StepStarted, TextDelta, TurnFinished, TurnStarted, fan_out
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.cli import main
-from hotloop.agent.events import fan_out
+from hotloop.core.resumption import Resumption
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
 from hotloop.providers.openai_chat import OpenAIChatProvider
-from hotloop.core.resumption import Resumption
 from hotloop.sessions.log import SessionInUse, SessionLog
 from hotloop.sessions.replay import IDLE_GAP, Replay, Timeline
 from hotloop.sessions.store import SessionError, find_session, list_sessions, read_session
+
+from support import Recorder, killed_mid_answer, start_sim
 
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 
 
 def provider_on(sim, protocol: str):  # type: ignore[no-untyped-def]
     if protocol == "anthropic":
-        return AnthropicProvider(name="sim-anthropic", model="sim-fast", base_url=sim.url, max_retries=0,
-                                 thinking_budget=1024, max_tokens=4096)
+        return AnthropicProvider(
+            name="sim-anthropic",
+            model="sim-fast",
+            base_url=sim.url,
+            max_retries=0,
+            thinking_budget=1024,
+            max_tokens=4096,
+        )
     return OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0)
 
 
 def logged_agent(sim, protocol: str, workspace: Path, log: SessionLog) -> tuple[Agent, Recorder]:  # type: ignore[no-untyped-def]
     recorder = Recorder()
-    agent = Agent(provider_on(sim, protocol), ToolRegistry(builtin_tools()), emit=fan_out(recorder, log.write),
-                  workspace=workspace, cache_key=log.id)
+    agent = Agent(
+        provider_on(sim, protocol),
+        ToolRegistry(builtin_tools()),
+        emit=fan_out(recorder, log.write),
+        workspace=workspace,
+        cache_key=log.id,
+    )
     return agent, recorder
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(protocol: str, tmp_path: Path, workspace: Path) -> None:
+async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(
+    protocol: str, tmp_path: Path, workspace: Path
+) -> None:
     """Turns 1–2 are logged; turn 3 runs once in the original process and once after a resume: same request bytes."""
     sim = start_sim()
     folder = tmp_path / "sessions"
@@ -87,10 +100,13 @@ def test_an_interrupted_step_is_rebuilt_as_the_agent_kept_it() -> None:
     from hotloop.providers.events import ToolCallReady
     from hotloop.sessions.resume import closing_events, rebuild
 
-    events = [TurnStarted(turn=1, prompt="go", context=" <ctx>"),
-              StepStarted(turn=1, step=1, provider="p", model="m"),
-              TextDelta("half an "), TextDelta("answer"),
-              ToolCallReady(0, "c1", "grep", '{"pattern": "x"}')]
+    events = [
+        TurnStarted(turn=1, prompt="go", context=" <ctx>"),
+        StepStarted(turn=1, step=1, provider="p", model="m"),
+        TextDelta("half an "),
+        TextDelta("answer"),
+        ToolCallReady(0, "c1", "grep", '{"pattern": "x"}'),
+    ]
     conversation = rebuild(events)
     user, partial, cancelled = conversation.messages
     assert user.content == "go <ctx>"
@@ -108,8 +124,10 @@ def write_session(folder: Path, lines: list[bytes], name: str = "20260101T000000
     return path
 
 
-HEADER = (b'{"type":"session","id":"abcdef12","format":1,"started":1800000000.0,"hotloop":"0.1","provider":"sim",'
-          b'"model":"sim-fast","workspace":"/w"}\n')
+HEADER = (
+    b'{"type":"session","id":"abcdef12","format":1,"started":1800000000.0,"hotloop":"0.1","provider":"sim",'
+    b'"model":"sim-fast","workspace":"/w"}\n'
+)
 TURN = b'{"type":"turn_started","ts":1800000001.0,"turn":1,"prompt":"hello","context":""}\n'
 DELTA = b'{"type":"text_delta","ts":1800000002.0,"text":"Hi"}\n'
 
@@ -120,16 +138,21 @@ def test_corrupt_logs_load_what_they_can_and_say_what_they_skipped(tmp_path: Pat
     assert [type(e).__name__ for e in session.events] == ["TurnStarted", "TextDelta"]
     assert session.warnings == [f"{torn.name} line 4: not a complete event, skipped"]
 
-    garbage = write_session(tmp_path, [HEADER, TURN, b"\x00\xffnot json at all\n", DELTA], "20260101T000001_bbbbbbbb.jsonl")
+    garbage = write_session(
+        tmp_path, [HEADER, TURN, b"\x00\xffnot json at all\n", DELTA], "20260101T000001_bbbbbbbb.jsonl"
+    )
     session = read_session(garbage)
     assert len(session.events) == 2 and session.warnings == [f"{garbage.name} line 3: not a complete event, skipped"]
 
     empty = write_session(tmp_path, [], "20260101T000002_cccccccc.jsonl")
     with pytest.raises(SessionError, match=r"is empty: not a hotloop session log$"):
         read_session(empty)
-    newer = write_session(tmp_path, [HEADER.replace(b'"format":1', b'"format":7,"extra":true'), TURN],
-                          "20260101T000003_dddddddd.jsonl")
-    with pytest.raises(SessionError, match=r"was written by a newer hotloop \(log format 7; this one reads format 1\): upgrade"):
+    newer = write_session(
+        tmp_path, [HEADER.replace(b'"format":1', b'"format":7,"extra":true'), TURN], "20260101T000003_dddddddd.jsonl"
+    )
+    with pytest.raises(
+        SessionError, match=r"was written by a newer hotloop \(log format 7; this one reads format 1\): upgrade"
+    ):
         read_session(newer)
     listing = list_sessions(tmp_path)
     assert sorted(s.path.name for s in listing.sessions) == sorted([torn.name, garbage.name])
@@ -156,9 +179,13 @@ def test_two_processes_never_write_one_session(tmp_path: Path) -> None:
 
 
 def test_the_timeline_keeps_the_pace_but_cuts_idle_time() -> None:
-    events = [TurnStarted(turn=1, prompt="a", ts=100.0), StepStarted(turn=1, step=1, provider="p", model="m", ts=100.5),
-              TextDelta("x", ts=101.5), TurnStarted(turn=2, prompt="b", ts=400.0),
-              StepStarted(turn=2, step=1, provider="p", model="m", ts=400.2)]
+    events = [
+        TurnStarted(turn=1, prompt="a", ts=100.0),
+        StepStarted(turn=1, step=1, provider="p", model="m", ts=100.5),
+        TextDelta("x", ts=101.5),
+        TurnStarted(turn=2, prompt="b", ts=400.0),
+        StepStarted(turn=2, step=1, provider="p", model="m", ts=400.2),
+    ]
     timeline = Timeline(events)
     assert timeline.due == pytest.approx([0.0, 0.5, 1.5, 1.5 + IDLE_GAP, 1.7 + IDLE_GAP])
     assert timeline.step_starts == [1, 4]
@@ -167,8 +194,12 @@ def test_the_timeline_keeps_the_pace_but_cuts_idle_time() -> None:
 
 async def test_the_player_pauses_changes_speed_and_jumps() -> None:
     clock = [0.0]
-    events = [TurnStarted(turn=1, prompt="a", ts=10.0), StepStarted(turn=1, step=1, provider="p", model="m", ts=10.0),
-              TextDelta("x", ts=12.0), StepStarted(turn=1, step=2, provider="p", model="m", ts=14.0)]
+    events = [
+        TurnStarted(turn=1, prompt="a", ts=10.0),
+        StepStarted(turn=1, step=1, provider="p", model="m", ts=10.0),
+        TextDelta("x", ts=12.0),
+        StepStarted(turn=1, step=2, provider="p", model="m", ts=14.0),
+    ]
     replay = Replay(events, speed=2.0, now=lambda: clock[0])
     clock[0] = 0.5
     assert replay.elapsed() == 1.0 and replay.recorded_time() == 11.0
@@ -185,11 +216,23 @@ async def test_the_player_pauses_changes_speed_and_jumps() -> None:
     assert back.restart and back.events == events[:1]
 
 
-def run_cli(home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "HOTLOOP_CONFIG": str(home / "config.toml"), "HOTLOOP_DATA_DIR": str(home / "data"),
-                   **(env or {})}
-    return subprocess.run([sys.executable, "-m", "hotloop", *args], capture_output=True, text=True, env=environment,
-                          timeout=timeout, cwd=home)
+def run_cli(
+    home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    environment = {
+        **os.environ,
+        "HOTLOOP_CONFIG": str(home / "config.toml"),
+        "HOTLOOP_DATA_DIR": str(home / "data"),
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "hotloop", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
+        cwd=home,
+    )
 
 
 def test_kill_9_mid_answer_leaves_a_log_that_resumes(isolated_home: Path) -> None:
@@ -227,7 +270,7 @@ def test_sessions_commands_list_search_show_export_and_delete(isolated_home: Pat
 
     assert main(["sessions", "show", readme.id[:5]]) == 0
     shown = capsys.readouterr().out
-    assert "## Turn 1" in shown and "`read_file` `{\"path\": \"README.md\"}` · ok" in shown
+    assert "## Turn 1" in shown and '`read_file` `{"path": "README.md"}` · ok' in shown
 
     assert main(["sessions", "export", readme.id, "--format", "json"]) == 0
     exported = json.loads(capsys.readouterr().out)
@@ -271,8 +314,17 @@ def test_keys_never_reach_any_session_file(isolated_home: Path) -> None:
     result = run_cli(isolated_home, "run", f"remember {key} and read README.md", env={"ANTHROPIC_API_KEY": key})
     assert result.returncode == 0, result.stderr
     [path] = (isolated_home / "data" / "sessions").glob("*.jsonl")
-    exported = run_cli(isolated_home, "sessions", "export", path.stem.rsplit("_", 1)[1], "--format", "json", "-o",
-                       str(isolated_home / "data" / "export.json"), env={"ANTHROPIC_API_KEY": key})
+    exported = run_cli(
+        isolated_home,
+        "sessions",
+        "export",
+        path.stem.rsplit("_", 1)[1],
+        "--format",
+        "json",
+        "-o",
+        str(isolated_home / "data" / "export.json"),
+        env={"ANTHROPIC_API_KEY": key},
+    )
     assert exported.returncode == 0, exported.stderr
     files = [p for p in (isolated_home / "data").rglob("*") if p.is_file()]
     assert {p.suffix for p in files} >= {".jsonl", ".json"} and len(files) >= 3  # log, summary, export
@@ -284,7 +336,9 @@ def test_keys_never_reach_any_session_file(isolated_home: Path) -> None:
 
 def test_starting_a_session_is_refused_while_another_process_writes_it(isolated_home: Path, capsys) -> None:
     (isolated_home / "config.toml").write_text(FAST_SIM)
-    with SessionLog.create(isolated_home / "data" / "sessions", provider="sim", model="sim-fast", workspace=isolated_home) as log:
+    with SessionLog.create(
+        isolated_home / "data" / "sessions", provider="sim", model="sim-fast", workspace=isolated_home
+    ) as log:
         assert main(["run", "-c", "hello"]) == 2
         assert capsys.readouterr().err == f"hotloop: session {log.id} is open in another hotloop process\n"
         assert main(["--resume", log.id[:4]]) == 2

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 
 import anthropic
 import pytest
-from support import start_sim
 
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.server import EmbeddedSimulator
+
+from support import start_sim
 
 READ_FILE = {
     "name": "read_file",
@@ -43,7 +44,8 @@ def client(sim: EmbeddedSimulator) -> anthropic.AsyncAnthropic:
 def raw_stream(sim: EmbeddedSimulator, body: dict) -> list[tuple[str, dict]]:
     """The SSE events exactly as sent, `(event name, data)`: the SDK hides `ping`."""
     request = urllib.request.Request(
-        sim.url + "/v1/messages", json.dumps({**body, "stream": True}).encode(),
+        sim.url + "/v1/messages",
+        json.dumps({**body, "stream": True}).encode(),
         {"content-type": "application/json", "anthropic-version": "2023-06-01"},
     )
     with urllib.request.urlopen(request) as response:
@@ -56,8 +58,15 @@ def raw_stream(sim: EmbeddedSimulator, body: dict) -> list[tuple[str, dict]]:
 
 
 def test_stream_sends_the_api_event_sequence_with_ping(sim: EmbeddedSimulator) -> None:
-    events = raw_stream(sim, {"model": "sim-fast", "max_tokens": 512, "tools": [READ_FILE],
-                              "messages": [{"role": "user", "content": "read README.md"}]})
+    events = raw_stream(
+        sim,
+        {
+            "model": "sim-fast",
+            "max_tokens": 512,
+            "tools": [READ_FILE],
+            "messages": [{"role": "user", "content": "read README.md"}],
+        },
+    )
 
     names = [name for name, _ in events]
     assert names[:3] == ["message_start", "content_block_start", "ping"]
@@ -65,18 +74,29 @@ def test_stream_sends_the_api_event_sequence_with_ping(sim: EmbeddedSimulator) -
     assert all(data["type"] == name for name, data in events)
     # Every block opens, takes deltas, and closes, one at a time, in index order.
     opened = [data["index"] for name, data in events if name == "content_block_start"]
-    assert opened == list(range(len(opened))) == [data["index"] for name, data in events if name == "content_block_stop"]
+    assert (
+        opened == list(range(len(opened))) == [data["index"] for name, data in events if name == "content_block_stop"]
+    )
     start = events[0][1]["message"]
     assert start["role"] == "assistant" and start["content"] == [] and start["stop_reason"] is None
-    assert set(start["usage"]) >= {"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"}
-    tool_start = next(d["content_block"] for n, d in events if n == "content_block_start" and d["content_block"]["type"] == "tool_use")
+    assert set(start["usage"]) >= {
+        "input_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+        "output_tokens",
+    }
+    tool_start = next(
+        d["content_block"] for n, d in events if n == "content_block_start" and d["content_block"]["type"] == "tool_use"
+    )
     assert tool_start["input"] == {} and tool_start["id"].startswith("toolu_")
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
 
 
 async def test_sdk_streams_text_and_parallel_tool_use(sim: EmbeddedSimulator) -> None:
     async with client(sim).messages.stream(
-        model="sim-balanced", max_tokens=1024, tools=[READ_FILE],
+        model="sim-balanced",
+        max_tokens=1024,
+        tools=[READ_FILE],
         messages=[{"role": "user", "content": "Read README.md and pyproject.toml"}],
     ) as stream:
         json_fragments = [event.partial_json async for event in stream if event.type == "input_json"]
@@ -85,7 +105,8 @@ async def test_sdk_streams_text_and_parallel_tool_use(sim: EmbeddedSimulator) ->
     assert [block.type for block in message.content] == ["text", "tool_use", "tool_use"]
     assert message.content[0].text == "Running 2 tool calls (read_file).\n"
     assert [(b.name, b.input) for b in message.content[1:]] == [
-        ("read_file", {"path": "README.md"}), ("read_file", {"path": "pyproject.toml"})
+        ("read_file", {"path": "README.md"}),
+        ("read_file", {"path": "pyproject.toml"}),
     ]
     assert len({b.id for b in message.content[1:]}) == 2
     assert len([f for f in json_fragments if f]) >= 6  # the input streams in pieces
@@ -98,8 +119,9 @@ async def test_sdk_streams_text_and_parallel_tool_use(sim: EmbeddedSimulator) ->
 
 async def test_non_streaming_answer_and_models_listing(sim: EmbeddedSimulator) -> None:
     api = client(sim)
-    message = await api.messages.create(model="sim-fast", max_tokens=2048,
-                                        messages=[{"role": "user", "content": "Say hello"}])
+    message = await api.messages.create(
+        model="sim-fast", max_tokens=2048, messages=[{"role": "user", "content": "Say hello"}]
+    )
     assert message.type == "message" and message.stop_reason == "end_turn"
     assert message.content[0].type == "text" and "simulator" in message.content[0].text
     assert message.usage.output_tokens > 10
@@ -110,9 +132,12 @@ async def test_non_streaming_answer_and_models_listing(sim: EmbeddedSimulator) -
 def cached_request(question: str, **control: str) -> dict:
     """A request with breakpoints on the system prompt and the newest message, as hotloop places them."""
     return {
-        "model": "sim-fast", "max_tokens": 512,
+        "model": "sim-fast",
+        "max_tokens": 512,
         "system": [{"type": "text", "text": SYSTEM, "cache_control": {**EPHEMERAL, **control}}],
-        "messages": [{"role": "user", "content": [{"type": "text", "text": question, "cache_control": {**EPHEMERAL, **control}}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": question, "cache_control": {**EPHEMERAL, **control}}]}
+        ],
     }
 
 
@@ -126,7 +151,10 @@ async def test_cache_reads_at_breakpoints_and_writes_the_rest(sim: EmbeddedSimul
     assert first.usage.cache_read_input_tokens == 0 and first.usage.cache_creation_input_tokens > 1024
     # The same request reads everything up to its last breakpoint; only the generation prompt is new.
     assert again.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
-    assert again.usage.cache_creation_input_tokens == 0 and again.usage.input_tokens == prompt - again.usage.cache_read_input_tokens
+    assert (
+        again.usage.cache_creation_input_tokens == 0
+        and again.usage.input_tokens == prompt - again.usage.cache_read_input_tokens
+    )
     # Another question shares the system prompt: read up to that breakpoint, write the new message.
     assert 1024 < other.usage.cache_read_input_tokens < first.usage.cache_creation_input_tokens
     assert other.usage.cache_creation_input_tokens > 0
@@ -150,7 +178,8 @@ async def test_more_than_four_breakpoints_are_rejected(sim: EmbeddedSimulator) -
     with pytest.raises(anthropic.BadRequestError) as rejected:
         await client(sim).messages.create(**request)
     assert rejected.value.body["error"] == {
-        "type": "invalid_request_error", "message": "A maximum of 4 blocks with cache_control may be provided. Found 5."
+        "type": "invalid_request_error",
+        "message": "A maximum of 4 blocks with cache_control may be provided. Found 5.",
     }
 
 
@@ -159,29 +188,71 @@ async def test_tool_results_must_answer_the_previous_message(sim: EmbeddedSimula
     ask = {"role": "user", "content": "read a"}
     api = client(sim)
 
-    with pytest.raises(anthropic.BadRequestError, match="`tool_use` ids were found without `tool_result` blocks immediately after: toolu_1"):
-        await api.messages.create(model="sim-fast", max_tokens=100, tools=[READ_FILE], messages=[
-            ask, {"role": "assistant", "content": [use]}, {"role": "user", "content": "go on"}])
-    with pytest.raises(anthropic.BadRequestError, match="unexpected `tool_use_id` found in `tool_result` blocks: toolu_9"):
-        await api.messages.create(model="sim-fast", max_tokens=100, tools=[READ_FILE], messages=[
-            ask, {"role": "assistant", "content": [use]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}])
+    with pytest.raises(
+        anthropic.BadRequestError,
+        match="`tool_use` ids were found without `tool_result` blocks immediately after: toolu_1",
+    ):
+        await api.messages.create(
+            model="sim-fast",
+            max_tokens=100,
+            tools=[READ_FILE],
+            messages=[ask, {"role": "assistant", "content": [use]}, {"role": "user", "content": "go on"}],
+        )
+    with pytest.raises(
+        anthropic.BadRequestError, match="unexpected `tool_use_id` found in `tool_result` blocks: toolu_9"
+    ):
+        await api.messages.create(
+            model="sim-fast",
+            max_tokens=100,
+            tools=[READ_FILE],
+            messages=[
+                ask,
+                {"role": "assistant", "content": [use]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]},
+            ],
+        )
     with pytest.raises(anthropic.BadRequestError, match="`tool_result` blocks must come first"):
-        await api.messages.create(model="sim-fast", max_tokens=100, tools=[READ_FILE], messages=[
-            ask, {"role": "assistant", "content": [use]},
-            {"role": "user", "content": [{"type": "text", "text": "here"},
-                                         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]}])
-    answered = await api.messages.create(model="sim-fast", max_tokens=1000, tools=[READ_FILE], messages=[
-        ask, {"role": "assistant", "content": [use]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "A", "is_error": True}]}])
+        await api.messages.create(
+            model="sim-fast",
+            max_tokens=100,
+            tools=[READ_FILE],
+            messages=[
+                ask,
+                {"role": "assistant", "content": [use]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "here"},
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"},
+                    ],
+                },
+            ],
+        )
+    answered = await api.messages.create(
+        model="sim-fast",
+        max_tokens=1000,
+        tools=[READ_FILE],
+        messages=[
+            ask,
+            {"role": "assistant", "content": [use]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "A", "is_error": True}],
+            },
+        ],
+    )
     assert answered.stop_reason == "end_turn"
 
 
 async def test_thinking_blocks_are_signed_and_must_come_back_intact(sim: EmbeddedSimulator) -> None:
     api = client(sim)
     ask = {"role": "user", "content": "read README.md"}
-    options = {"model": "sim-fast", "max_tokens": 4096, "tools": [READ_FILE],
-               "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    options = {
+        "model": "sim-fast",
+        "max_tokens": 4096,
+        "tools": [READ_FILE],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
     first = await api.messages.create(**options, messages=[ask])
     thinking, *rest = first.content
     assert thinking.type == "thinking" and thinking.thinking and thinking.signature
@@ -191,7 +262,9 @@ async def test_thinking_blocks_are_signed_and_must_come_back_intact(sim: Embedde
     def replayed(blocks: list) -> list[dict]:
         return [ask, {"role": "assistant", "content": blocks}, result]
 
-    kept = await api.messages.create(**options, messages=replayed([b.model_dump(exclude_none=True) for b in first.content]))
+    kept = await api.messages.create(
+        **options, messages=replayed([b.model_dump(exclude_none=True) for b in first.content])
+    )
     assert kept.content[0].type == "thinking" and kept.stop_reason == "end_turn"
     tampered = {**thinking.model_dump(), "thinking": thinking.thinking + " (edited)"}
     with pytest.raises(anthropic.BadRequestError, match="Invalid `signature` in `thinking` block"):
@@ -217,11 +290,18 @@ async def test_requests_without_the_version_header_or_max_tokens_are_rejected(si
 
 async def test_scenario_error_breaks_the_stream_after_its_text(tmp_path) -> None:
     from hotloop.providers.sim.model import load_scenario
+
     from support import scenario_file
 
-    sim = start_sim(SimConfig(scenario=load_scenario(scenario_file(tmp_path, [{"text": "Half an answer", "error": "overloaded_error"}]))))
+    sim = start_sim(
+        SimConfig(
+            scenario=load_scenario(scenario_file(tmp_path, [{"text": "Half an answer", "error": "overloaded_error"}]))
+        )
+    )
     try:
-        events = raw_stream(sim, {"model": "sim-fast", "max_tokens": 100, "messages": [{"role": "user", "content": "x"}]})
+        events = raw_stream(
+            sim, {"model": "sim-fast", "max_tokens": 100, "messages": [{"role": "user", "content": "x"}]}
+        )
     finally:
         sim.stop()
     assert events[-1] == ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})

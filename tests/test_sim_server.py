@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 
 import openai
 import pytest
-from support import sim_with_scenario, start_sim
 
 from hotloop.providers.sim.server import EmbeddedSimulator
+
+from support import sim_with_scenario, start_sim
 
 READ_FILE = {
     "type": "function",
@@ -57,7 +58,9 @@ async def test_stream_has_vllm_shape_and_fragmented_tool_arguments(sim: Embedded
     starts = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or [] if tc.id]
     assert [s.function.name for s in starts] == ["read_file", "read_file"]
     assert all(s.id.startswith("chatcmpl-tool-") and s.function.arguments is None for s in starts)
-    fragments = [tc.function.arguments for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or [] if not tc.id]
+    fragments = [
+        tc.function.arguments for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or [] if not tc.id
+    ]
     assert len(fragments) >= 6  # arguments arrive in several pieces, as from a real server
     assert "".join(fragments) == '{"path": "README.md"}{"path": "pyproject.toml"}'
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -81,8 +84,10 @@ async def test_identical_prompt_hits_all_but_the_last_block(sim: EmbeddedSimulat
 async def test_generated_tokens_are_cached_for_the_next_turn(sim: EmbeddedSimulator) -> None:
     messages = [{"role": "user", "content": "Say something about caching."}]
     first = await client(sim).chat.completions.create(model="sim-fast", messages=messages)
-    follow_up = messages + [{"role": "assistant", "content": first.choices[0].message.content},
-                            {"role": "user", "content": "And again."}]
+    follow_up = messages + [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And again."},
+    ]
     second = await client(sim).chat.completions.create(model="sim-fast", messages=follow_up)
 
     covered = first.usage.prompt_tokens + first.usage.completion_tokens
@@ -101,16 +106,23 @@ async def test_errors_use_vllm_shapes(sim: EmbeddedSimulator) -> None:
     messages = [{"role": "user", "content": "hi"}]
     with pytest.raises(openai.NotFoundError) as missing:
         await client(sim).chat.completions.create(model="gpt-9", messages=messages)
-    assert missing.value.body == {"message": "The model `gpt-9` does not exist.", "type": "NotFoundError",
-                                  "param": "model", "code": 404}
+    assert missing.value.body == {
+        "message": "The model `gpt-9` does not exist.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
 
     orphan = messages + [{"role": "tool", "tool_call_id": "nope", "content": "x"}]
     with pytest.raises(openai.BadRequestError, match="must be a response to a preceding message"):
         await client(sim).chat.completions.create(model="sim-fast", messages=orphan)
 
     unanswered = messages + [
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}],
+        },
         {"role": "user", "content": "next"},
     ]
     with pytest.raises(openai.BadRequestError, match="did not have response messages: c1"):
@@ -127,8 +139,14 @@ def test_models_health_and_metrics_endpoints(sim: EmbeddedSimulator) -> None:
 
     _, metrics = get(sim, "/metrics")
     text = metrics.decode()
-    for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
-                 "vllm:generation_tokens_total", "vllm:num_requests_running", "vllm:num_requests_waiting"):
+    for name in (
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+    ):
         assert f'{name}{{engine="0",model_name="sim-balanced"}}' in text
 
 
@@ -143,7 +161,10 @@ async def test_metrics_count_queries_and_hits_in_tokens(sim: EmbeddedSimulator) 
         for s in family.samples
     }
     assert samples[("vllm:prefix_cache_queries_total", "sim-strong")] == 2 * responses[0].usage.prompt_tokens
-    assert samples[("vllm:prefix_cache_hits_total", "sim-strong")] == responses[1].usage.prompt_tokens_details.cached_tokens
+    assert (
+        samples[("vllm:prefix_cache_hits_total", "sim-strong")]
+        == responses[1].usage.prompt_tokens_details.cached_tokens
+    )
     assert samples[("vllm:generation_tokens_total", "sim-strong")] == sum(r.usage.completion_tokens for r in responses)
     assert samples[("vllm:num_requests_running", "sim-strong")] == 0
 
@@ -157,8 +178,9 @@ async def test_latency_model_prefill_and_decode_and_concurrency() -> None:
 
         async def timed() -> tuple[float, float, int]:
             start = time.perf_counter()
-            stream = await api.chat.completions.create(model="sim-fast", messages=long_prompt, stream=True,
-                                                               stream_options={"include_usage": True})
+            stream = await api.chat.completions.create(
+                model="sim-fast", messages=long_prompt, stream=True, stream_options={"include_usage": True}
+            )
             first = None
             async for chunk in stream:
                 if first is None and chunk.choices and chunk.choices[0].delta.content:
@@ -182,10 +204,13 @@ async def test_latency_model_prefill_and_decode_and_concurrency() -> None:
 
 
 async def test_scenario_steps_are_followed_in_order(tmp_path) -> None:
-    sim = sim_with_scenario(tmp_path, [
-        {"reasoning": "plan", "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
-        {"text": "done"},
-    ])
+    sim = sim_with_scenario(
+        tmp_path,
+        [
+            {"reasoning": "plan", "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+            {"text": "done"},
+        ],
+    )
     try:
         api = client(sim)
         messages = [{"role": "user", "content": "anything"}]
@@ -193,8 +218,10 @@ async def test_scenario_steps_are_followed_in_order(tmp_path) -> None:
         call = first.choices[0].message.tool_calls[0]
         assert (call.function.name, call.function.arguments) == ("read_file", '{"path": "a.txt"}')
         assert first.choices[0].message.model_extra["reasoning"] == "plan"
-        messages += [first.choices[0].message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
-                     {"role": "tool", "tool_call_id": call.id, "content": "A"}]
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+            {"role": "tool", "tool_call_id": call.id, "content": "A"},
+        ]
         second = await api.chat.completions.create(model="sim-fast", messages=messages, tools=[READ_FILE])
         assert second.choices[0].message.content == "done"
     finally:

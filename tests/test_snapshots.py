@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_support import connected, write_config
-
 from textual.command import CommandList
 
 from hotloop.agent.events import (
@@ -23,6 +21,8 @@ from hotloop.config import load_config
 from hotloop.providers.events import TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, UsageLedger
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.widgets.prompt_input import PromptInput
+
+from tui_support import connected, write_config
 
 T = 1_800_000_000.0
 SIZE = (100, 30)
@@ -79,10 +79,30 @@ def usage(prompt: int, read: int | None, output: int) -> UsageLedger:
 def step_events(step: int, usage: UsageLedger, tools: tuple[int, float, float] = (0, 0.0, 0.0)) -> list:
     count, wall, total = tools
     return [
-        ResponseFinished(turn=1, step=step, usage=usage, ttft=0.14, decode_tps=96.0, model_time=0.9,
-                         finish_reason="tool_calls" if count else "stop", ts=T + step),
-        StepFinished(turn=1, step=step, usage=usage, ttft=0.14, decode_tps=96.0, model_time=0.9, wall=2.0,
-                     tool_count=count, tool_sum=total, tool_wall=wall, finish_reason="stop", ts=T + step),
+        ResponseFinished(
+            turn=1,
+            step=step,
+            usage=usage,
+            ttft=0.14,
+            decode_tps=96.0,
+            model_time=0.9,
+            finish_reason="tool_calls" if count else "stop",
+            ts=T + step,
+        ),
+        StepFinished(
+            turn=1,
+            step=step,
+            usage=usage,
+            ttft=0.14,
+            decode_tps=96.0,
+            model_time=0.9,
+            wall=2.0,
+            tool_count=count,
+            tool_sum=total,
+            tool_wall=wall,
+            finish_reason="stop",
+            ts=T + step,
+        ),
     ]
 
 
@@ -94,8 +114,11 @@ def tool_call_events(calls: list[tuple[str, str, str]]) -> list:
     return events
 
 
-READS = [("c1", "read_file", '{"path": "app.py"}'), ("c2", "read_file", '{"path": "cache.py"}'),
-         ("c3", "grep", '{"pattern": "TODO"}')]
+READS = [
+    ("c1", "read_file", '{"path": "app.py"}'),
+    ("c2", "read_file", '{"path": "cache.py"}'),
+    ("c3", "grep", '{"pattern": "TODO"}'),
+]
 
 
 def test_empty_app(snap_compare, isolated_home: Path) -> None:
@@ -109,10 +132,13 @@ def test_finished_answer_with_code(snap_compare, isolated_home: Path) -> None:
     """A finished answer rendered as Markdown: the user's prompt with an accent bar, a heading,
     bold text, a bulleted list with inline code, a syntax-highlighted Python block, a table,
     and the step's usage strip (prompt 1,204 · cache not reported · out 160 · ttft 0.14 s · 96 tok/s)."""
-    events = [TurnStarted(turn=1, prompt="Read app.py and cache.py", ts=T),
-              StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
-              TextDelta(ANSWER, ts=T), *step_events(1, usage(1_204, None, 160)),
-              TurnFinished(turn=1, reason="answer", steps=1, wall=2.0, ts=T + 2)]
+    events = [
+        TurnStarted(turn=1, prompt="Read app.py and cache.py", ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        TextDelta(ANSWER, ts=T),
+        *step_events(1, usage(1_204, None, 160)),
+        TurnFinished(turn=1, reason="answer", steps=1, wall=2.0, ts=T + 2),
+    ]
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
@@ -121,16 +147,32 @@ def test_three_tool_panes_mid_flight(snap_compare, isolated_home: Path) -> None:
     still running (spinner, 2.50 s, accent border), read_file cache.py finished (green border,
     ✓ ok · 0.42 s, its output in the pane's log). Below, the live usage strip says 2 tools are
     running."""
-    events = [TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
-              StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
-              TextDelta("Reading both files and searching at once.\n", ts=T),
-              *tool_call_events(READS),
-              ResponseFinished(turn=1, step=1, usage=usage(612, None, 84), ttft=0.15, decode_tps=95.0,
-                               model_time=0.8, finish_reason="tool_calls", ts=T),
-              *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
-              ToolOutput(call_id="c3", text="scanning 42 files", ts=T + 1),
-              ToolFinished(call_id="c2", name="read_file", status="ok", duration=0.42,
-                           result="import hashlib\nBLOCK_SIZE = 16\n", ts=T + 0.42)]
+    events = [
+        TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        TextDelta("Reading both files and searching at once.\n", ts=T),
+        *tool_call_events(READS),
+        ResponseFinished(
+            turn=1,
+            step=1,
+            usage=usage(612, None, 84),
+            ttft=0.15,
+            decode_tps=95.0,
+            model_time=0.8,
+            finish_reason="tool_calls",
+            ts=T,
+        ),
+        *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
+        ToolOutput(call_id="c3", text="scanning 42 files", ts=T + 1),
+        ToolFinished(
+            call_id="c2",
+            name="read_file",
+            status="ok",
+            duration=0.42,
+            result="import hashlib\nBLOCK_SIZE = 16\n",
+            ts=T + 0.42,
+        ),
+    ]
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
@@ -140,17 +182,21 @@ def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
     3.0× from parallelism". Step 2's strip shows the cache bar, read 1,296 · uncached 98. The
     status bar totals both steps: prompt 1,916 · out 244 · cache hit 93% (1,296 ÷ 1,394: only the
     step that reported a cache figure counts)."""
-    events = [TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
-              StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
-              *tool_call_events(READS),
-              *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
-              *[ToolFinished(call_id=c, name=n, status="ok", duration=d, result="…", ts=T + d)
-                for (c, n, _), d in zip(READS, (1.01, 0.98, 1.02))],
-              *step_events(1, usage(522, None, 84), (3, 1.02, 3.01)),
-              StepStarted(turn=1, step=2, provider="sim", model="sim-balanced", ts=T + 2),
-              TextDelta("All three are done; nothing to fix.", ts=T + 2),
-              *step_events(2, usage(1_394, 1_296, 160)),
-              TurnFinished(turn=1, reason="answer", steps=2, wall=4.0, ts=T + 4)]
+    events = [
+        TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        *tool_call_events(READS),
+        *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
+        *[
+            ToolFinished(call_id=c, name=n, status="ok", duration=d, result="…", ts=T + d)
+            for (c, n, _), d in zip(READS, (1.01, 0.98, 1.02))
+        ],
+        *step_events(1, usage(522, None, 84), (3, 1.02, 3.01)),
+        StepStarted(turn=1, step=2, provider="sim", model="sim-balanced", ts=T + 2),
+        TextDelta("All three are done; nothing to fix.", ts=T + 2),
+        *step_events(2, usage(1_394, 1_296, 160)),
+        TurnFinished(turn=1, reason="answer", steps=2, wall=4.0, ts=T + 4),
+    ]
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
@@ -184,21 +230,31 @@ def test_a_switch_to_anthropic_and_its_cache(snap_compare, isolated_home: Path) 
     from hotloop.agent.events import ProviderSwitched
 
     def anthropic(prompt: int, read: int, write: int, output: int) -> UsageLedger:
-        ledger = UsageLedger(prompt_total=prompt, cache_read=read, cache_write=write,
-                             uncached=prompt - read - write, output=output)
+        ledger = UsageLedger(
+            prompt_total=prompt, cache_read=read, cache_write=write, uncached=prompt - read - write, output=output
+        )
         return ledger.with_cache_minimum(1024)
 
-    events = [ProviderSwitched(provider="sim-anthropic", model="sim-balanced", previous_provider="sim",
-                               previous_model="sim-balanced", context_tokens=1_314, cold_tokens=1_314, ts=T),
-              TurnStarted(turn=1, prompt="Read app.py, then cache.py", ts=T),
-              StepStarted(turn=1, step=1, provider="sim-anthropic", model="sim-balanced", ts=T),
-              TextDelta("Reading app.py.\n", ts=T),
-              *step_events(1, anthropic(900, 0, 0, 41)),
-              StepStarted(turn=1, step=2, provider="sim-anthropic", model="sim-balanced", ts=T + 2),
-              TextDelta("Now cache.py.\n", ts=T + 2),
-              *step_events(2, anthropic(1_500, 0, 1_496, 38)),
-              StepStarted(turn=1, step=3, provider="sim-anthropic", model="sim-balanced", ts=T + 3),
-              TextDelta("Both read: `app.py` starts the server and `cache.py` holds the cache.", ts=T + 3),
-              *step_events(3, anthropic(1_710, 1_496, 210, 52)),
-              TurnFinished(turn=1, reason="answer", steps=3, wall=4.0, ts=T + 4)]
+    events = [
+        ProviderSwitched(
+            provider="sim-anthropic",
+            model="sim-balanced",
+            previous_provider="sim",
+            previous_model="sim-balanced",
+            context_tokens=1_314,
+            cold_tokens=1_314,
+            ts=T,
+        ),
+        TurnStarted(turn=1, prompt="Read app.py, then cache.py", ts=T),
+        StepStarted(turn=1, step=1, provider="sim-anthropic", model="sim-balanced", ts=T),
+        TextDelta("Reading app.py.\n", ts=T),
+        *step_events(1, anthropic(900, 0, 0, 41)),
+        StepStarted(turn=1, step=2, provider="sim-anthropic", model="sim-balanced", ts=T + 2),
+        TextDelta("Now cache.py.\n", ts=T + 2),
+        *step_events(2, anthropic(1_500, 0, 1_496, 38)),
+        StepStarted(turn=1, step=3, provider="sim-anthropic", model="sim-balanced", ts=T + 3),
+        TextDelta("Both read: `app.py` starts the server and `cache.py` holds the cache.", ts=T + 3),
+        *step_events(3, anthropic(1_710, 1_496, 210, 52)),
+        TurnFinished(turn=1, reason="answer", steps=3, wall=4.0, ts=T + 4),
+    ]
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))

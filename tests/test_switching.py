@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support import Recorder, scenario_file
-
 from hotloop.agent.events import Notice, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.prompt import system_prompt
 from hotloop.config import Choice, Config, SimSettings
+from hotloop.core.runtime import Runtime
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.conversation import (
     AssistantMessage,
@@ -22,16 +21,22 @@ from hotloop.providers.conversation import (
     portable_call_id,
 )
 from hotloop.providers.events import ReasoningSignature
-from hotloop.core.runtime import Runtime
 from hotloop.sessions.log import SessionLog
+
+from support import Recorder, scenario_file
 
 # The simulator's generation prompt: the only part of an Anthropic prompt after its newest breakpoint.
 GENERATION_PROMPT_TOKENS = 4
 
 
 def sim_config(tmp_path: Path, scenario: list[dict] | None = None, cache_min_tokens: int = 256) -> Config:
-    sim = SimSettings(ttft_ms=0, prefill_us_per_token=0, decode_ms_per_token=0, cache_min_tokens=cache_min_tokens,
-                      scenario=scenario_file(tmp_path, scenario) if scenario else None)
+    sim = SimSettings(
+        ttft_ms=0,
+        prefill_us_per_token=0,
+        decode_ms_per_token=0,
+        cache_min_tokens=cache_min_tokens,
+        scenario=scenario_file(tmp_path, scenario) if scenario else None,
+    )
     return Config(path=tmp_path / "config.toml", loaded=False, sim=sim)
 
 
@@ -63,7 +68,9 @@ async def test_openai_to_anthropic_and_back_keeps_one_conversation(tmp_path: Pat
     assert all(any(step.tool_count for step in steps_of(recorder, turn)) for turn in (1, 2, 3))
     assert {tool.status for tool in recorder.of(ToolFinished)} == {"ok"}
     requests = list(runtime.simulator.server.requests)
-    assert [r.path for r in requests] == ["/v1/chat/completions"] * 3 + ["/v1/messages"] * 2 + ["/v1/chat/completions"] * 2
+    assert [r.path for r in requests] == ["/v1/chat/completions"] * 3 + ["/v1/messages"] * 2 + [
+        "/v1/chat/completions"
+    ] * 2
     assert len(requests) == len(recorder.of(StepFinished))  # every request was accepted
     # Each provider saw the whole conversation: the Anthropic request carries turn 1's calls and results.
     first_anthropic = json.loads(requests[3].body)
@@ -81,7 +88,9 @@ async def test_openai_to_anthropic_and_back_keeps_one_conversation(tmp_path: Pat
 
     # The cost of each switch: the conversation so far, all cold on a new provider...
     last_of_turn_1 = steps_of(recorder, 1)[-1].usage
-    assert to_anthropic.context_tokens == to_anthropic.cold_tokens == last_of_turn_1.prompt_total + last_of_turn_1.output
+    assert (
+        to_anthropic.context_tokens == to_anthropic.cold_tokens == last_of_turn_1.prompt_total + last_of_turn_1.output
+    )
     # ...and only what was added since, on a provider that has seen the start.
     last_of_turn_2 = steps_of(recorder, 2)[-1].usage
     assert back.context_tokens == last_of_turn_2.prompt_total + last_of_turn_2.output
@@ -115,7 +124,10 @@ async def test_a_broken_history_is_repaired_before_sending_and_the_log_says_so(t
     assert "dropped a result for call toolu_zz (grep)" in notice.message
     assert any(b'"type":"notice"' in line and b"toolu_zz" in line for line in log.path.read_bytes().splitlines())
     assert [type(m).__name__ for m in agent.messages[:4]] == [
-        "UserMessage", "AssistantMessage", "ToolResultMessage", "ToolResultMessage"
+        "UserMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "ToolResultMessage",
     ]
     assert agent.messages[3].is_error and agent.messages[3].call_id == "toolu_b"
 
@@ -144,8 +156,9 @@ async def test_overloaded_mid_stream_keeps_the_partial_answer_marked(tmp_path: P
 
 
 async def test_thinking_blocks_go_back_signed_through_a_tool_loop(sim, workspace: Path) -> None:
-    provider = AnthropicProvider(name="claude", model="sim-fast", base_url=sim.url, max_retries=0,
-                                 thinking_budget=1024, max_tokens=4096)
+    provider = AnthropicProvider(
+        name="claude", model="sim-fast", base_url=sim.url, max_retries=0, thinking_budget=1024, max_tokens=4096
+    )
     recorder = Recorder()
     from hotloop.agent.tools.builtins import builtin_tools
     from hotloop.agent.tools.registry import ToolRegistry
@@ -168,8 +181,13 @@ def anthropic_request_body(**options: object) -> dict:
     provider = AnthropicProvider(name="a", model="m", base_url="http://127.0.0.1:9", **options)  # type: ignore[arg-type]
     tools = tuple(ToolSpec(name, "d", {"type": "object"}) for name in ("grep", "read_file"))
     call = ToolCall("toolu_1", "grep", '{"pattern": "x"}')
-    messages = (UserMessage("find x"), AssistantMessage("Looking.", tool_calls=(call,)),
-                ToolResultMessage("toolu_1", "grep", "x:1"), AssistantMessage("Found it."), UserMessage("thanks"))
+    messages = (
+        UserMessage("find x"),
+        AssistantMessage("Looking.", tool_calls=(call,)),
+        ToolResultMessage("toolu_1", "grep", "x:1"),
+        AssistantMessage("Found it."),
+        UserMessage("thanks"),
+    )
     return json.loads(provider.request_body(ChatRequest(system=system_prompt(), tools=tools, messages=messages)))
 
 
@@ -219,10 +237,16 @@ async def test_prompt_cache_key_goes_only_where_asked(sim, workspace: Path) -> N
     from hotloop.providers.openai_chat import OpenAIChatProvider
 
     for routed in (True, False):
-        provider = OpenAIChatProvider(name="o", model="sim-fast", base_url=sim.base_url, max_retries=0,
-                                      prompt_cache_key=routed)
-        agent = Agent(provider, Runtime(sim_config(workspace)).tools, emit=Recorder(), workspace=workspace,
-                      cache_key="session-123")
+        provider = OpenAIChatProvider(
+            name="o", model="sim-fast", base_url=sim.base_url, max_retries=0, prompt_cache_key=routed
+        )
+        agent = Agent(
+            provider,
+            Runtime(sim_config(workspace)).tools,
+            emit=Recorder(),
+            workspace=workspace,
+            cache_key="session-123",
+        )
         await agent.run_turn("hello")
         await provider.aclose()
         body = json.loads(sim.server.requests[-1].body)
@@ -246,7 +270,10 @@ def test_the_switch_cost_reads_right_in_every_case() -> None:
     warmth = CacheWarmth()
     assert describe_cost(*warmth.cost("a", "m")) == "nothing to prefill yet"
     warmth.record("a", "m", UsageLedger(prompt_total=1_000, output=200))
-    assert describe_cost(*warmth.cost("b", "m")) == "~1,200 prompt tokens to prefill uncached (its cache is cold for this conversation)"
+    assert (
+        describe_cost(*warmth.cost("b", "m"))
+        == "~1,200 prompt tokens to prefill uncached (its cache is cold for this conversation)"
+    )
     assert describe_cost(*warmth.cost("a", "m")).startswith("none of the ~1,200 prompt tokens is new to its cache")
     warmth.record("b", "m", UsageLedger(prompt_total=1_500, output=100))
     assert describe_cost(*warmth.cost("a", "m")) == (

@@ -9,32 +9,41 @@ from pathlib import Path
 
 import openai
 import pytest
-from support import Recorder, scenario_file, start_sim
 
 from hotloop.agent.events import Notice, SessionTitled, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
 from hotloop.cli import main
 from hotloop.config import Choice, Config, RoutingSettings, SimSettings, resolve
+from hotloop.core.routing import Router
+from hotloop.core.runtime import Runtime
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.server_metrics import ServerWatch, parse_metrics
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.vllm import discover, scrape
-from hotloop.core.routing import Router
-from hotloop.core.runtime import Runtime
 from hotloop.sessions.store import list_sessions, read_session
 
-
-def config_with(tmp_path: Path, scenario: list[dict] | None = None, routing: RoutingSettings | None = None,
-                **sim: object) -> Config:
-    settings = SimSettings(ttft_ms=0, prefill_us_per_token=0, decode_ms_per_token=0,
-                           scenario=scenario_file(tmp_path, scenario) if scenario else None)
-    return Config(path=tmp_path / "config.toml", loaded=False, sim=replace(settings, **sim),
-                  routing=routing or RoutingSettings())
+from support import Recorder, scenario_file, start_sim
 
 
-async def agent_and_router(config: Config, workspace: Path, choice: Choice = Choice()) -> tuple[Agent, Router, Recorder]:
+def config_with(
+    tmp_path: Path, scenario: list[dict] | None = None, routing: RoutingSettings | None = None, **sim: object
+) -> Config:
+    settings = SimSettings(
+        ttft_ms=0,
+        prefill_us_per_token=0,
+        decode_ms_per_token=0,
+        scenario=scenario_file(tmp_path, scenario) if scenario else None,
+    )
+    return Config(
+        path=tmp_path / "config.toml", loaded=False, sim=replace(settings, **sim), routing=routing or RoutingSettings()
+    )
+
+
+async def agent_and_router(
+    config: Config, workspace: Path, choice: Choice = Choice()
+) -> tuple[Agent, Router, Recorder]:
     runtime = Runtime(config)
     provider = await runtime.connect(resolve(config, choice))
     recorder = Recorder()
@@ -130,11 +139,14 @@ async def test_lanes_hold_background_work_until_no_interactive_request_is_in_fli
     assert lanes.preemptions == 1
 
 
-@pytest.mark.parametrize(("policy", "lanes", "title_first"), [
-    ("priority", "on", False),           # the client holds the title back until the turn's request is done
-    ("priority", "server only", False),  # sent at once, with priority 10: the server admits the turn first
-    ("fcfs", "off", True),               # neither: the title, queued first, is served first
-])
+@pytest.mark.parametrize(
+    ("policy", "lanes", "title_first"),
+    [
+        ("priority", "on", False),  # the client holds the title back until the turn's request is done
+        ("priority", "server only", False),  # sent at once, with priority 10: the server admits the turn first
+        ("fcfs", "off", True),  # neither: the title, queued first, is served first
+    ],
+)
 async def test_a_title_queued_behind_a_busy_server_is_served_after_the_interactive_turn(
     tmp_path: Path, workspace: Path, policy: str, lanes: str, title_first: bool
 ) -> None:
@@ -146,8 +158,9 @@ async def test_a_title_queued_behind_a_busy_server_is_served_after_the_interacti
     try:
         await router.runtime.server_of(agent.provider)
         agent.provider.send_priority = lanes != "off"
-        hold = asyncio.create_task(blocker.chat.completions.create(
-            model="sim-fast", messages=[{"role": "user", "content": "write 60 words"}]))
+        hold = asyncio.create_task(
+            blocker.chat.completions.create(model="sim-fast", messages=[{"role": "user", "content": "write 60 words"}])
+        )
         while server.admission.running < 1:
             await asyncio.sleep(0.005)
         title = asyncio.create_task(router.title([UserMessage("Read README.md")]))
@@ -168,8 +181,12 @@ async def test_a_server_without_priority_scheduling_stops_getting_the_field(tmp_
     try:
         provider.server = await discover(provider)
         provider.send_priority = provider.server.takes_priority
-        request = ChatRequest(system="Write a title of at most six words.", tools=(),
-                              messages=(UserMessage("User: hello there"),), background=True)
+        request = ChatRequest(
+            system="Write a title of at most six words.",
+            tools=(),
+            messages=(UserMessage("User: hello there"),),
+            background=True,
+        )
         events = [event async for event in provider.stream(request)]
     finally:
         await provider.aclose()
@@ -199,8 +216,10 @@ async def test_discovery_and_the_panel_figures_come_from_the_servers_own_endpoin
         sim.stop()
     assert (info.kind, info.label, info.healthy, info.has_metrics) == ("vllm", "vLLM", True, True)
     assert info.max_model_len("sim-balanced") == 32_768
-    totals = {name: sum(float(line.split()[-1]) for line in raw.splitlines() if line.startswith(name + "{"))
-              for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")}
+    totals = {
+        name: sum(float(line.split()[-1]) for line in raw.splitlines() if line.startswith(name + "{"))
+        for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+    }
     assert stats.hit_rate_session == totals["vllm:prefix_cache_hits_total"] / totals["vllm:prefix_cache_queries_total"]
     assert 0.5 < stats.hit_rate_session < 1
     assert stats.running == 0 and stats.waiting == 0 and stats.ttft_p50 is not None and stats.ttft_p95 >= stats.ttft_p50
@@ -209,31 +228,49 @@ async def test_discovery_and_the_panel_figures_come_from_the_servers_own_endpoin
 
 def test_sglang_and_llama_cpp_report_what_they_have() -> None:
     sglang = parse_metrics(
-        "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"q\"} 3\n"
-        "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"q\"} 2\n"
-        "# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=\"q\"} 0.25\n"
-        "# TYPE sglang:cache_hit_rate gauge\nsglang:cache_hit_rate{model_name=\"q\"} 0.8\n"
-        "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"q\"} 2.5\n", at=0)
+        '# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name="q"} 3\n'
+        '# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name="q"} 2\n'
+        '# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name="q"} 0.25\n'
+        '# TYPE sglang:cache_hit_rate gauge\nsglang:cache_hit_rate{model_name="q"} 0.8\n'
+        '# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name="q"} 2.5\n',
+        at=0,
+    )
     stats = ServerWatch().observe(sglang)
-    assert (stats.running, stats.waiting, stats.kv_usage, stats.hit_rate_session, stats.spec_length) == (3, 2, 0.25, 0.8, 2.5)
+    assert (stats.running, stats.waiting, stats.kv_usage, stats.hit_rate_session, stats.spec_length) == (
+        3,
+        2,
+        0.25,
+        0.8,
+        2.5,
+    )
     assert stats.ttft_p50 is None and stats.spec_acceptance is None
-    llama = ServerWatch().observe(parse_metrics(
-        "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n"
-        "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.5\n", at=0))
+    llama = ServerWatch().observe(
+        parse_metrics(
+            "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n"
+            "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.5\n",
+            at=0,
+        )
+    )
     assert (llama.running, llama.kv_usage, llama.hit_rate_session, llama.waiting) == (1, 0.5, None, None)
 
 
 def test_ttft_percentiles_and_speculative_decoding_follow_prometheus_arithmetic() -> None:
     def scrape_text(counts: tuple[int, int, int], drafts: int, accepted: int) -> str:
-        buckets = "".join(f'vllm:time_to_first_token_seconds_bucket{{le="{le}",model_name="m"}} {n}\n'
-                          for le, n in zip(("0.1", "0.5", "+Inf"), counts, strict=True))
-        return ("# TYPE vllm:time_to_first_token_seconds histogram\n" + buckets
-                + f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {counts[-1]}\n'
-                + "# TYPE vllm:spec_decode_num_drafts counter\n" + f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {drafts}\n'
-                + "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
-                + f'vllm:spec_decode_num_draft_tokens_total{{model_name="m"}} {drafts * 4}\n'
-                + "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
-                + f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {accepted}\n')
+        buckets = "".join(
+            f'vllm:time_to_first_token_seconds_bucket{{le="{le}",model_name="m"}} {n}\n'
+            for le, n in zip(("0.1", "0.5", "+Inf"), counts, strict=True)
+        )
+        return (
+            "# TYPE vllm:time_to_first_token_seconds histogram\n"
+            + buckets
+            + f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {counts[-1]}\n'
+            + "# TYPE vllm:spec_decode_num_drafts counter\n"
+            + f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {drafts}\n'
+            + "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+            + f'vllm:spec_decode_num_draft_tokens_total{{model_name="m"}} {drafts * 4}\n'
+            + "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+            + f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {accepted}\n'
+        )
 
     watch = ServerWatch()
     watch.observe(parse_metrics(scrape_text((50, 50, 50), 10, 20), at=0))  # before the session: not counted
@@ -244,14 +281,20 @@ def test_ttft_percentiles_and_speculative_decoding_follow_prometheus_arithmetic(
     assert stats.spec_acceptance == pytest.approx(50 / 80) and stats.spec_length == pytest.approx(1 + 50 / 20)
 
 
-def test_a_server_that_hides_cached_tokens_gets_one_hint(tmp_path: Path, workspace: Path, isolated_home: Path,
-                                                         capsys) -> None:
-    steps = [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
-             {"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"text": "done"}]
+def test_a_server_that_hides_cached_tokens_gets_one_hint(
+    tmp_path: Path, workspace: Path, isolated_home: Path, capsys
+) -> None:
+    steps = [
+        {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
+        {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
+        {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
+        {"text": "done"},
+    ]
     (isolated_home / "steps.json").write_text(json.dumps(steps))
     (isolated_home / "config.toml").write_text(
-        f'[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\nprompt_tokens_details = false\n'
-        f'scenario = "{isolated_home / "steps.json"}"\n[routing]\ntitles = false\n')
+        f"[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\nprompt_tokens_details = false\n"
+        f'scenario = "{isolated_home / "steps.json"}"\n[routing]\ntitles = false\n'
+    )
     assert main(["run", "look around"]) == 0
     err = capsys.readouterr().err
     hints = [line for line in err.splitlines() if "--enable-prompt-tokens-details" in line]
@@ -266,9 +309,15 @@ def test_the_vllm_recipe_fits_the_model_family_and_explains_every_flag(capsys) -
     assert main(["vllm", "recipe", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", "2", "--spec", "ngram"]) == 0
     command, _, why = capsys.readouterr().out.partition("\n\nWhy each flag:\n")
     assert command.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct \\\n")
-    for flag in ("--enable-prefix-caching", "--enable-prompt-tokens-details", "--enable-auto-tool-choice",
-                 "--tool-call-parser llama3_json", "--scheduling-policy priority", "--tensor-parallel-size 2",
-                 "--speculative-config '{\"method\":\"ngram\""):
+    for flag in (
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser llama3_json",
+        "--scheduling-policy priority",
+        "--tensor-parallel-size 2",
+        '--speculative-config \'{"method":"ngram"',
+    ):
         assert flag in command
     flags = [line.split()[-1] if line.endswith("\\") else line for line in command.splitlines()[1:]]
     assert len([line for line in why.splitlines() if line.startswith("  --")]) == len(flags)

@@ -6,17 +6,17 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tui_support import idle, running_app, send, wait_until, write_config
-
 from hotloop.agent.events import TextDelta, decode
 from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.providers.conversation import AssistantMessage
 from hotloop.providers.server_metrics import ServerStats
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem
-from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.streaming_text import StreamingText
 from hotloop.tui.widgets.tool_pane import ToolPane
+
+from tui_support import idle, running_app, send, wait_until, write_config
 
 
 def items_of(app: Any, kind: type) -> list:
@@ -89,8 +89,9 @@ async def test_the_usage_strip_shows_the_simulators_own_numbers(isolated_home: P
         assert [s.usage.prompt_total for s in steps] == [r.prompt_tokens for r in requests]
         assert steps[0].usage.cache_read is None  # a miss: vLLM reports no details, shown as such
         assert steps[1].usage.cache_read == requests[1].cached_tokens > 0
-        first, second = (strip.text for item in items_of(app, UsageItem)
-                         for strip in item.render(app.transcript.context(120)).lines)
+        first, second = (
+            strip.text for item in items_of(app, UsageItem) for strip in item.render(app.transcript.context(120)).lines
+        )
         assert f"prompt {requests[0].prompt_tokens:,} · cache not reported" in first
         assert f"read {requests[1].cached_tokens:,}" in second
         assert app.status.totals.prompt == sum(r.prompt_tokens for r in requests)
@@ -149,10 +150,13 @@ async def test_escape_mid_stream_leaves_a_valid_conversation(isolated_home: Path
 
 async def test_copy_keys_expand_entries_and_walk_history(isolated_home: Path) -> None:
     (isolated_home / "notes.md").write_text("note")
-    write_config(isolated_home, [
-        {"tool_calls": [{"name": "read_file", "arguments": {"path": "x.md"}}]},
-        {"text": "Here:\n\n```python\nprint('hi')\n```\n"},
-    ])
+    write_config(
+        isolated_home,
+        [
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "x.md"}}]},
+            {"text": "Here:\n\n```python\nprint('hi')\n```\n"},
+        ],
+    )
     async with running_app() as (app, pilot):
         await send(app, pilot, "show me")
         await idle(app, pilot)
@@ -217,7 +221,9 @@ async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None
 
 
 async def test_links_open_on_click_and_the_theme_redraws_the_transcript(isolated_home: Path) -> None:
-    write_config(isolated_home, [{"text": "See [the docs](https://example.com/docs) for more.\n\n```python\nx = 1\n```"}])
+    write_config(
+        isolated_home, [{"text": "See [the docs](https://example.com/docs) for more.\n\n```python\nx = 1\n```"}]
+    )
     opened: list[str] = []
     async with running_app() as (app, pilot):
         app.open_url = lambda url, new_tab=True: opened.append(url)  # type: ignore[method-assign]
@@ -283,7 +289,9 @@ async def test_mouse_selection_copies_the_selected_text(isolated_home: Path) -> 
         assert app.clipboard == "alpha beta gamma delta\n\nsecond paragraph"
 
 
-async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_turn(isolated_home: Path, tmp_path: Path) -> None:
+async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_turn(
+    isolated_home: Path, tmp_path: Path
+) -> None:
     """Three turns with tool calls on sim (OpenAI API), sim-anthropic, then sim again: every request is accepted."""
     workspace = tmp_path / "project"
     workspace.mkdir()
@@ -291,8 +299,11 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
     (workspace / "pyproject.toml").write_text('[project]\nname = "project"\n')
     write_config(isolated_home, sim="cache_min_tokens = 512\n")
     async with running_app(workspace=workspace) as (app, pilot):
-        for prompt, provider in (("read README.md then grep for TODO", "sim-anthropic"),
-                                 ("read pyproject.toml", "sim"), ("list the files in .", None)):
+        for prompt, provider in (
+            ("read README.md then grep for TODO", "sim-anthropic"),
+            ("read pyproject.toml", "sim"),
+            ("list the files in .", None),
+        ):
             await send(app, pilot, prompt)
             await idle(app, pilot)
             if provider:
@@ -301,15 +312,19 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
         requests = list(app.session.runtime.simulator.server.requests)
         usage = [item.step.usage for item in items_of(app, UsageItem)]
         notices = items_of(app, NoticeItem)
-        strips = [" ".join(strip.text.strip() for strip in item.render(app.transcript.context(150)).lines)
-                  for item in items_of(app, UsageItem)]
+        strips = [
+            " ".join(strip.text.strip() for strip in item.render(app.transcript.context(150)).lines)
+            for item in items_of(app, UsageItem)
+        ]
         tools = items_of(app, ToolCallsItem)
 
     assert [r.path.rsplit("/", 1)[-1] for r in requests] == ["completions"] * 3 + ["messages"] * 2 + ["completions"] * 2
     assert len(usage) == len(requests) and {n.level for n in notices} == {"info"}  # no request failed
     assert [u.prompt_total for u in usage] == [r.prompt_tokens for r in requests]
     anthropic = usage[3:5]
-    assert [(u.cache_read, u.cache_write) for u in anthropic] == [(r.cached_tokens, r.cache_write_tokens) for r in requests[3:5]]
+    assert [(u.cache_read, u.cache_write) for u in anthropic] == [
+        (r.cached_tokens, r.cache_write_tokens) for r in requests[3:5]
+    ]
     assert anthropic[0].cache_read == 0 and anthropic[0].cache_write == anthropic[0].prompt_total - 4
     # The second step reads all the first one wrote: the previous step's whole prefix.
     assert anthropic[1].cache_read == anthropic[0].cache_write
@@ -320,8 +335,10 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
     assert usage[5].cache_read >= usage[2].prompt_total - 16
     switched = [n.message for n in notices if n.message.startswith("switched ")]
     turn_one_size = usage[2].prompt_total + usage[2].output
-    assert switched[0] == (f"switched sim · sim-balanced → sim-anthropic · sim-balanced: ~{turn_one_size:,} prompt tokens "
-                           "to prefill uncached (its cache is cold for this conversation)")
+    assert switched[0] == (
+        f"switched sim · sim-balanced → sim-anthropic · sim-balanced: ~{turn_one_size:,} prompt tokens "
+        "to prefill uncached (its cache is cold for this conversation)"
+    )
     assert switched[1].startswith("switched sim-anthropic · sim-balanced → sim · sim-balanced: ~")
     assert len(tools) == 4 and all(call.status == "ok" for item in tools for call in item.calls)
     assert sum(type(e).__name__ == "ProviderSwitched" for e in logged_events(isolated_home)) == 2
@@ -345,8 +362,10 @@ async def test_the_server_panel_shows_the_simulators_own_hit_rate(isolated_home:
         await idle(app, pilot)
         url = app.session.runtime.simulator.url + "/metrics"
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
-        totals = {name: sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
-                  for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")}
+        totals = {
+            name: sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
+            for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+        }
         expected = totals["vllm:prefix_cache_hits_total"] / totals["vllm:prefix_cache_queries_total"]
         assert expected > 0
         # The session scrapes again as the turn ends; the panel draws what that scrape said.

@@ -15,11 +15,18 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.figures import SessionTotals
-from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, UsageLedger
+from hotloop.core.slash import Slash, SlashError, parse
+from hotloop.providers.events import (
+    ReasoningDelta,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    UsageLedger,
+)
 from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, tools_summary, usage_text
-from hotloop.core.slash import Slash, SlashError, parse
 
 PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
 
@@ -35,16 +42,30 @@ def context(width: int = 80) -> RenderContext:
 
 
 def step(n: int, usage: UsageLedger | None, tools: int = 0) -> StepFinished:
-    return StepFinished(turn=1, step=n, usage=usage, ttft=0.1, decode_tps=50.0, model_time=1.0, wall=1.5,
-                        tool_count=tools, tool_sum=2.0 * tools, tool_wall=1.0 if tools else 0.0, finish_reason="stop")
+    return StepFinished(
+        turn=1,
+        step=n,
+        usage=usage,
+        ttft=0.1,
+        decode_tps=50.0,
+        model_time=1.0,
+        wall=1.5,
+        tool_count=tools,
+        tool_sum=2.0 * tools,
+        tool_wall=1.0 if tools else 0.0,
+        finish_reason="stop",
+    )
 
 
 def test_a_step_folds_into_answer_tool_calls_and_usage() -> None:
     events = [
         TurnStarted(turn=1, prompt="go"),
-        ReasoningDelta("think "), ReasoningDelta("first"),
+        ReasoningDelta("think "),
+        ReasoningDelta("first"),
         TextDelta("Reading."),
-        ToolCallStarted(0, "c1", "read_file"), ToolCallArgsDelta(0, "c1", '{"path": '), ToolCallArgsDelta(0, "c1", '"a"}'),
+        ToolCallStarted(0, "c1", "read_file"),
+        ToolCallArgsDelta(0, "c1", '{"path": '),
+        ToolCallArgsDelta(0, "c1", '"a"}'),
         ToolCallReady(0, "c1", "read_file", '{"path": "a"}'),
         ToolStarted(call_id="c1", name="read_file", arguments='{"path": "a"}', ts=10.0),
         ToolOutput(call_id="c1", text="line 1"),
@@ -58,20 +79,33 @@ def test_a_step_folds_into_answer_tool_calls_and_usage() -> None:
     assert (answer.text, answer.reasoning, answer.interrupted) == ("Reading.", "think first", False)
     (call,) = tools.calls
     assert (call.name, call.arguments, call.status, call.started, call.output, call.result) == (
-        "read_file", '{"path": "a"}', "ok", 10.0, ["line 1"], "A")
+        "read_file",
+        '{"path": "a"}',
+        "ok",
+        10.0,
+        ["line 1"],
+        "A",
+    )
 
 
 def test_a_cancelled_turn_keeps_the_partial_answer_and_cancels_open_calls() -> None:
     fold = TranscriptFold()
-    for event in [TurnStarted(turn=1, prompt="go"), TextDelta("half an ans"),
-                  ToolCallStarted(0, "c1", "grep"), ToolCallReady(0, "c1", "grep", "{}"),
-                  ToolStarted(call_id="c1", name="grep", arguments="{}")]:
+    for event in [
+        TurnStarted(turn=1, prompt="go"),
+        TextDelta("half an ans"),
+        ToolCallStarted(0, "c1", "grep"),
+        ToolCallReady(0, "c1", "grep", "{}"),
+        ToolStarted(call_id="c1", name="grep", arguments="{}"),
+    ]:
         fold.apply(event)
     items = [item for item, _ in fold.apply(TurnFinished(turn=1, reason="cancelled", steps=1, wall=1.0))]
     answer, tools, notice = items
     assert isinstance(answer, AnswerItem) and answer.interrupted and answer.text == "half an ans"
     assert isinstance(tools, ToolCallsItem) and tools.calls[0].status == "cancelled"
-    assert isinstance(notice, NoticeItem) and notice.message == "turn cancelled; 1 unfinished tool call got a cancelled result"
+    assert (
+        isinstance(notice, NoticeItem)
+        and notice.message == "turn cancelled; 1 unfinished tool call got a cancelled result"
+    )
     assert fold.apply(TurnFinished(turn=2, reason="answer", steps=1, wall=1.0)) == []
     assert fold.apply(Notice(level="error", message="boom"))[0][0] == NoticeItem("error", "boom")
 
@@ -107,18 +141,24 @@ def plain(text) -> str:  # type: ignore[no-untyped-def]
 def test_usage_never_shows_a_missing_figure_as_zero() -> None:
     assert plain(usage_text(None, PALETTE)) == "prompt not reported"
     assert plain(usage_text(UsageLedger(prompt_total=500, output=None), PALETTE)) == (
-        "prompt 500 · cache not reported · out not reported")
-    full = plain(usage_text(UsageLedger(prompt_total=1000, cache_read=750, cache_write=200, uncached=50, output=7), PALETTE))
+        "prompt 500 · cache not reported · out not reported"
+    )
+    full = plain(
+        usage_text(UsageLedger(prompt_total=1000, cache_read=750, cache_write=200, uncached=50, output=7), PALETTE)
+    )
     assert full == "prompt 1,000 ▕████████▏ read 750 · write 200 · uncached 50 · out 7"
     assert plain(usage_text(UsageLedger(prompt_total=100, cache_read=0, uncached=100, output=3), PALETTE)).startswith(
-        "prompt 100 ▕░░░░░░░░▏ read 0 ·")
+        "prompt 100 ▕░░░░░░░░▏ read 0 ·"
+    )
 
 
 def test_a_prompt_below_the_cache_minimum_is_not_shown_as_a_miss() -> None:
     from hotloop.agent.figures import prompt_breakdown
 
     short = UsageLedger(prompt_total=900, cache_read=0, cache_write=0, uncached=900, output=3).with_cache_minimum(1024)
-    assert plain(usage_text(short, PALETTE)) == "prompt 900 · below cache minimum (1,024): not cached, not a miss · out 3"
+    assert (
+        plain(usage_text(short, PALETTE)) == "prompt 900 · below cache minimum (1,024): not cached, not a miss · out 3"
+    )
     assert prompt_breakdown(short) == "prompt 900 (below cache minimum 1,024: not cached)"
     # A long enough prompt that read nothing is a miss, and says so.
     long = UsageLedger(prompt_total=2000, cache_read=0, cache_write=0, uncached=2000, output=3).with_cache_minimum(1024)
@@ -134,17 +174,31 @@ def test_switches_and_server_tools_fold_into_notes() -> None:
     from hotloop.providers.events import ServerToolUsed
 
     events = [
-        ProviderSwitched(provider="sim-anthropic", model="m2", previous_provider="sim", previous_model="m1",
-                         context_tokens=3412, cold_tokens=3412),
+        ProviderSwitched(
+            provider="sim-anthropic",
+            model="m2",
+            previous_provider="sim",
+            previous_model="m1",
+            context_tokens=3412,
+            cold_tokens=3412,
+        ),
         TurnStarted(turn=1, prompt="sum squares"),
         ServerToolUsed("srv_1", "bash_code_execution", '{"command": "seq 3"}'),
         TextDelta("It is 14."),
         step(1, UsageLedger(prompt_total=10, output=3)),
     ]
     items = [item for item, _ in fold_session(events)]
-    assert [type(item).__name__ for item in items] == ["NoticeItem", "UserItem", "AnswerItem", "NoticeItem", "UsageItem"]
-    assert items[0].message == ("switched sim · m1 → sim-anthropic · m2: ~3,412 prompt tokens to prefill uncached "
-                                "(its cache is cold for this conversation)")
+    assert [type(item).__name__ for item in items] == [
+        "NoticeItem",
+        "UserItem",
+        "AnswerItem",
+        "NoticeItem",
+        "UsageItem",
+    ]
+    assert items[0].message == (
+        "switched sim · m1 → sim-anthropic · m2: ~3,412 prompt tokens to prefill uncached "
+        "(its cache is cold for this conversation)"
+    )
     assert items[3].message == '⚙ bash_code_execution ran on the provider\'s side: {"command": "seq 3"}'
 
 

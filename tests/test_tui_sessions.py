@@ -7,13 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from support import Recorder, killed_mid_answer, sim_with_scenario
-from tui_support import idle, running_app, send, wait_until, write_config
-
-from hotloop.agent.events import ToolFinished, ToolStarted, TurnFinished
+from hotloop.agent.events import ToolFinished, ToolStarted, TurnFinished, fan_out
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
-from hotloop.agent.events import fan_out
 from hotloop.core.session import SessionOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionLog
@@ -22,6 +18,9 @@ from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem
 from hotloop.tui.replay_app import ReplayApp
 from hotloop.tui.screens.replay import ReplayScreen
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
+
+from support import Recorder, killed_mid_answer, sim_with_scenario
+from tui_support import idle, running_app, send, wait_until, write_config
 
 PAUSES = (0.6, 0.4, 0.8)
 
@@ -46,8 +45,12 @@ async def record_parallel_session(tmp_path: Path, folder: Path) -> tuple[Path, l
     provider = OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0)
     try:
         with SessionLog.create(folder, provider="sim", model="sim-fast", workspace=tmp_path) as log:
-            agent = Agent(provider, ToolRegistry([Tool("pause", "Pause.", schema, pause)]),
-                          emit=fan_out(Recorder(), log.write), workspace=tmp_path)
+            agent = Agent(
+                provider,
+                ToolRegistry([Tool("pause", "Pause.", schema, pause)]),
+                emit=fan_out(Recorder(), log.write),
+                workspace=tmp_path,
+            )
             await agent.run_turn("pause three times")
     finally:
         await provider.aclose()

@@ -47,7 +47,9 @@ async def idle(app: HotloopApp, pilot: Pilot[None]) -> None:
 
 
 @asynccontextmanager
-async def running_app(size: tuple[int, int] = (100, 30), **options: Any) -> AsyncIterator[tuple[HotloopApp, Pilot[None]]]:
+async def running_app(
+    size: tuple[int, int] = (100, 30), **options: Any
+) -> AsyncIterator[tuple[HotloopApp, Pilot[None]]]:
     app = HotloopApp(load_config(), **options)
     async with app.run_test(size=size) as pilot:
         await connected(app)

@@ -24,6 +24,7 @@ from textual.theme import Theme
 from textual.widgets import Footer, OptionList
 from textual.worker import Worker, WorkerState
 
+from hotloop import InputError
 from hotloop.agent.events import (
     AgentEvent,
     Notice,
@@ -33,7 +34,6 @@ from hotloop.agent.events import (
     StepStarted,
     TurnFinished,
 )
-from hotloop import InputError
 from hotloop.agent.figures import SessionTotals
 from hotloop.config import Choice, Config
 from hotloop.core.markdown_blocks import code_blocks
@@ -61,11 +61,12 @@ def _import_engine() -> None:
 
     They are not needed for the first paint, but would stall the first request or answer.
     """
-    import hotloop.agent.loop  # noqa: F401
-    import hotloop.core.resumption  # noqa: F401
-    import hotloop.core.routing  # noqa: F401
-    import hotloop.core.runtime  # noqa: F401
     import openai  # noqa: F401
+
+    import hotloop.agent.loop
+    import hotloop.core.resumption
+    import hotloop.core.routing
+    import hotloop.core.runtime  # noqa: F401
     from hotloop.tui.render import warm_up
 
     warm_up()

@@ -8,7 +8,15 @@ from its log, with no widgets at all).
 
 from __future__ import annotations
 
-from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepFinished, StepStarted, TurnFinished, TurnStarted
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    ProviderSwitched,
+    StepFinished,
+    StepStarted,
+    TurnFinished,
+    TurnStarted,
+)
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import TextDelta
 from hotloop.sessions.projection import CUT_SHORT, FINAL, CallRecord, Projection, StepRecord
@@ -74,7 +82,11 @@ class TranscriptFold:
         stopped = sum(call.status not in FINAL for call in step.calls.values()) if step is not None else 0
         items = self._close(step, None)
         if event.reason == "cancelled":
-            calls = f"; {stopped} unfinished tool call{'s' if stopped != 1 else ''} got a cancelled result" if stopped else ""
+            calls = (
+                f"; {stopped} unfinished tool call{'s' if stopped != 1 else ''} got a cancelled result"
+                if stopped
+                else ""
+            )
             items.append((NoticeItem("warning", f"turn cancelled{calls}"), 1))
         return items
 

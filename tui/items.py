@@ -160,7 +160,9 @@ class ToolCallsItem(Item):
         shown = body[:EXPANDED_OUTPUT_LINES]
         text.append("\n" + "\n".join(shown) if shown else "\n(no output)")
         if len(body) > len(shown):
-            text.append(f"\n… {len(body) - len(shown):,} more lines (c copies them all)", Style.parse(ctx.palette.muted))
+            text.append(
+                f"\n… {len(body) - len(shown):,} more lines (c copies them all)", Style.parse(ctx.palette.muted)
+            )
         return text_lines(text, ctx)
 
     def toggle(self, key: str) -> None:

@@ -22,8 +22,21 @@ INLINE_READ_BYTES = 256 * 1024
 LIST_ENTRIES = 500
 GREP_MATCHES = 200
 GREP_FILE_BYTES = 2_000_000
-SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache",
-                          ".pytest_cache", ".ruff_cache", ".tox"})
+SKIPPED_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+    }
+)
 
 
 def resolve(workspace: Path, raw: Any) -> Path:

@@ -96,7 +96,8 @@ def parse_messages(body: Any) -> MessagesCall:
         reader.mark_last(body["cache_control"])  # automatic caching: the last cacheable block
     if reader.breakpoints > MAX_BREAKPOINTS:
         raise AnthropicError(
-            400, f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {reader.breakpoints}."
+            400,
+            f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {reader.breakpoints}.",
         )
     reader.add(_GENERATION_PROMPT)
     request = SimRequest(
@@ -116,17 +117,22 @@ def _is_int(value: Any) -> bool:
 
 
 def _thinking(raw: Any, max_tokens: int) -> bool:
-    if raw is None or isinstance(raw, dict) and raw.get("type") == "disabled":
+    if raw is None or (isinstance(raw, dict) and raw.get("type") == "disabled"):
         return False
     if not isinstance(raw, dict) or raw.get("type") not in ("enabled", "adaptive"):
-        raise AnthropicError(400, "thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled', 'adaptive'")
+        raise AnthropicError(
+            400, "thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled', 'adaptive'"
+        )
     if raw["type"] == "adaptive":
         return True
     budget = raw.get("budget_tokens")
     if not _is_int(budget) or budget < 1024:
         raise AnthropicError(400, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
     if budget >= max_tokens:
-        raise AnthropicError(400, f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {THINKING_DOCS}")
+        raise AnthropicError(
+            400,
+            f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {THINKING_DOCS}",
+        )
     return True
 
 
@@ -168,7 +174,9 @@ class _PromptReader:
             if tool.get("type") not in (None, "custom"):
                 raise AnthropicError(400, f"tools.{n}: the simulator does not run server tools ({tool['type']})")
             if not isinstance(tool.get("name"), str) or not _TOOL_NAME.fullmatch(tool["name"]):
-                raise AnthropicError(400, f"tools.{n}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'")
+                raise AnthropicError(
+                    400, f"tools.{n}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+                )
             if not isinstance(tool.get("input_schema"), dict):
                 raise AnthropicError(400, f"tools.{n}.custom.input_schema: Field required")
             spec = {key: value for key, value in tool.items() if key != "cache_control"}
@@ -215,7 +223,10 @@ class _PromptReader:
             if kind == "tool_result":
                 call_id = block.get("tool_use_id")
                 if results_done:
-                    raise AnthropicError(400, f"{where}: `tool_result` blocks must come first in a user message, before any other content")
+                    raise AnthropicError(
+                        400,
+                        f"{where}: `tool_result` blocks must come first in a user message, before any other content",
+                    )
                 if call_id not in pending:
                     raise AnthropicError(
                         400,
@@ -232,7 +243,9 @@ class _PromptReader:
                 self.add(mark + text, block.get("cache_control"), where)
                 turns.append(Turn("user", text))
             else:
-                raise AnthropicError(400, f"{where}.type: the simulator reads text and tool_result blocks from users (got {kind!r})")
+                raise AnthropicError(
+                    400, f"{where}.type: the simulator reads text and tool_result blocks from users (got {kind!r})"
+                )
         _require_results(pending)
         return turns
 
@@ -247,7 +260,11 @@ class _PromptReader:
             elif kind == "tool_use":
                 call = _tool_use(block, where)
                 calls.append(call)
-                self.add(mark + json.dumps({"id": call.id, "name": call.name, "input": block["input"]}), block.get("cache_control"), where)
+                self.add(
+                    mark + json.dumps({"id": call.id, "name": call.name, "input": block["input"]}),
+                    block.get("cache_control"),
+                    where,
+                )
             elif kind == "thinking":
                 if not isinstance(block.get("thinking"), str) or block.get("signature") != sign(block["thinking"]):
                     raise AnthropicError(400, f"{where}: Invalid `signature` in `thinking` block")
@@ -255,7 +272,9 @@ class _PromptReader:
             elif kind == "redacted_thinking":
                 self.add(mark + str(block.get("data", "")), block.get("cache_control"), where)
             else:
-                raise AnthropicError(400, f"{where}.type: unsupported content block type {kind!r} in an assistant message")
+                raise AnthropicError(
+                    400, f"{where}.type: unsupported content block type {kind!r} in an assistant message"
+                )
         return Turn("assistant", "".join(texts), calls=tuple(calls))
 
 
@@ -269,9 +288,14 @@ def _combined(raw: list[Any]) -> list[tuple[int, str, list[dict[str, Any]]]]:
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
         if not isinstance(content, list) or not all(isinstance(block, dict) for block in content):
-            raise AnthropicError(400, f"messages.{n}.content: Input should be a valid string or a list of content blocks")
+            raise AnthropicError(
+                400, f"messages.{n}.content: Input should be a valid string or a list of content blocks"
+            )
         if not content and not (n == len(raw) - 1 and message["role"] == "assistant"):
-            raise AnthropicError(400, f"messages.{n}: all messages must have non-empty content except for the optional final assistant message")
+            raise AnthropicError(
+                400,
+                f"messages.{n}: all messages must have non-empty content except for the optional final assistant message",
+            )
         if groups and groups[-1][1] == message["role"]:
             groups[-1][2].extend(content)
         else:
@@ -394,12 +418,23 @@ def _delta(kind: str, emission: Emission) -> dict[str, Any]:
 
 def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
     """SSE events as `(output tokens decoded before it can be sent, bytes)`, in the API's order."""
-    message = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": generation.model,
-               "content": [], "stop_reason": None, "stop_sequence": None, "usage": {**usage(generation), "output_tokens": 1}}
+    message = {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": generation.model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage(generation), "output_tokens": 1},
+    }
     yield 1, _event({"type": "message_start", "message": message})
     decoded = 0
     for index, (kind, emissions) in enumerate(_content_runs(generation)):
-        yield max(decoded, 1), _event({"type": "content_block_start", "index": index, "content_block": _opening_block(kind, emissions)})
+        yield (
+            max(decoded, 1),
+            _event({"type": "content_block_start", "index": index, "content_block": _opening_block(kind, emissions)}),
+        )
         if index == 0:
             yield max(decoded, 1), PING
         for emission in emissions:
@@ -407,7 +442,16 @@ def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
             yield decoded, _event({"type": "content_block_delta", "index": index, "delta": _delta(kind, emission)})
         if kind == "thinking":
             signature = sign("".join(e.text for e in emissions))
-            yield decoded, _event({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": signature}})
+            yield (
+                decoded,
+                _event(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "signature_delta", "signature": signature},
+                    }
+                ),
+            )
         yield decoded, _event({"type": "content_block_stop", "index": index})
     if generation.reply.error:
         error = failure(generation.reply.error)
@@ -416,7 +460,10 @@ def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
     if generation.finish_reason != "length":
         decoded += 1  # the end-of-message token
     final = usage(generation)
-    cumulative = {key: final[key] for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")}
+    cumulative = {
+        key: final[key]
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+    }
     delta = {"stop_reason": _STOP_REASONS[generation.finish_reason], "stop_sequence": None}
     yield max(decoded, 1), _event({"type": "message_delta", "delta": delta, "usage": cumulative})
     yield max(decoded, 1), _event({"type": "message_stop"})
@@ -450,4 +497,9 @@ def message(generation: Generation) -> dict[str, Any]:
 def models_page(models: list[str], created: str) -> dict[str, Any]:
     """`GET /v1/models` as Anthropic lists them."""
     data = [{"type": "model", "id": name, "display_name": name, "created_at": created} for name in models]
-    return {"data": data, "has_more": False, "first_id": models[0] if models else None, "last_id": models[-1] if models else None}
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": models[0] if models else None,
+        "last_id": models[-1] if models else None,
+    }

@@ -54,7 +54,11 @@ class SimConfig:
         """The same config with the given latency figures applied to every model."""
         overrides = {
             key: value
-            for key, value in (("ttft", ttft), ("prefill_per_token", prefill_per_token), ("decode_per_token", decode_per_token))
+            for key, value in (
+                ("ttft", ttft),
+                ("prefill_per_token", prefill_per_token),
+                ("decode_per_token", decode_per_token),
+            )
             if value is not None
         }
         return replace(self, models={name: replace(p, **overrides) for name, p in self.models.items()})

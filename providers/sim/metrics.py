@@ -11,8 +11,30 @@ if TYPE_CHECKING:
 
 _LABELS = ("model_name", "engine")
 # vLLM's buckets for time to first token, in seconds.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-                80.0, 160.0, 640.0, 2560.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 
 
 class Metrics:
@@ -20,7 +42,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.prefix_cache_queries = Counter(
-            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", _LABELS, registry=r
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            _LABELS,
+            registry=r,
         )
         self.prefix_cache_hits = Counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", _LABELS, registry=r
@@ -30,20 +55,47 @@ class Metrics:
             "vllm:generation_tokens", "Number of generation tokens processed.", _LABELS, registry=r
         )
         self.request_success = Counter(
-            "vllm:request_success", "Count of successfully processed requests.", (*_LABELS, "finished_reason"), registry=r
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*_LABELS, "finished_reason"),
+            registry=r,
         )
-        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", _LABELS, registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", _LABELS, registry=r)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", _LABELS, registry=r)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _LABELS,
-                              buckets=TTFT_BUCKETS, registry=r)
-        self.queue_time = Histogram("vllm:request_queue_time_seconds",
-                                    "Histogram of time spent in WAITING phase for request.", _LABELS, registry=r)
+        self.running = Gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", _LABELS, registry=r
+        )
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", _LABELS, registry=r
+        )
+        self.kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", _LABELS, registry=r
+        )
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            _LABELS,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            _LABELS,
+            registry=r,
+        )
 
     def register_model(self, model: str) -> None:
         """Expose every series at zero before the first request, as vLLM does."""
-        for metric in (self.prefix_cache_queries, self.prefix_cache_hits, self.prompt_tokens, self.generation_tokens,
-                       self.running, self.waiting, self.kv_usage, self.ttft, self.queue_time):
+        for metric in (
+            self.prefix_cache_queries,
+            self.prefix_cache_hits,
+            self.prompt_tokens,
+            self.generation_tokens,
+            self.running,
+            self.waiting,
+            self.kv_usage,
+            self.ttft,
+            self.queue_time,
+        ):
             metric.labels(model, "0")
 
     def first_token(self, model: str, ttft: float) -> None:

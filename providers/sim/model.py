@@ -17,7 +17,6 @@ from typing import Any
 
 from hotloop.providers.sim.template import Call, Turn
 
-
 # Errors a scenario step can end with, mid-stream, after its text: (HTTP status, message).
 STREAM_ERRORS = {"overloaded_error": (529, "Overloaded"), "api_error": (500, "Internal server error")}
 
@@ -57,7 +56,9 @@ def _scenario_step(step: Any, where: str) -> Reply:
     if not isinstance(step, dict) or not set(step) <= {"text", "reasoning", "tool_calls", "error", "decode_ms"}:
         raise ScenarioError(f"{where}: expected an object with text, reasoning, tool_calls, error and/or decode_ms")
     decode_ms = step.get("decode_ms")
-    if decode_ms is not None and (not isinstance(decode_ms, int | float) or isinstance(decode_ms, bool) or decode_ms < 0):
+    if decode_ms is not None and (
+        not isinstance(decode_ms, int | float) or isinstance(decode_ms, bool) or decode_ms < 0
+    ):
         raise ScenarioError(f"{where}: decode_ms must be a number of milliseconds, 0 or more")
     error = step.get("error", "")
     if error and error not in STREAM_ERRORS:
@@ -73,8 +74,13 @@ def _scenario_step(step: Any, where: str) -> Reply:
     text, reasoning = step.get("text", ""), step.get("reasoning", "")
     if not isinstance(text, str) or not isinstance(reasoning, str):
         raise ScenarioError(f"{where}: text and reasoning must be strings")
-    return Reply(text=text, reasoning=reasoning, calls=tuple(calls), error=error,
-                 decode_per_token=decode_ms / 1000 if decode_ms is not None else None)
+    return Reply(
+        text=text,
+        reasoning=reasoning,
+        calls=tuple(calls),
+        error=error,
+        decode_per_token=decode_ms / 1000 if decode_ms is not None else None,
+    )
 
 
 def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply, ...] = ()) -> Reply:
@@ -154,7 +160,9 @@ def thinking_for(task_turns: list[Turn], answer: Reply) -> str:
     task = _headline(_strip_context(last_user))
     if answer.calls:
         names = ", ".join(sorted({call.name for call in answer.calls}))
-        return f"The task is: {task}. I need {len(answer.calls)} tool call(s) first ({names}); they can run in parallel."
+        return (
+            f"The task is: {task}. I need {len(answer.calls)} tool call(s) first ({names}); they can run in parallel."
+        )
     return f"The task is: {task}. I have what I need to answer."
 
 
@@ -243,8 +251,7 @@ def _arguments_for(schema: dict[str, Any], quoted: list[str], text: str) -> list
     candidates = {name: _candidates(properties[name], quoted, text) for name in required}
     first = required[0]
     return [
-        {name: (value if name == first else candidates[name][0]) for name in required}
-        for value in candidates[first]
+        {name: (value if name == first else candidates[name][0]) for name in required} for value in candidates[first]
     ]
 
 
@@ -277,7 +284,10 @@ def answer(task: str, since: list[Turn]) -> str:
     if excerpt:
         lines += ["", excerpt]
     steps = sum(1 for turn in since if turn.role == "assistant")
-    lines += ["", f"{len(results)} tool result{'s' if len(results) != 1 else ''} from {steps} step{'s' if steps != 1 else ''}."]
+    lines += [
+        "",
+        f"{len(results)} tool result{'s' if len(results) != 1 else ''} from {steps} step{'s' if steps != 1 else ''}.",
+    ]
     return "\n".join(lines)
 
 
@@ -295,8 +305,19 @@ def _result_line(call: Call | None, text: str) -> str:
     return f"- {label}: {len(body.splitlines())} lines; first: {first}"
 
 
-_FENCE_LANGUAGE = {".py": "python", ".toml": "toml", ".md": "markdown", ".json": "json", ".js": "javascript",
-                   ".ts": "typescript", ".rs": "rust", ".go": "go", ".sh": "bash", ".yaml": "yaml", ".yml": "yaml"}
+_FENCE_LANGUAGE = {
+    ".py": "python",
+    ".toml": "toml",
+    ".md": "markdown",
+    ".json": "json",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".rs": "rust",
+    ".go": "go",
+    ".sh": "bash",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+}
 
 
 def _first_excerpt(calls: dict[str, Call], results: list[Turn]) -> str:
@@ -312,11 +333,7 @@ def _first_excerpt(calls: dict[str, Call], results: list[Turn]) -> str:
 
 
 _WORD_COUNT = re.compile(r"\b(\d{2,6})\s+(?:words|tokens)\b", re.IGNORECASE)
-_FILLER = (
-    "Prefix caching keeps the static part of every request warm, so each step pays only for "
-    "the tokens it adds. Parallel tool calls overlap their waits. Streaming shows the first "
-    "token as soon as the server has it."
-).split()
+_FILLER = ["Prefix", "caching", "keeps", "the", "static", "part", "of", "every", "request", "warm,", "so", "each", "step", "pays", "only", "for", "the", "tokens", "it", "adds.", "Parallel", "tool", "calls", "overlap", "their", "waits.", "Streaming", "shows", "the", "first", "token", "as", "soon", "as", "the", "server", "has", "it."]
 
 
 def _direct_answer(task: str) -> str:

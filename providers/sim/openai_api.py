@@ -85,8 +85,16 @@ def _turns(messages: list[Any]) -> list[Turn]:
     turns: list[Turn] = []
     pending: list[str] = []
     for n, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
-            raise ApiError(400, f"messages[{n}]: role must be system, developer, user, assistant or tool", param="messages")
+        if not isinstance(message, dict) or message.get("role") not in (
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+        ):
+            raise ApiError(
+                400, f"messages[{n}]: role must be system, developer, user, assistant or tool", param="messages"
+            )
         role = message["role"]
         if role == "tool":
             call_id = message.get("tool_call_id")
@@ -131,10 +139,16 @@ def _calls(raw: Any, n: int) -> tuple[Call, ...]:
     calls = []
     for call in raw:
         function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(call.get("id"), str) or not isinstance(function.get("name"), str):
+        if (
+            not isinstance(function, dict)
+            or not isinstance(call.get("id"), str)
+            or not isinstance(function.get("name"), str)
+        ):
             raise ApiError(400, f"messages[{n}].tool_calls entries need id and function.name", param="messages")
         arguments = function.get("arguments", "")
-        calls.append(Call(call["id"], function["name"], arguments if isinstance(arguments, str) else json.dumps(arguments)))
+        calls.append(
+            Call(call["id"], function["name"], arguments if isinstance(arguments, str) else json.dumps(arguments))
+        )
     return tuple(calls)
 
 
@@ -154,10 +168,18 @@ def usage(generation: Generation, prompt_tokens_details: bool) -> dict[str, Any]
     return body
 
 
-def stream_chunks(generation: Generation, include_usage: bool, prompt_tokens_details: bool) -> Iterator[tuple[int, bytes]]:
+def stream_chunks(
+    generation: Generation, include_usage: bool, prompt_tokens_details: bool
+) -> Iterator[tuple[int, bytes]]:
     """SSE events as `(output tokens decoded before it can be sent, bytes)`."""
-    head = _dumps({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-                   "created": int(time.time()), "model": generation.model})[:-1]
+    head = _dumps(
+        {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": generation.model,
+        }
+    )[:-1]
 
     def chunk(choice: dict[str, Any]) -> bytes:
         return f'data: {head},"choices":[{_dumps(choice)}]}}\n\n'.encode()
@@ -177,17 +199,32 @@ def stream_chunks(generation: Generation, include_usage: bool, prompt_tokens_det
     if generation.finish_reason != "length":
         decoded += 1  # the end-of-message token
     last = max(decoded, 1)
-    yield last, chunk({"index": 0, "delta": {"content": ""}, "logprobs": None,
-                       "finish_reason": generation.finish_reason, "stop_reason": None})
+    yield (
+        last,
+        chunk(
+            {
+                "index": 0,
+                "delta": {"content": ""},
+                "logprobs": None,
+                "finish_reason": generation.finish_reason,
+                "stop_reason": None,
+            }
+        ),
+    )
     if include_usage:
-        yield last, f'data: {head},"choices":[],"usage":{_dumps(usage(generation, prompt_tokens_details))}}}\n\n'.encode()
+        yield (
+            last,
+            f'data: {head},"choices":[],"usage":{_dumps(usage(generation, prompt_tokens_details))}}}\n\n'.encode(),
+        )
     yield last, b"data: [DONE]\n\n"
 
 
 def failure(kind: str) -> ApiError:
     """The error a scenario step ends with, as vLLM would report it (it has no 529: overload is 503)."""
     status, message = STREAM_ERRORS[kind]
-    return ApiError(503 if status == 529 else status, message, "ServiceUnavailableError" if status == 529 else "InternalServerError")
+    return ApiError(
+        503 if status == 529 else status, message, "ServiceUnavailableError" if status == 529 else "InternalServerError"
+    )
 
 
 def _delta_of(emission: Emission) -> dict[str, Any]:
@@ -197,7 +234,11 @@ def _delta_of(emission: Emission) -> dict[str, Any]:
         return {"reasoning": emission.text}
     if emission.kind == "call_start" and emission.call is not None:
         call = emission.call
-        return {"tool_calls": [{"id": call.id, "type": "function", "index": emission.index, "function": {"name": call.name}}]}
+        return {
+            "tool_calls": [
+                {"id": call.id, "type": "function", "index": emission.index, "function": {"name": call.name}}
+            ]
+        }
     return {"tool_calls": [{"index": emission.index, "function": {"arguments": emission.text}}]}
 
 
@@ -206,15 +247,30 @@ def completion(generation: Generation, prompt_tokens_details: bool) -> dict[str,
         {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
         for call in generation.calls
     ]
-    message = {"role": "assistant", "content": generation.text or None, "refusal": None, "annotations": None,
-               "audio": None, "function_call": None, "tool_calls": calls, "reasoning": generation.reasoning or None}
+    message = {
+        "role": "assistant",
+        "content": generation.text or None,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "tool_calls": calls,
+        "reasoning": generation.reasoning or None,
+    }
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": generation.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": generation.finish_reason, "stop_reason": None}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": generation.finish_reason,
+                "stop_reason": None,
+            }
+        ],
         "service_tier": None,
         "system_fingerprint": None,
         "usage": usage(generation, prompt_tokens_details),

@@ -90,7 +90,9 @@ class SimServer:
             details = self.config.prompt_tokens_details
             if not call.stream:
                 failure = openai_api.failure(generation.reply.error) if generation.reply.error else None
-                return await self._respond_whole(generation, openai_api.completion(generation, details), failure, arrived)
+                return await self._respond_whole(
+                    generation, openai_api.completion(generation, details), failure, arrived
+                )
             chunks = openai_api.stream_chunks(generation, call.include_usage, details)
             return await self._respond_stream(request, generation, chunks, arrived)
 
@@ -110,7 +112,11 @@ class SimServer:
             try:
                 generation = self._generate(call.request)
             except ContextTooLong as long:
-                return _anthropic_error(AnthropicError(400, f"prompt is too long: {long.prompt_tokens} tokens > {self.config.max_model_len} maximum"))
+                return _anthropic_error(
+                    AnthropicError(
+                        400, f"prompt is too long: {long.prompt_tokens} tokens > {self.config.max_model_len} maximum"
+                    )
+                )
             except AnthropicError as error:
                 return _anthropic_error(error)
             self._record(request, raw, generation)
@@ -141,8 +147,15 @@ class SimServer:
 
     def _record(self, request: web.Request, raw: bytes, generation: Generation) -> None:
         self.requests.append(
-            RecordedRequest(request.path, raw, generation.model, generation.prompt_tokens, generation.cached_tokens,
-                            time.time(), generation.cache.write)
+            RecordedRequest(
+                request.path,
+                raw,
+                generation.model,
+                generation.prompt_tokens,
+                generation.cached_tokens,
+                time.time(),
+                generation.cache.write,
+            )
         )
 
     async def _respond_whole(
@@ -186,8 +199,16 @@ class SimServer:
             return _json_response(anthropic_api.models_page(list(self.config.models), created))
         created = int(self.started)
         data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": name, "parent": None,
-             "max_model_len": self.config.max_model_len, "permission": []}
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": name,
+                "parent": None,
+                "max_model_len": self.config.max_model_len,
+                "permission": [],
+            }
             for name in self.config.models
         ]
         return _json_response({"object": "list", "data": data})
@@ -223,7 +244,10 @@ def _json(raw: bytes, error: type[ApiError] | type[AnthropicError]) -> Any:
 
 
 async def _send_paced(
-    response: web.StreamResponse, generation: Generation, chunks: Iterator[tuple[int, bytes]], first_token: Callable[[], None]
+    response: web.StreamResponse,
+    generation: Generation,
+    chunks: Iterator[tuple[int, bytes]],
+    first_token: Callable[[], None],
 ) -> None:
     """Write each chunk when its tokens would have been decoded; coalesce whatever is already due."""
     loop = asyncio.get_running_loop()

@@ -102,8 +102,10 @@ class ReplayScreen(Screen[None]):
         replay, header = self.replay, self.session.header
         steps = len(replay.timeline.step_starts)
         state = "done" if replay.done else "paused" if replay.paused else "playing"
-        title = (f"replay · session {header.id} · {replay.speed:g}× · step {replay.timeline.steps_before(replay.position)} "
-                 f"of {steps} · {state} · space pause · ←/→ steps · +/- speed")
+        title = (
+            f"replay · session {header.id} · {replay.speed:g}× · step {replay.timeline.steps_before(replay.position)} "
+            f"of {steps} · {state} · space pause · ←/→ steps · +/- speed"
+        )
         self.query_one("#title", Static).update(title)
 
     def action_toggle_pause(self) -> None:

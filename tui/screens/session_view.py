@@ -31,7 +31,9 @@ class SessionView(Screen[None]):
         started = datetime.fromtimestamp(header.started).strftime("%Y-%m-%d %H:%M")
         skipped = len(self.session.warnings)
         note = f" · {skipped} unreadable line{'s' if skipped != 1 else ''} skipped" if skipped else ""
-        yield Static(f"session {header.id} · {started} · {header.provider} · {header.model} · read-only{note}", id="title")
+        yield Static(
+            f"session {header.id} · {started} · {header.provider} · {header.model} · read-only{note}", id="title"
+        )
         # A finished session's time stands still: its last event is "now".
         last = self.session.events[-1].ts if self.session.events else header.started
         yield Transcript(lambda: last, self.palette)

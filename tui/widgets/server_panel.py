@@ -56,7 +56,9 @@ class ServerPanel(Static):
         _row(text, "TTFT p95", _seconds(stats.ttft_p95, ttft_empty))
         if stats.spec_acceptance is not None or stats.spec_length is not None:
             _row(text, "spec accepted", _percent(stats.spec_acceptance))
-            _row(text, "spec mean length", f"{stats.spec_length:.2f}" if stats.spec_length is not None else NOT_REPORTED)
+            _row(
+                text, "spec mean length", f"{stats.spec_length:.2f}" if stats.spec_length is not None else NOT_REPORTED
+            )
         return text
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from textual import events
 from rich.style import Style
+from textual import events
 from textual.geometry import Size
 from textual.selection import Selection
 from textual.strip import Strip

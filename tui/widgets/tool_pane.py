@@ -87,7 +87,9 @@ class ToolPane(Vertical):
         call = self.call
         if call.duration is not None:
             reused = f" · {call.reused}" if call.reused else ""
-            self.border_subtitle = f"{STATUS_MARK.get(call.status, '?')} {call.status} · {seconds(call.duration)}{reused}"
+            self.border_subtitle = (
+                f"{STATUS_MARK.get(call.status, '?')} {call.status} · {seconds(call.duration)}{reused}"
+            )
         elif call.started is not None:
             elapsed = max(self.clock() - call.started, 0.0)
             self.border_subtitle = f"{SPINNER[int(elapsed * 8) % len(SPINNER)]} {seconds(elapsed)}"
