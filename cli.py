@@ -251,7 +251,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     from hotloop.headless import session_commands
 
     if args.command == "replay":
-        return session_commands.replay(args.session, args.speed, args.headless)
+        session = session_commands.replay_session(args.session)
+        if args.headless:
+            return session_commands.print_replay(session, args.speed)
+        from hotloop.tui.replay_app import ReplayApp
+
+        ReplayApp(session, args.speed).run()
+        return 0
     return session_commands.run(args)
 
 

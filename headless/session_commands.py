@@ -105,17 +105,18 @@ def export(path: Path, fmt: str, output: Path | None) -> int:
     return 0
 
 
-def replay(reference: str | None, speed: float, headless: bool) -> int:
+def replay_session(reference: str | None) -> LoggedSession:
+    """The session `hotloop replay` redraws (the latest by default), its unreadable lines said on stderr."""
     session = read_session(find_session(paths.sessions_dir(), reference))
     _warn(session.warnings)
-    if headless:
-        import asyncio
+    return session
 
-        return asyncio.run(_print_replay(session.events, speed))
-    from hotloop.tui.replay_app import ReplayApp
 
-    ReplayApp(session, speed).run()
-    return 0
+def print_replay(session: LoggedSession, speed: float) -> int:
+    """`hotloop replay --headless`: the session printed again, as `hotloop run` printed it."""
+    import asyncio
+
+    return asyncio.run(_print_replay(session.events, speed))
 
 
 async def _print_replay(events: list, speed: float) -> int:  # type: ignore[type-arg]

@@ -1,8 +1,12 @@
-"""The layers depend one way (tui → sessions → agent → providers), and the core never loads Textual."""
+"""The layers hold: import-linter's contracts (pyproject.toml) pass, and each one fails when broken.
+
+Contracts are checked statically; two runtime checks stay here because no import graph can
+see them: the headless core never loads Textual, and `--version` loads almost nothing.
+"""
 
 from __future__ import annotations
 
-import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,46 +14,55 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = (
-    "hotloop.cli",
-    "hotloop.headless.run",
-    "hotloop.core.runtime",
-    "hotloop.core.resumption",
-    "hotloop.headless.session_commands",
-)
-FORBIDDEN = {
-    "providers": ("hotloop.agent", "hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
-    "agent": ("hotloop.sessions", "hotloop.tui", "hotloop.config", *CORE),
-    "sessions": ("hotloop.tui", *CORE),
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+# A planted import per contract: (module file, the line added, the contract it must break).
+PLANTS = {
+    "layers": ("providers/events.py", "from hotloop import config", "layers: cli > frontends"),
+    "frontends": ("tui/fold.py", "import hotloop.headless.printer", "layers: cli > frontends"),
+    "textual": ("sessions/store.py", "import textual", "Textual only in the TUI"),
+    "simulator": ("agent/loop.py", "from hotloop.providers.sim import engine", "the simulator is a server"),
 }
 
 
-def imported_modules(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter over the package copied to `tree` (as `tree/hotloop`), with the repository's contracts."""
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        capture_output=True, text=True, cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+    )
 
 
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
-def test_layers_only_import_downwards(layer: str) -> None:
-    offenders = [
-        f"{path.relative_to(ROOT)} imports {name}"
-        for path in sorted((ROOT / layer).rglob("*.py"))
-        for name in imported_modules(path)
-        if name.startswith(FORBIDDEN[layer])
-    ]
-    assert offenders == []
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    """The package's source, copied, so a test can plant imports in it."""
+    ignore = shutil.ignore_patterns("tests", "benchmarks", "screenshots", "docs", ".*", "__pycache__", "*.svg", "*.egg-info")
+    shutil.copytree(ROOT, tmp_path / "hotloop", ignore=ignore)
+    return tmp_path
+
+
+def test_the_contracts_hold(package: Path) -> None:
+    result = lint_imports(package)
+    assert result.returncode == 0, result.stdout
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_planting_an_import_that_breaks_a_contract_fails_it(package: Path, plant: str) -> None:
+    module, line, contract = PLANTS[plant]
+    path = package / "hotloop" / module
+    path.write_text(path.read_text() + f"\n{line}\n")
+    result = lint_imports(package)
+    assert result.returncode != 0
+    broken = [row for row in result.stdout.splitlines() if row.rstrip().endswith("BROKEN")]
+    assert [row.startswith(contract) for row in broken] == [True], broken
 
 
 def test_the_core_and_the_headless_cli_never_load_textual() -> None:
     code = (
         "import sys, hotloop.agent.loop, hotloop.sessions.log, hotloop.sessions.store, hotloop.sessions.resume, "
-        "hotloop.sessions.replay, hotloop.sessions.export, hotloop.headless.run, hotloop.core.runtime, hotloop.core.resumption, "
-        "hotloop.headless.session_commands, hotloop.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
+        "hotloop.sessions.replay, hotloop.sessions.export, hotloop.headless.run, hotloop.core.session, "
+        "hotloop.core.runtime, hotloop.core.resumption, hotloop.headless.session_commands, hotloop.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
@@ -57,8 +70,8 @@ def test_the_core_and_the_headless_cli_never_load_textual() -> None:
 
 def test_version_imports_almost_nothing() -> None:
     code = (
-        "import sys; sys.argv = ['hotloop', '--version']\ntry:\n    import hotloop.cli as c; c.main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'aiohttp', 'mcp', 'rich', 'msgspec')))"
+        "import sys; sys.argv = ['hotloop', '--version']\ntry:\n    import hotloop.cli as c; c.main()\nexcept SystemExit:\n"
+        "    pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'aiohttp', 'mcp', 'rich', 'msgspec')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[-1] == "[]"
