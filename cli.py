@@ -26,6 +26,8 @@ class UsageError(InputError):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from hotloop.providers.sim import defaults as sim_defaults  # constants only: --version stays fast
+
     parser = argparse.ArgumentParser(
         prog="hotloop", description="A terminal agent console that shows where every turn's time and tokens go."
     )
@@ -68,16 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--cache-blocks",
         type=_positive_int,
-        default=16_384,
+        default=sim_defaults.CACHE_BLOCKS,
         metavar="N",
-        help="prefix-cache capacity in 16-token blocks",
+        help="prefix-cache capacity in 16-token blocks (default %(default)s)",
     )
     serve.add_argument(
         "--cache-min-tokens",
         type=_positive_int,
-        default=1024,
+        default=sim_defaults.CACHE_MIN_TOKENS,
         metavar="N",
-        help="shortest prompt prefix the Anthropic API caches",
+        help="shortest prompt prefix the Anthropic API caches (default %(default)s)",
     )
     serve.add_argument(
         "--no-prompt-tokens-details",
@@ -92,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--scheduling-policy",
-        choices=("fcfs", "priority"),
-        default="fcfs",
-        help="admit queued requests in arrival order, or by their priority field",
+        choices=sim_defaults.POLICIES,
+        default=sim_defaults.SCHEDULING_POLICY,
+        help="admit queued requests in arrival order, or by their priority field (default %(default)s)",
     )
 
     vllm = commands.add_parser("vllm", help="self-hosting with vLLM")
@@ -144,7 +146,7 @@ def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
         "--base-url",
         dest=f"{prefix}base_url",
         metavar="URL",
-        help="another server for the provider's protocol, e.g. http://localhost:8000/v1 (openai) or a gateway (anthropic)",
+        help="another server for the provider's protocol, e.g. http://localhost:8000/v1 (openai) or a gateway",
     )
     parser.add_argument(
         "--system", dest=f"{prefix}system", type=Path, metavar="FILE", help="add this file's text to the system prompt"
@@ -334,6 +336,7 @@ def _read_system_file(path: Path | None) -> str | None:
 
 def _sim_serve(args: argparse.Namespace) -> int:
     import asyncio
+    import contextlib
 
     from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
     from hotloop.providers.sim.model import ScenarioError, load_scenario
@@ -374,10 +377,8 @@ def _sim_serve(args: argparse.Namespace) -> int:
         finally:
             await runner.cleanup()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
@@ -390,33 +391,7 @@ def _config(args: argparse.Namespace) -> int:
         return 0
     config = load_config()
     print(f"# {config.path}{'' if config.loaded else ' (not found: defaults)'}")
-    print(
-        f'default_provider = "{config.default_provider}"\nmax_steps = {config.max_steps}\ntool_timeout = {config.tool_timeout:g}'
-    )
-    for settings in config.providers.values():
-        print(f'\n[providers.{settings.name}]\nkind = "{settings.kind}"')
-        if settings.base_url:
-            print(f'base_url = "{settings.base_url}"')
-        if settings.api_key_env:
-            print(f'api_key_env = "{settings.api_key_env}"  # {_masked(settings.api_key())}')
-        if settings.models:
-            print("models = [" + ", ".join(f'"{m}"' for m in settings.models) + "]")
-        if settings.default_model:
-            print(f'default_model = "{settings.default_model}"')
-        if settings.protocol == "anthropic":
-            print(f'cache_breakpoints = {settings.cache_breakpoints}\ncache_ttl = "{settings.cache_ttl}"')
-            if settings.thinking_budget:
-                print(f"thinking_budget = {settings.thinking_budget}")
-    for server in config.mcp:
-        print(f'\n[mcp.{server.name}]\ncommand = "{server.command}"\nargs = {list(server.args)}')
-        if server.env:
-            print("env = {" + ", ".join(f'{k} = "{_masked(v)}"' for k, v in server.env.items()) + "}")
+    print(config.to_toml(), end="")
     for warning in config.warnings:
         print(f"hotloop: warning: {warning}", file=sys.stderr)
     return 0
-
-
-def _masked(value: str | None) -> str:
-    if not value:
-        return "not set"
-    return f"set: ••••{value[-4:]}" if len(value) >= 12 else "set: ••••"

@@ -1,51 +1,78 @@
 """hotloop's configuration: a TOML file with providers, their models, the simulator and MCP servers.
 
-API keys never live in the file. A provider names the environment variable that holds its
-key (`api_key_env`), and the key is read from the environment when the provider is used.
-Every problem with the file is reported as one line naming the file and the setting.
+Each setting is declared once, with its type, default and limits, in the Structs below; msgspec
+checks a file against them and refuses a key they don't declare. API keys never live in the file.
+A provider names the environment variable that holds its key (`api_key_env`), and the key is read
+from the environment when the provider is used. Every problem with the file is reported as one
+line naming the file and the setting.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import tomllib
-from dataclasses import dataclass, field, replace
+import re
+import types
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+
+import msgspec
+from msgspec import Meta, Struct, structs
 
 from hotloop import InputError, paths
+from hotloop.agent.loop import MAX_STEPS, TOOL_TIMEOUT
 from hotloop.agent.tools.mcp_config import McpServer
+from hotloop.providers.anthropic import ANTHROPIC_URL as ANTHROPIC_URL
+from hotloop.providers.anthropic import BREAKPOINT_LIMIT, DEFAULT_MAX_TOKENS
 from hotloop.providers.errors import MissingApiKey
+from hotloop.providers.sim import defaults as sim
 
 OPENAI_URL = "https://api.openai.com/v1"
-ANTHROPIC_URL = "https://api.anthropic.com"
 # openai: any OpenAI-compatible server; anthropic: any Anthropic-compatible one; sim and
 # sim-anthropic: the embedded simulator, over each protocol.
-KINDS = ("openai", "anthropic", "sim", "sim-anthropic")
+Kind = Literal["openai", "anthropic", "sim", "sim-anthropic"]
+KINDS: tuple[str, ...] = get_args(Kind)
+TierName = Literal["fast", "balanced", "strong"]
+TIER_NAMES: tuple[str, ...] = get_args(TierName)
+# Not a mapping but a policy: the fast tier classifies each turn, which then goes to a real tier.
+AUTO_TIER = "auto"
 DEFAULT_KEY_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-BREAKPOINT_LIMIT = 4
-CACHE_TTLS = ("5m", "1h")
+MIN_THINKING_BUDGET = 1024  # the least extended thinking Anthropic accepts
 
 
 class ConfigError(InputError):
     """The configuration can't be used; `str(error)` is the one-line reason."""
 
 
-@dataclass(frozen=True)
-class ProviderSettings:
+def _rule(problem: str, **limits: Any) -> Meta:
+    """Limits on a setting and the words for breaking them, e.g. `must be positive`."""
+    return Meta(**limits, extra={"problem": problem})
+
+
+Positive = Annotated[int, _rule("must be positive", ge=1)]
+AtLeastOne = Annotated[int, _rule("must be at least 1", ge=1)]
+Figure = Annotated[float, _rule("must be 0 or more", ge=0)]  # a latency figure of the simulator
+
+
+# Fields the program fills in, never the file: a table's name is its key ([providers.NAME]).
+_NOT_IN_FILE = frozenset({"name", "path", "loaded", "warnings"})
+
+
+class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     name: str
-    kind: str
+    kind: Kind
     base_url: str | None = None
     api_key_env: str | None = None
-    models: tuple[str, ...] = ()
+    models: Annotated[tuple[Annotated[str, Meta(min_length=1)], ...], _rule("must be a list of model names")] = ()
     default_model: str | None = None
-    max_retries: int = 2
-    max_tokens: int | None = None
+    max_retries: Annotated[int, _rule("must be 0 or more", ge=0)] = 2
+    max_tokens: Positive | None = None
     # Anthropic only: extended thinking, and prompt caching's breakpoints, TTL and minimum length.
-    thinking_budget: int | None = None
-    cache_breakpoints: int = BREAKPOINT_LIMIT
-    cache_ttl: str = "5m"
-    cache_min_tokens: int | None = None
+    thinking_budget: int | None = None  # checked against max_tokens once both are known
+    cache_breakpoints: Annotated[int, _rule("must be 0 (no caching) or more", ge=0)] = BREAKPOINT_LIMIT
+    cache_ttl: Literal["5m", "1h"] = "5m"
+    cache_min_tokens: Positive | None = None
     # OpenAI: route a session's requests to one cache with `prompt_cache_key` (default: on for api.openai.com).
     prompt_cache_key: bool | None = None
 
@@ -77,55 +104,50 @@ class ProviderSettings:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
 
-@dataclass(frozen=True)
-class SimSettings:
-    ttft_ms: float | None = None
-    prefill_us_per_token: float | None = None
-    decode_ms_per_token: float | None = None
-    scenario: Path | None = None
-    cache_blocks: int = 16_384
-    cache_min_tokens: int = 1024
-    max_running: int | None = None
-    # Unlike vLLM's default (fcfs), so that background requests' low priority shows out of the box.
-    scheduling_policy: str = "priority"
-    prompt_tokens_details: bool = True
+class SimSettings(Struct, frozen=True, forbid_unknown_fields=True):
+    """The embedded simulator; its defaults are the simulator's own (providers/sim/defaults.py)."""
+
+    ttft_ms: Figure | None = None
+    prefill_us_per_token: Figure | None = None
+    decode_ms_per_token: Figure | None = None
+    scenario: Path | None = None  # relative to the config file's folder
+    cache_blocks: Positive = sim.CACHE_BLOCKS
+    cache_min_tokens: Positive = sim.CACHE_MIN_TOKENS
+    max_running: AtLeastOne | None = None
+    scheduling_policy: sim.Policy = sim.SCHEDULING_POLICY
+    prompt_tokens_details: bool = sim.PROMPT_TOKENS_DETAILS
 
 
-@dataclass(frozen=True)
-class Tier:
+class Tier(Struct, frozen=True, forbid_unknown_fields=True):
     """A named quality/speed level that maps to a provider and a model."""
 
     name: str
     provider: str
-    model: str
+    model: Annotated[str, _rule("is required", min_length=1)]
 
 
-TIER_NAMES = ("fast", "balanced", "strong")
 DEFAULT_TIERS = {name: Tier(name, "sim", f"sim-{name}") for name in TIER_NAMES}
-# Not a mapping but a policy: the fast tier classifies each turn, which then goes to a real tier.
-AUTO_TIER = "auto"
 
 
-@dataclass(frozen=True)
-class LatencySettings:
+class LatencySettings(Struct, frozen=True, forbid_unknown_fields=True):
     """The latency engine's switches; the benchmark turns each off to measure what it saves."""
 
     early_dispatch: bool = True  # start a tool call once its arguments are complete in the stream
-    memo_ttl: float = 30.0  # seconds an identical read-only call reuses a result; 0 turns it off
+    # Seconds an identical read-only call reuses a result; 0 turns it off.
+    memo_ttl: Annotated[float, _rule("must be 0 (off) or more seconds", ge=0)] = 30.0
     prefetch: bool = False  # run predicted read-only calls (of tools that allow it) while the model thinks
 
 
-@dataclass(frozen=True)
-class RoutingSettings:
+class RoutingSettings(Struct, frozen=True, forbid_unknown_fields=True):
     """Which tier does what besides the main agent, and the priority lanes."""
 
-    helper_tier: str = "fast"  # titles, summaries and auto's classifier
+    helper_tier: TierName = "fast"  # titles, summaries and auto's classifier
     titles: bool = True
-    summarize_over_tokens: int = 0  # 0: tool results enter the context whole
-    auto_simple: str = "fast"
-    auto_complex: str = "strong"
+    summarize_over_tokens: Annotated[int, _rule("must be 0 (off) or more", ge=0)] = 0  # 0: results enter whole
+    auto_simple: TierName = "fast"
+    auto_complex: TierName = "strong"
     lanes: bool = True
-    max_background: int = 1
+    max_background: AtLeastOne = 1
 
 
 SIM_MODELS = ("sim-fast", "sim-balanced", "sim-strong")
@@ -141,17 +163,16 @@ BUILTIN_PROVIDERS = {
 }
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Struct, frozen=True, forbid_unknown_fields=True):
     path: Path
     loaded: bool
     default_provider: str = "sim"
-    max_steps: int = 25
-    tool_timeout: float = 120.0
-    providers: dict[str, ProviderSettings] = field(default_factory=lambda: dict(BUILTIN_PROVIDERS))
+    max_steps: Positive = MAX_STEPS
+    tool_timeout: Annotated[float, _rule("must be positive", gt=0)] = TOOL_TIMEOUT
+    providers: dict[str, ProviderSettings] = msgspec.field(default_factory=lambda: dict(BUILTIN_PROVIDERS))
     sim: SimSettings = SimSettings()
     mcp: tuple[McpServer, ...] = ()
-    tiers: dict[str, Tier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    tiers: dict[str, Tier] = msgspec.field(default_factory=lambda: dict(DEFAULT_TIERS))
     routing: RoutingSettings = RoutingSettings()
     latency: LatencySettings = LatencySettings()
     warnings: tuple[str, ...] = ()  # settings that were adjusted to something usable
@@ -187,50 +208,60 @@ class Config:
         settings = self.provider(name)
         if settings.is_simulator:
             raise ConfigError(
-                "--base-url does not apply to the embedded simulator; use --provider openai (or anthropic) --base-url URL"
+                "--base-url does not apply to the embedded simulator; "
+                "use --provider openai (or anthropic) --base-url URL"
             )
         # The configured models belong to the configured server; another server is asked what it serves.
-        moved = replace(settings, base_url=choice.base_url, models=(), default_model=None)
+        moved = structs.replace(settings, base_url=choice.base_url, models=(), default_model=None)
         tiers = {
             tier.name: Tier(tier.name, name, tier.model) if tier == DEFAULT_TIERS.get(tier.name) else tier
             for tier in self.tiers.values()
         }
-        config = replace(self, providers={**self.providers, name: moved}, tiers=tiers, default_provider=name)
+        config = structs.replace(self, providers={**self.providers, name: moved}, tiers=tiers, default_provider=name)
         return config, replace(choice, base_url=None, provider=None if choice.tier else name)
 
     def key_env_names(self) -> set[str]:
         """Every environment variable that holds a provider key, configured or default."""
         return set(DEFAULT_KEY_ENVS) | {p.api_key_env for p in self.providers.values() if p.api_key_env}
 
+    def to_toml(self) -> str:
+        """Every setting, as a config file that loads back to the same text; no secret in it.
+
+        Keys are never in the file: a comment after `api_key_env` says whether the variable is set,
+        masked. MCP `env` values may hold tokens, so they are masked too.
+        """
+        servers = tuple(structs.replace(s, env={k: _masked(v) for k, v in s.env.items()}) for s in self.mcp)
+        view = {**_as_table(self), "mcp": {s.name: _as_table(s) for s in servers}}  # [mcp.NAME] tables
+        notes: dict[tuple[str, ...], str] = {
+            ("providers", p.name, "api_key_env"): _key_note(p) for p in self.providers.values() if p.api_key_env
+        }
+        notes |= {("mcp", s.name, "env"): "values masked: they may hold tokens" for s in servers if s.env}
+        return "\n".join(_toml_lines(view, notes)) + "\n"
+
 
 def load_config(path: Path | None = None) -> Config:
     """The configuration at `path` (default: the user config file); defaults if there is no file."""
     path = path or paths.config_file()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return Config(path=path, loaded=False)
     except OSError as error:
         raise ConfigError(f"cannot read config {path}: {error.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config {path} is not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as error:
+    try:
+        data = msgspec.toml.decode(text, type=dict[str, Any])
+    except msgspec.DecodeError as error:
         raise ConfigError(f"invalid TOML in {path}: {error}") from None
-    return _Reader(path).config(data)
+    return _Loader(path).config(data)
 
 
-_TYPE_NAMES = {
-    str: "a string",
-    int: "a whole number",
-    float: "a number",
-    list: "a list",
-    dict: "a table",
-    bool: "true or false",
-}
+_S = TypeVar("_S", bound=Struct)
 
 
-class _Reader:
-    """Validates the parsed TOML, naming the file and the setting in every error."""
+class _Loader:
+    """Checks the parsed file against the Structs, naming the file and the setting in every error."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -239,238 +270,249 @@ class _Reader:
     def fail(self, where: str, problem: str) -> ConfigError:
         return ConfigError(f"config {self.path}: {where} {problem}")
 
-    def table(self, value: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, "must be a table")
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise self.fail(
-                f"{where}.{unknown[0]}" if where else unknown[0], f"is not a setting (known: {', '.join(known)})"
-            )
-        return value
-
-    def named_tables(self, value: Any, where: str) -> dict[str, Any]:
-        """A table of tables keyed by user-chosen names, such as [providers.NAME]."""
-        if not isinstance(value, dict):
-            raise self.fail(where, "must be a table")
-        return value
-
-    def typed(
-        self, table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None
-    ) -> Any:
-        value = table.get(key, default)
-        if value is default:
-            return value
-        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-            expected = _TYPE_NAMES[kind if isinstance(kind, type) else kind[-1]]
-            raise self.fail(f"{where}{key}", f"must be {expected} (got {value!r})")
-        return value
-
     def config(self, data: dict[str, Any]) -> Config:
-        top = self.table(
-            data,
-            "",
-            ("default_provider", "max_steps", "tool_timeout", "providers", "sim", "mcp", "tiers", "routing", "latency"),
-        )
+        top = self.table(data, "", Config)
         providers = dict(BUILTIN_PROVIDERS)
-        for name, raw in self.named_tables(top.get("providers", {}), "providers").items():
-            providers[name] = self.provider(name, raw, providers.get(name))
-        default = self.typed(top, "default_provider", str, "", "sim")
-        if default not in providers:
+        for name, raw in self.named(top, "providers").items():
+            providers[name] = self.provider(name, raw)
+        tiers = dict(DEFAULT_TIERS)
+        for name, raw in self.named(top, "tiers").items():
+            tiers[name] = self.tier(name, raw, providers)
+        servers = tuple(self.mcp_server(name, raw) for name, raw in self.named(top, "mcp").items())
+        given = {**top, "path": self.path, "loaded": True, "providers": providers, "tiers": tiers, "mcp": servers}
+        config = self.convert(given, Config, "")
+        if config.default_provider not in providers:
             raise self.fail(
                 "default_provider",
-                f"names an unknown provider {default!r} (configured: {', '.join(sorted(providers))})",
+                f"names an unknown provider {config.default_provider!r} (configured: {', '.join(sorted(providers))})",
             )
-        max_steps = self.typed(top, "max_steps", int, "", 25)
-        timeout = self.typed(top, "tool_timeout", (int, float), "", 120.0)
-        if max_steps < 1 or timeout <= 0:
-            raise self.fail("max_steps" if max_steps < 1 else "tool_timeout", "must be positive")
-        return Config(
-            path=self.path,
-            loaded=True,
-            default_provider=default,
-            max_steps=max_steps,
-            tool_timeout=float(timeout),
-            providers=providers,
-            sim=self.sim(top.get("sim", {})),
-            mcp=tuple(self.mcp_server(name, raw) for name, raw in self.named_tables(top.get("mcp", {}), "mcp").items()),
-            tiers=self.tiers(top.get("tiers", {}), providers),
-            routing=self.routing(top.get("routing", {})),
-            latency=self.latency(top.get("latency", {})),
-            warnings=tuple(self.warnings),
-        )
+        return structs.replace(config, sim=self.located(config.sim), warnings=tuple(self.warnings))
 
-    def provider(self, name: str, raw: Any, base: ProviderSettings | None) -> ProviderSettings:
-        where = f"providers.{name}."
-        if isinstance(raw, dict) and "api_key" in raw:
-            raise self.fail(
-                f"{where}api_key", "is not allowed: keep keys in the environment and name the variable with api_key_env"
-            )
-        known = (
-            "kind",
-            "base_url",
-            "api_key_env",
-            "models",
-            "default_model",
-            "max_retries",
-            "max_tokens",
-            "thinking_budget",
-            "cache_breakpoints",
-            "cache_ttl",
-            "cache_min_tokens",
-            "prompt_cache_key",
-        )
-        table = self.table(raw, where.rstrip("."), known)
-        kind = self.typed(table, "kind", str, where, base.kind if base else None)
-        if kind not in KINDS:
-            raise self.fail(f"{where}kind", f"must be one of {', '.join(KINDS)} (got {kind!r})")
-        models = self.typed(table, "models", list, where, None)
-        if models is not None and not all(isinstance(m, str) and m for m in models):
-            raise self.fail(f"{where}models", "must be a list of model names")
-        settings = base if base is not None and base.kind == kind else ProviderSettings(name, kind)
-        changes = {
-            key: self.typed(table, key, str, where)
-            for key in ("base_url", "api_key_env", "default_model")
-            if key in table
-        }
-        if models is not None:
-            changes["models"] = tuple(models)
-        for key in ("max_retries", "max_tokens", "thinking_budget", "cache_breakpoints", "cache_min_tokens"):
-            if key in table:
-                changes[key] = self.typed(table, key, int, where)
-        if "cache_ttl" in table:
-            changes["cache_ttl"] = self.typed(table, "cache_ttl", str, where)
-        if "prompt_cache_key" in table:
-            changes["prompt_cache_key"] = self.typed(table, "prompt_cache_key", bool, where)
-        return self.checked(replace(settings, **changes), where)
-
-    def checked(self, settings: ProviderSettings, where: str) -> ProviderSettings:
-        """Provider settings that make sense together; a breakpoint count above the API's limit is capped."""
-        if settings.max_retries < 0 or any(
-            value is not None and value < 1 for value in (settings.max_tokens, settings.cache_min_tokens)
-        ):
-            raise self.fail(where.rstrip("."), "max_retries, max_tokens and cache_min_tokens must be positive")
-        if settings.cache_ttl not in CACHE_TTLS:
-            raise self.fail(f"{where}cache_ttl", f"must be one of {', '.join(CACHE_TTLS)} (got {settings.cache_ttl!r})")
-        if settings.cache_breakpoints < 0:
-            raise self.fail(f"{where}cache_breakpoints", "must be 0 (no caching) or more")
-        if settings.cache_breakpoints > BREAKPOINT_LIMIT:
-            self.warnings.append(
-                f"config {self.path}: {where}cache_breakpoints = {settings.cache_breakpoints} is more than the "
-                f"{BREAKPOINT_LIMIT} Anthropic allows; using {BREAKPOINT_LIMIT}"
-            )
-            settings = replace(settings, cache_breakpoints=BREAKPOINT_LIMIT)
-        budget = settings.thinking_budget
-        if budget is not None and not 1024 <= budget < (settings.max_tokens or 8192):
-            raise self.fail(f"{where}thinking_budget", "must be at least 1024 and less than max_tokens (default 8192)")
-        return settings
-
-    def latency(self, raw: Any) -> LatencySettings:
-        table = self.table(raw, "latency", ("early_dispatch", "memo_ttl", "prefetch"))
-        ttl = self.typed(table, "memo_ttl", (int, float), "latency.", 30.0)
-        if ttl < 0:
-            raise self.fail("latency.memo_ttl", "must be 0 (off) or more seconds")
-        return LatencySettings(
-            self.typed(table, "early_dispatch", bool, "latency.", True),
-            float(ttl),
-            self.typed(table, "prefetch", bool, "latency.", False),
-        )
-
-    def routing(self, raw: Any) -> RoutingSettings:
-        known = (
-            "helper_tier",
-            "titles",
-            "summarize_over_tokens",
-            "auto_simple",
-            "auto_complex",
-            "lanes",
-            "max_background",
-        )
-        table = self.table(raw, "routing", known)
-        tiers = {key: self.typed(table, key, str, "routing.") for key in ("helper_tier", "auto_simple", "auto_complex")}
-        for key, tier in tiers.items():
-            if tier is not None and tier not in TIER_NAMES:
-                raise self.fail(f"routing.{key}", f"must be one of {', '.join(TIER_NAMES)} (got {tier!r})")
-        over = self.typed(table, "summarize_over_tokens", int, "routing.", 0)
-        background = self.typed(table, "max_background", int, "routing.", 1)
-        if over < 0 or background < 1:
-            raise self.fail("routing", "summarize_over_tokens must be 0 (off) or more, and max_background at least 1")
-        return RoutingSettings(
-            **{key: tier for key, tier in tiers.items() if tier is not None},
-            titles=self.typed(table, "titles", bool, "routing.", True),
-            summarize_over_tokens=over,
-            lanes=self.typed(table, "lanes", bool, "routing.", True),
-            max_background=background,
-        )
-
-    def sim(self, raw: Any) -> SimSettings:
-        known = (
-            "ttft_ms",
-            "prefill_us_per_token",
-            "decode_ms_per_token",
-            "scenario",
-            "cache_blocks",
-            "cache_min_tokens",
-            "max_running",
-            "scheduling_policy",
-            "prompt_tokens_details",
-        )
-        table = self.table(raw, "sim", known)
-        figures = {
-            key: self.typed(table, key, (int, float), "sim.")
-            for key in ("ttft_ms", "prefill_us_per_token", "decode_ms_per_token")
-        }
-        if any(value is not None and value < 0 for value in figures.values()):
-            raise self.fail("sim", "latency figures must not be negative")
-        scenario = self.typed(table, "scenario", str, "sim.")
-        return SimSettings(
-            **figures,
-            scenario=(self.path.parent / Path(scenario).expanduser()) if scenario else None,
-            cache_blocks=self.typed(table, "cache_blocks", int, "sim.", 16_384),
-            cache_min_tokens=self.typed(table, "cache_min_tokens", int, "sim.", 1024),
-            max_running=self._max_running(table),
-            scheduling_policy=self._policy(table),
-            prompt_tokens_details=self.typed(table, "prompt_tokens_details", bool, "sim.", True),
-        )
-
-    def _max_running(self, table: dict[str, Any]) -> int | None:
-        value = self.typed(table, "max_running", int, "sim.")
-        if value is not None and value < 1:
-            raise self.fail("sim.max_running", "must be at least 1")
+    def table(self, value: Any, where: str, kind: type[Struct]) -> dict[str, Any]:
+        """`value` as a table for `kind`; a key the program fills in (a name, the path) is no setting."""
+        if not isinstance(value, dict):
+            raise self.fail(where, f"must be a table (got {value!r})")
+        for key in value:
+            if key in _NOT_IN_FILE:
+                raise self.fail(_join(where, key), f"is not a setting (known: {', '.join(_settings(kind))})")
         return value
 
-    def _policy(self, table: dict[str, Any]) -> str:
-        policy = self.typed(table, "scheduling_policy", str, "sim.", "priority")
-        if policy not in ("fcfs", "priority"):
-            raise self.fail("sim.scheduling_policy", f"must be fcfs or priority (got {policy!r})")
-        return policy
+    def named(self, top: dict[str, Any], section: str) -> dict[str, Any]:
+        """A table of tables keyed by user-chosen names, such as [providers.NAME]."""
+        value = top.get(section, {})
+        if not isinstance(value, dict):
+            raise self.fail(section, f"must be a table (got {value!r})")
+        return value
 
-    def tiers(self, raw: Any, providers: dict[str, ProviderSettings]) -> dict[str, Tier]:
-        tiers = dict(DEFAULT_TIERS)
-        for name, value in self.named_tables(raw, "tiers").items():
-            if name not in TIER_NAMES:
-                raise self.fail(f"tiers.{name}", f"is not a tier (tiers: {', '.join(TIER_NAMES)})")
-            table = self.table(value, f"tiers.{name}", ("provider", "model"))
-            provider = self.typed(table, "provider", str, f"tiers.{name}.")
-            model = self.typed(table, "model", str, f"tiers.{name}.")
-            if provider not in providers:
-                raise self.fail(f"tiers.{name}.provider", f"names an unknown provider {provider!r}")
-            if not model:
-                raise self.fail(f"tiers.{name}.model", "is required")
-            tiers[name] = Tier(name, provider, model)
-        return tiers
+    def convert(self, given: dict[str, Any], kind: type[_S], where: str) -> _S:
+        try:
+            return msgspec.convert(given, kind, dec_hook=_decode_path)
+        except msgspec.ValidationError as error:
+            raise self.fail(*_explained(str(error), given, kind, where)) from None
+
+    def provider(self, name: str, raw: Any) -> ProviderSettings:
+        """[providers.NAME]: a built-in's settings changed, or a new provider (one of another kind starts afresh)."""
+        where = f"providers.{name}"
+        if isinstance(raw, dict) and "api_key" in raw:
+            raise self.fail(
+                f"{where}.api_key",
+                "is not allowed: keep keys in the environment and name the variable with api_key_env",
+            )
+        table = self.table(raw, where, ProviderSettings)
+        builtin = BUILTIN_PROVIDERS.get(name)
+        base = structs.asdict(builtin) if builtin and table.get("kind", builtin.kind) == builtin.kind else {}
+        return self.checked(self.convert({**base, **table, "name": name}, ProviderSettings, where), where)
+
+    def checked(self, settings: ProviderSettings, where: str) -> ProviderSettings:
+        """Settings that make sense together; a breakpoint count above the API's limit is capped."""
+        budget = settings.thinking_budget
+        if budget is not None and not MIN_THINKING_BUDGET <= budget < (settings.max_tokens or DEFAULT_MAX_TOKENS):
+            raise self.fail(
+                f"{where}.thinking_budget",
+                f"must be at least {MIN_THINKING_BUDGET} and less than max_tokens (default {DEFAULT_MAX_TOKENS})",
+            )
+        if settings.cache_breakpoints > BREAKPOINT_LIMIT:
+            self.warnings.append(
+                f"config {self.path}: {where}.cache_breakpoints = {settings.cache_breakpoints} is more than the "
+                f"{BREAKPOINT_LIMIT} Anthropic allows; using {BREAKPOINT_LIMIT}"
+            )
+            settings = structs.replace(settings, cache_breakpoints=BREAKPOINT_LIMIT)
+        return settings
+
+    def tier(self, name: str, raw: Any, providers: dict[str, ProviderSettings]) -> Tier:
+        where = f"tiers.{name}"
+        if name not in TIER_NAMES:
+            raise self.fail(where, f"is not a tier (tiers: {', '.join(TIER_NAMES)})")
+        tier = self.convert({**self.table(raw, where, Tier), "name": name}, Tier, where)
+        if tier.provider not in providers:
+            raise self.fail(f"{where}.provider", f"names an unknown provider {tier.provider!r}")
+        return tier
 
     def mcp_server(self, name: str, raw: Any) -> McpServer:
-        where = f"mcp.{name}."
-        table = self.table(raw, f"mcp.{name}", ("command", "args", "env"))
-        command = self.typed(table, "command", str, where)
-        if not command:
-            raise self.fail(f"{where}command", "is required")
-        args = self.typed(table, "args", list, where, [])
-        env = self.typed(table, "env", dict, where, {})
-        if not all(isinstance(a, str) for a in args) or not all(isinstance(v, str) for v in env.values()):
-            raise self.fail(where.rstrip("."), "args and env values must be strings")
-        return McpServer(name, command, tuple(args), dict(env))
+        where = f"mcp.{name}"
+        return self.convert({**self.table(raw, where, McpServer), "name": name}, McpServer, where)
+
+    def located(self, sim: SimSettings) -> SimSettings:
+        """A scenario named relative to the config file's folder, found from anywhere."""
+        if sim.scenario is None:
+            return sim
+        return structs.replace(sim, scenario=self.path.parent / sim.scenario.expanduser())
+
+
+def _decode_path(kind: type, value: Any) -> Any:
+    """A path is a string in the file (msgspec has no Path type of its own)."""
+    if kind is Path and isinstance(value, str | Path):
+        return Path(value)
+    raise TypeError(f"Expected `str`, got `{type(value).__name__}`")  # msgspec's wording, which _explained reads
+
+
+def _settings(kind: type[Struct]) -> tuple[str, ...]:
+    """The keys a table for `kind` may hold."""
+    return tuple(f.encode_name for f in structs.fields(kind) if f.name not in _NOT_IN_FILE)
+
+
+def _join(*names: str) -> str:
+    return ".".join(name for name in names if name)
+
+
+# msgspec's ValidationError: "Expected `int`, got `str` - at `$.latency.memo_ttl`" (no "at" for the root).
+_ERROR = re.compile(r"(?P<message>.*?)(?: - at `\$(?P<at>.*)`)?", re.DOTALL)
+_STEP = re.compile(r"\.(\w+)|\[([^\]]*)\]")  # .field or [index] ([...] for a table's key)
+_KEY_ERROR = re.compile(r"Object (?P<kind>contains unknown|missing required) field `(?P<key>[^`]*)`")
+_TYPE_ERROR = re.compile(r"Expected `(?P<expected>[^`| ]+)[^`]*`, got `")
+_TYPE_WORDS = {
+    "str": "a string",
+    "int": "a whole number",
+    "float": "a number",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a table",
+}
+
+
+@dataclass
+class _Spot:
+    """The setting a msgspec error points at."""
+
+    names: list[str]  # its dotted name
+    table: type[Struct]  # the Struct it belongs to (or is)
+    parts: list[Any]  # its declared type, unwrapped: types, Literals and Meta
+    value: Any  # what the file gave
+    inside: bool  # the error is in one of its elements, not in the setting itself
+
+
+def _explained(message: str, given: dict[str, Any], kind: type[Struct], where: str) -> tuple[str, str]:
+    """A msgspec error in the config's own words: the setting's dotted name, and its problem."""
+    found = _ERROR.fullmatch(message)
+    assert found is not None  # the pattern matches any text
+    spot = _spot(kind, given, found["at"] or "", where)
+    message = found["message"]
+    setting = _join(*spot.names)
+    if key_error := _KEY_ERROR.fullmatch(message):
+        if key_error["kind"] == "missing required":
+            return _join(setting, key_error["key"]), "is required"
+        return _join(setting, key_error["key"]), f"is not a setting (known: {', '.join(_settings(spot.table))})"
+    if message.startswith("Invalid enum value"):
+        choices = next(get_args(part) for part in spot.parts if get_origin(part) is Literal)
+        return setting, f"must be one of {', '.join(choices)} (got {spot.value!r})"
+    if (type_error := _TYPE_ERROR.match(message)) and not spot.inside:
+        expected = _TYPE_WORDS.get(type_error["expected"], type_error["expected"])
+        return setting, f"must be {expected} (got {spot.value!r})"
+    # A limit broken, or a bad element of a list or table: the setting's own words for it.
+    rule = next((m.extra.get("problem") for m in spot.parts if isinstance(m, Meta) and m.extra), None)
+    return setting, rule or f"is invalid ({message})"
+
+
+def _spot(kind: type[Struct], given: dict[str, Any], at: str, where: str) -> _Spot:
+    """Follows msgspec's path (`.sim.ttft_ms`, `.models[1]`) through the Structs and the given values."""
+    spot = _Spot([where], kind, [kind], given, inside=False)
+    for name, index in _STEP.findall(at):
+        if name and not spot.inside:
+            declared = next(f for f in structs.fields(spot.table) if f.encode_name == name)
+            spot.names.append(name)
+            spot.parts = _unwrapped(declared.type)
+            spot.value = spot.value.get(name) if isinstance(spot.value, dict) else None
+            spot.table = next((p for p in spot.parts if isinstance(p, type) and issubclass(p, Struct)), spot.table)
+        else:
+            spot.inside = True
+            listed = isinstance(spot.value, list | tuple) and index.isdigit() and int(index) < len(spot.value)
+            spot.value = spot.value[int(index)] if listed else None
+    return spot
+
+
+def _unwrapped(declared: Any) -> list[Any]:
+    """A field's type as a flat list: `Annotated[int, Meta(ge=1)] | None` is [int, Meta(ge=1), None]."""
+    if get_origin(declared) is Annotated:
+        base, *metadata = get_args(declared)
+        return [*_unwrapped(base), *metadata]
+    if get_origin(declared) in (Union, types.UnionType):
+        return [part for option in get_args(declared) for part in _unwrapped(option)]
+    return [declared]
+
+
+def _masked(secret: str) -> str:
+    """A secret as shown: its last 4 characters only if it has 12 or more.
+
+    A value already masked stays as it is, so a shown config saved and shown again reads the same.
+    """
+    if secret.startswith("••••"):
+        return secret
+    return f"••••{secret[-4:]}" if len(secret) >= 12 else "••••"
+
+
+def _key_note(settings: ProviderSettings) -> str:
+    key = settings.api_key()
+    return f"set: {_masked(key)}" if key else "not set"
+
+
+def _as_table(struct: Struct) -> dict[str, Any]:
+    """A Struct's settings as the file holds them: nested Structs as tables, None where a setting is unset."""
+    return {
+        f.encode_name: _as_value(getattr(struct, f.name)) for f in structs.fields(struct) if f.name not in _NOT_IN_FILE
+    }
+
+
+def _as_value(value: Any) -> Any:
+    if isinstance(value, Struct):
+        return _as_table(value)
+    if isinstance(value, dict):
+        return {key: _as_value(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_as_value(item) for item in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+def _toml_lines(table: dict[str, Any], notes: dict[tuple[str, ...], str], at: tuple[str, ...] = ()) -> list[str]:
+    """`table` in TOML: its values under its [header], then its subtables; an unset (None) value is left out."""
+    values = {key: value for key, value in table.items() if value is not None and not isinstance(value, dict)}
+    lines = [
+        f"{_toml_key(key)} = {_toml_value(value)}{_comment(notes.get((*at, key)))}" for key, value in values.items()
+    ]
+    if at and values:
+        lines = ["", f"[{'.'.join(map(_toml_key, at))}]{_comment(notes.get(at))}", *lines]
+    for key, value in table.items():
+        if isinstance(value, dict):
+            lines += _toml_lines(value, notes, (*at, key))
+    return lines
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_value(key)
+
+
+def _toml_value(value: str | bool | int | float | list[Any]) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_toml_value, value)) + "]"
+    # A JSON string is a TOML basic string, but for DEL, which TOML wants escaped too.
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _comment(note: str | None) -> str:
+    return f"  # {note}" if note else ""
 
 
 @dataclass(frozen=True)

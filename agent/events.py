@@ -83,9 +83,8 @@ class ResponseFinished(Event, frozen=True):
     finish_reason: str
     route: str = ""  # the tier that answered and why, e.g. "auto: complex → strong"
     connect: float = 0.0  # seconds of opening the connection this request paid (the warm-up hadn't finished)
-    cache_note: str = (
-        ""  # why the cache read less than the unchanged prefix, e.g. "cache miss: system prompt changed …"
-    )
+    # Why the cache read less than the unchanged prefix, e.g. "cache miss: system prompt changed …".
+    cache_note: str = ""
 
 
 class StepFinished(Event, frozen=True):
@@ -168,7 +167,7 @@ AgentEvent = (
 )
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(AgentEvent)
+_decoder: msgspec.json.Decoder[AgentEvent] = msgspec.json.Decoder(AgentEvent)
 
 
 def encode(event: AgentEvent) -> bytes:

@@ -37,7 +37,11 @@ def prompt_breakdown(usage: UsageLedger | None) -> str:
 
 
 def step_summary(step: StepFinished) -> str:
-    """e.g. `step 2 · prompt 2,351 (cache read 2,320 · uncached 31) · out 117 · ttft 0.04 s · 96 tok/s · tools 3 in 1.01 s (sum 3.02 s)`."""
+    """One line for a finished step.
+
+    e.g. `step 2 · prompt 2,351 (cache read 2,320 · uncached 31) · out 117 · ttft 0.04 s · 96 tok/s ·
+    tools 3 in 1.01 s (sum 3.02 s)`.
+    """
     parts = [f"step {step.step}", *([step.route] if step.route else []), prompt_breakdown(step.usage)]
     if step.usage is not None:
         parts.append(f"out {tokens(step.usage.output)}")

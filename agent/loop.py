@@ -51,6 +51,9 @@ from hotloop.providers.lanes import Lanes
 Emit = Callable[[AgentEvent], None]
 # Given a call and its (long) result: a shorter result for the context, and a note saying so; or None.
 Summarize = Callable[[ToolCall, str], Awaitable[tuple[str, str] | None]]
+# The defaults of a turn's limits, which the config's are too.
+MAX_STEPS = 25  # model requests per turn
+TOOL_TIMEOUT = 120.0  # seconds; a tool that runs longer becomes an error result
 
 
 @dataclass
@@ -82,8 +85,8 @@ class Agent:
         emit: Emit,
         workspace: Path,
         system: str | None = None,
-        max_steps: int = 25,
-        tool_timeout: float = 120.0,
+        max_steps: int = MAX_STEPS,
+        tool_timeout: float = TOOL_TIMEOUT,
         max_tokens: int | None = None,
         context: Callable[[], str] | None = None,
         cache_key: str | None = None,
@@ -162,7 +165,8 @@ class Agent:
         self.emit(TurnStarted(turn=turn, prompt=prompt, context=context))
         self.messages.append(UserMessage(prompt + context))
         self._prefetch_context = ("prompt", prompt)
-        steps, reason = 0, "answer"
+        steps = 0
+        reason: TurnEnd = "answer"
         try:
             while True:
                 steps += 1
@@ -225,7 +229,7 @@ class Agent:
             model_time=time.perf_counter() - stream.started,
             finish_reason=stream.finish_reason,
             route=self.route,
-            connect=_connect_paid(self.provider, stream.started),
+            connect=self.provider.connect_paid(stream.started),
             cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
         )
         self.emit(response)
@@ -266,7 +270,7 @@ class Agent:
         self._checked = len(self.messages)
 
     def _keep_interrupted(self, stream: StepAccumulator, ran: dict[str, ToolResultMessage]) -> None:
-        """Keep a partial answer; complete calls keep the result they got, or a cancelled one, so history stays valid."""
+        """Keep a partial answer; complete calls keep the result they got, or a cancelled one: history stays valid."""
         self.messages.extend(stream.cut_short(ran))
 
     async def _run_tools(
@@ -418,11 +422,6 @@ class Agent:
     def _timeout_of(self, name: str) -> float:
         tool = self.tools.get(name)
         return tool.timeout if tool is not None and tool.timeout is not None else self.tool_timeout
-
-
-def _connect_paid(provider: Provider, since: float) -> float:
-    paid = getattr(provider, "connect_paid", None)
-    return paid(since) if paid is not None else 0.0
 
 
 def _parses(call: ToolCall) -> bool:

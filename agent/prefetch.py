@@ -58,6 +58,10 @@ class _Guess:
     started: float
     ended: float | None = None
 
+    def end(self, _task: asyncio.Task[str]) -> None:
+        """Done callback of `task`: when the prefetch ended, however it ended."""
+        self.ended = time.perf_counter()
+
 
 @dataclass
 class PrefetchStats:
@@ -81,7 +85,7 @@ class Prefetcher:
             if tool is None or not (tool.read_only and tool.prefetch) or key in self.stats.guesses:
                 continue
             guess = _Guess(asyncio.ensure_future(self._run(tool, key)), time.perf_counter())
-            guess.task.add_done_callback(lambda _, g=guess: setattr(g, "ended", time.perf_counter()))
+            guess.task.add_done_callback(guess.end)
             self.stats.guesses[key] = guess
 
     def take(self, key: CallKey | None) -> tuple[asyncio.Task[str], float] | None:

@@ -49,7 +49,26 @@ from hotloop.sessions.log import SessionLog
 
 BIG_TURNS = 1_000
 SESSIONS = 500
-WORDS = ["the", "cache", "keeps", "every", "step", "warm", "so", "a", "turn", "pays", "only", "for", "what", "it", "adds", "to", "the", "prompt"]
+WORDS = [
+    "the",
+    "cache",
+    "keeps",
+    "every",
+    "step",
+    "warm",
+    "so",
+    "a",
+    "turn",
+    "pays",
+    "only",
+    "for",
+    "what",
+    "it",
+    "adds",
+    "to",
+    "the",
+    "prompt",
+]
 
 
 def write_turn(log: SessionLog, turn: int, clock: list[float], rng: random.Random, context: int) -> int:

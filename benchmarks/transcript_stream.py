@@ -28,7 +28,28 @@ HISTORY_TURNS = 20
 TOKENS_PER_TURN = 1_000
 LIVE_TOKENS = 4_000
 RATE = 2_000
-WORDS = ["cache", "prefix", "tokens", "stream", "parallel", "tools", "latency", "decode", "prefill", "server", "model", "step", "turn", "request", "answer", "vLLM", "block", "hash", "usage", "budget"]
+WORDS = [
+    "cache",
+    "prefix",
+    "tokens",
+    "stream",
+    "parallel",
+    "tools",
+    "latency",
+    "decode",
+    "prefill",
+    "server",
+    "model",
+    "step",
+    "turn",
+    "request",
+    "answer",
+    "vLLM",
+    "block",
+    "hash",
+    "usage",
+    "budget",
+]
 
 
 def markdown_tokens(count: int, seed: int) -> list[str]:

@@ -7,6 +7,7 @@ so switching back and forth reuses connections.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 from collections.abc import Callable
@@ -80,7 +81,7 @@ class Runtime:
         discovery = self._discoveries.get(id(provider))
         if discovery is not None:
             await asyncio.shield(discovery)
-        return getattr(provider, "server", None)
+        return provider.server
 
     async def _discover(self, provider: Provider) -> None:
         """For an OpenAI-compatible server: what it is, so requests carry `priority` where vLLM reads it."""
@@ -240,12 +241,8 @@ def simulator_config(config: Config) -> SimConfig:
 
 async def _warm(provider: Provider) -> None:
     """Open the keep-alive connection before the first request needs it; any answer will do."""
-    fetch = getattr(provider, "fetch", None)
-    if fetch is not None:
-        try:
-            await asyncio.wait_for(fetch(provider.base_url), PROBE_TIMEOUT)
-        except (ProviderError, TimeoutError):
-            pass  # the first request will say what is wrong
+    with contextlib.suppress(ProviderError, TimeoutError):  # the first request will say what is wrong
+        await asyncio.wait_for(provider.fetch(provider.base_url), PROBE_TIMEOUT)
 
 
 def _share_server(main: Provider, helper: Provider) -> None:

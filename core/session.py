@@ -19,6 +19,7 @@ and the engine (SDKs, the simulator) loads inside `open()`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,10 +115,12 @@ class Session:
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
         self._server_task: asyncio.Task[None] | None = None
         self._nudge = asyncio.Event()
+        self._ready = False
 
     @property
     def ready(self) -> bool:
-        return self.agent is not None
+        """Whether `open()` has finished: the tool list is final and turns may run."""
+        return self._ready
 
     @property
     def busy(self) -> bool:
@@ -156,6 +159,7 @@ class Session:
         await self.runtime.start_mcp(list(self.options.mcp), self.emit)
         await self.runtime.learn_from_past(self.agent, self.workspace)
         self._probes = asyncio.create_task(self._probe_all())
+        self._ready = True
         # The startup heap never dies: keep the collector off it, and collect old objects rarely.
         gc.collect()
         gc.freeze()
@@ -204,6 +208,8 @@ class Session:
     async def turn(self, prompt: str) -> TurnFinished:
         """One turn of the conversation, on the tier `auto` picks or the one chosen."""
         assert self.agent is not None and self.runtime is not None and self.router is not None
+        if not self._ready:
+            raise RuntimeError("a turn before the session is open")
         if self.log is None:
             log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
             self._open_log(log)
@@ -338,15 +344,13 @@ class Session:
                 info = await self.runtime.server_of(provider)
                 report(ServerReport(info, provider.base_url, provider.model) if info is not None else None)
             if info is not None and info.has_metrics and followed is not None:
-                sample = await scrape(followed)  # type: ignore[arg-type]
+                sample = await scrape(followed)
                 if sample is not None:
                     report(ServerReport(info, followed.base_url, followed.model, watch.observe(sample)))
             self._nudge.clear()
             interval = SERVER_BUSY_INTERVAL if self.busy else SERVER_IDLE_INTERVAL
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), interval)
-            except TimeoutError:
-                pass
 
     # -- closing ------------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ from datetime import datetime
 from pathlib import Path
 
 from hotloop import paths
+from hotloop.agent.events import AgentEvent
 from hotloop.sessions.store import (
+    LoggedSession,
     SessionError,
     delete_session,
     find_session,
@@ -119,7 +121,7 @@ def print_replay(session: LoggedSession, speed: float) -> int:
     return asyncio.run(_print_replay(session.events, speed))
 
 
-async def _print_replay(events: list, speed: float) -> int:  # type: ignore[type-arg]
+async def _print_replay(events: list[AgentEvent], speed: float) -> int:
     from hotloop.headless.printer import Printer
     from hotloop.sessions.replay import paced
 

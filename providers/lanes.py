@@ -56,7 +56,7 @@ class Lanes:
         while True:
             await self._quiet()
             task: asyncio.Task[T] = asyncio.ensure_future(work())
-            self._background.add(task)  # type: ignore[arg-type]
+            self._background.add(task)
             try:
                 return await task
             except asyncio.CancelledError:
@@ -64,8 +64,8 @@ class Lanes:
                     raise
                 self.preemptions += 1
             finally:
-                self._background.discard(task)  # type: ignore[arg-type]
-                self._preempted.discard(task)  # type: ignore[arg-type]
+                self._background.discard(task)
+                self._preempted.discard(task)
                 self._changed.set()
 
     async def _quiet(self) -> None:

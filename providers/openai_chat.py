@@ -45,7 +45,7 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
 from hotloop.providers.transport import SdkProvider
-from hotloop.providers.vllm import MissingDetails, ServerInfo
+from hotloop.providers.vllm import MissingDetails
 
 _encode = msgspec.json.Encoder().encode
 
@@ -74,7 +74,6 @@ class OpenAIChatProvider(SdkProvider):
         self._cache_min_tokens = cache_min_tokens
         self._sent: dict[Message, bytes] = {}
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
-        self.server: ServerInfo | None = None  # what discovery found, for a self-hosted server
         self.send_priority = False  # set for vLLM; cleared if the server rejects the field
         self._details = MissingDetails()
 

@@ -118,7 +118,9 @@ class ServerWatch:
             ttft_p95=_quantile(0.95, self.first, sample),
             spec_acceptance=_ratio(sample.accepted, sample.draft_tokens),
             spec_length=_spec_length(sample),
-            cache_reported=(sample.queries is not None and sample.hits is not None) or sample.hit_rate_gauge is not None,
+            cache_reported=(
+                (sample.queries is not None and sample.hits is not None) or sample.hit_rate_gauge is not None
+            ),
             ttft_reported=bool(sample.ttft_buckets),
         )
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from hotloop.providers.errors import (
     AuthenticationFailed,
@@ -17,8 +18,13 @@ from hotloop.providers.errors import (
     UnknownModel,
 )
 
+if TYPE_CHECKING:
+    import httpx2
 
-async def server_sent_data(response: Any) -> AsyncIterator[bytes]:
+    from hotloop.providers.vllm import ServerInfo
+
+
+async def server_sent_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
     """The `data` of each server-sent event in an HTTP response, as bytes (multi-line data joined by newlines).
 
     Working on bytes skips text decoding and line objects: msgspec decodes JSON from bytes
@@ -48,14 +54,16 @@ def error_detail(error: Exception) -> str:
     body = getattr(error, "body", None)
     if isinstance(body, dict):
         inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"]
-    return getattr(error, "message", None) or str(error) or type(error).__name__
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if isinstance(message, str):
+            return message
+    message = getattr(error, "message", None)
+    return message if isinstance(message, str) and message else str(error) or type(error).__name__
 
 
 def root_exception(error: BaseException) -> BaseException:
-    while error.__cause__ is not None or error.__context__ is not None:
-        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    while (cause := error.__cause__ or error.__context__) is not None:
+        error = cause
     return error
 
 
@@ -66,7 +74,7 @@ def root_cause(error: BaseException) -> str:
 
 
 async def explain(
-    error: Exception, sdk: Any, where: str, model: str, available: Callable[[], Awaitable[str]] | None
+    error: Exception, sdk: ModuleType, where: str, model: str, available: Callable[[], Awaitable[str]] | None
 ) -> ProviderError:
     """One line a user can act on, for an error raised by the `openai` or `anthropic` SDK (`sdk`)."""
     detail = error_detail(error)
@@ -108,6 +116,8 @@ class SdkProvider:
         self._location = location
         # The first request to the server opens the connection: when it went out and came back (perf_counter).
         self.warm: tuple[float, float | None] | None = None
+        # What discovery found, for a self-hosted server (only OpenAI-compatible servers are asked).
+        self.server: ServerInfo | None = None
         # Gateways, vLLM, Ollama and the simulator take any key; the SDKs refuse to send a request without one.
         # The SDKs' aiohttp transport costs ~40% less CPU per request than their default.
         self._client = getattr(sdk, self.client_class)(
@@ -122,7 +132,7 @@ class SdkProvider:
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
-    async def server_events(self, body: bytes) -> AsyncIterator[bytes]:
+    async def server_events(self, body: bytes) -> AsyncGenerator[bytes, None]:
         """Send `body`; yield the `data` of each event. Close it with `contextlib.aclosing`."""
         import httpx2
 
@@ -164,7 +174,7 @@ class SdkProvider:
             return 0.0
         return self.warm[1] - self.warm[0]
 
-    async def fetch_json(self, url: str) -> Any:
+    async def fetch_json(self, url: str) -> object:
         """GET a JSON document; a ProviderError if the server does not send one."""
         import json
 

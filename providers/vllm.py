@@ -16,6 +16,7 @@ from hotloop.providers.errors import ProviderError
 from hotloop.providers.server_metrics import MetricsSample, parse_metrics
 
 if TYPE_CHECKING:
+    from hotloop.providers.base import Provider
     from hotloop.providers.openai_chat import OpenAIChatProvider
 
 # `owned_by` in /v1/models names the server family.
@@ -78,7 +79,7 @@ async def discover(provider: OpenAIChatProvider) -> ServerInfo:
     return ServerInfo(kind, models, healthy, metrics is not None)
 
 
-async def scrape(provider: OpenAIChatProvider) -> MetricsSample | None:
+async def scrape(provider: Provider) -> MetricsSample | None:
     """One reading of the server's /metrics; None if it has none or sent something unreadable."""
     text = await _metrics_text(provider, server_root(provider.base_url))
     if text is None:
@@ -99,7 +100,7 @@ def _served(card: dict[str, Any]) -> ServedModel:
     return ServedModel(card["id"], length if isinstance(length, int) and not isinstance(length, bool) else None)
 
 
-async def _answers(provider: OpenAIChatProvider, url: str) -> bool | None:
+async def _answers(provider: Provider, url: str) -> bool | None:
     try:
         status, _ = await provider.fetch(url)
     except ProviderError:
@@ -107,7 +108,7 @@ async def _answers(provider: OpenAIChatProvider, url: str) -> bool | None:
     return status == 200
 
 
-async def _metrics_text(provider: OpenAIChatProvider, root: str) -> str | None:
+async def _metrics_text(provider: Provider, root: str) -> str | None:
     try:
         status, body = await provider.fetch(root + "/metrics")
     except ProviderError:

@@ -17,9 +17,10 @@ from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelt
 MASK = "[redacted]"
 MIN_SECRET = 4
 _STREAMED = (TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput)
+_Streamed = TextDelta | ReasoningDelta | ToolCallArgsDelta | ToolOutput
 
 
-def _stream_of(event: AgentEvent) -> tuple[str, str]:
+def _stream_of(event: _Streamed) -> tuple[str, str]:
     if isinstance(event, ToolCallArgsDelta):
         return "args", event.call_id
     if isinstance(event, ToolOutput):
@@ -27,13 +28,13 @@ def _stream_of(event: AgentEvent) -> tuple[str, str]:
     return type(event).__name__, ""
 
 
-def _text_of(event: AgentEvent) -> str:
-    return event.fragment if isinstance(event, ToolCallArgsDelta) else event.text  # type: ignore[union-attr]
+def _text_of(event: _Streamed) -> str:
+    return event.fragment if isinstance(event, ToolCallArgsDelta) else event.text
 
 
-def _with_text(event: AgentEvent, text: str) -> AgentEvent:
+def _with_text(event: _Streamed, text: str) -> _Streamed:
     field = "fragment" if isinstance(event, ToolCallArgsDelta) else "text"
-    return msgspec.structs.replace(event, **{field: text})  # type: ignore[type-var]
+    return msgspec.structs.replace(event, **{field: text})
 
 
 class Masker:
@@ -41,7 +42,7 @@ class Masker:
 
     def __init__(self, secrets: list[str]) -> None:
         self.secrets = [secret for secret in secrets if len(secret) >= MIN_SECRET]
-        self._held: dict[tuple[str, str], tuple[AgentEvent, str]] = {}  # stream -> (its last event, text held)
+        self._held: dict[tuple[str, str], tuple[_Streamed, str]] = {}  # stream -> (its last event, text held)
 
     def events(self, event: AgentEvent) -> list[AgentEvent]:
         if not self.secrets:
@@ -52,11 +53,11 @@ class Masker:
 
     def release(self) -> list[AgentEvent]:
         """What is held back, now that its streams have ended."""
-        released = [_with_text(last, text) for last, text in self._held.values() if text]
+        released: list[AgentEvent] = [_with_text(last, text) for last, text in self._held.values() if text]
         self._held.clear()
         return released
 
-    def _streamed(self, event: AgentEvent) -> list[AgentEvent]:
+    def _streamed(self, event: _Streamed) -> list[AgentEvent]:
         stream = _stream_of(event)
         _, held = self._held.get(stream, (event, ""))
         text = held + _text_of(event)

@@ -8,6 +8,7 @@ cut to a second. A replay can pause, change speed, and jump from step to step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -123,10 +124,8 @@ class Replay:
                 continue
             wait = (self.timeline.due[self.position] - self.elapsed()) / self.speed
             if wait > 0:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), wait)
-                except TimeoutError:
-                    pass
                 continue
             self._deliver_due(deliver)
             await asyncio.sleep(0)

@@ -142,7 +142,8 @@ def _format_of(line: bytes) -> int | None:
 
 def _newer(path: Path, version: int) -> SessionError:
     return SessionError(
-        f"{path} was written by a newer hotloop (log format {version}; this one reads format {FORMAT_VERSION}): upgrade to open it"
+        f"{path} was written by a newer hotloop (log format {version};"
+        f" this one reads format {FORMAT_VERSION}): upgrade to open it"
     )
 
 

@@ -23,6 +23,7 @@ def getenv(name: str) -> str:
 @app.tool()
 async def nap(seconds: float) -> str:
     """Sleep, then answer."""
+    # Real time: the tests call it for longer than hotloop's tool timeout, and it is that timeout which ends it.
     await asyncio.sleep(seconds)
     return f"napped {seconds} s"
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -24,6 +26,27 @@ from hotloop.providers.sim.server import EmbeddedSimulator
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
+
+
+def described(condition: Callable[[], object]) -> str:
+    """What a wait waits for, for its TimeoutError: the condition's source line."""
+    try:
+        return inspect.getsource(condition).strip()
+    except (OSError, TypeError):
+        return repr(condition)
+
+
+async def wait_until(condition: Callable[[], object], timeout: float = 15.0, what: str | None = None) -> None:
+    """Poll `condition` until it holds; a TimeoutError naming `what` (or the condition) after `timeout` seconds.
+
+    Generous because the CI machine has two busy cores: a wait that succeeds returns as soon as it can.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise TimeoutError(f"waited {timeout:g} s for {what or described(condition)}")
+        await asyncio.sleep(0.01)
 
 
 def start_sim(config: SimConfig | None = None, **latency: float) -> EmbeddedSimulator:
@@ -102,8 +125,9 @@ def killed_mid_answer(home: Path) -> Path:
     """A session whose `hotloop run` was killed with SIGKILL while the answer streamed."""
     scenario = home / "killed.json"
     scenario.write_text(json.dumps([{"text": "word " * 400}, {"text": "Picked up again."}]))
+    # 5 ms a token: the 400 words take 2 s to stream, and the kill comes ~20 words in.
     (home / "config.toml").write_text(
-        f'[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 20\nscenario = "{scenario}"\n'
+        f'[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 5\nscenario = "{scenario}"\n'
     )
     environment = {**os.environ, "HOTLOOP_CONFIG": str(home / "config.toml"), "HOTLOOP_DATA_DIR": str(home / "data")}
     process = subprocess.Popen(
@@ -115,12 +139,17 @@ def killed_mid_answer(home: Path) -> Path:
     )
     folder = home / "data" / "sessions"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        logs = list(folder.glob("*.jsonl")) if folder.is_dir() else []
-        if logs and logs[0].read_bytes().count(b'"type":"text_delta"') >= 20:
-            break
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    try:
+        while True:
+            logs = list(folder.glob("*.jsonl")) if folder.is_dir() else []
+            if logs and logs[0].read_bytes().count(b'"type":"text_delta"') >= 20:
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                state = "exited" if process.returncode is not None else "still running after 30 s"
+                raise TimeoutError(f"hotloop run {state} before its log had 20 text deltas (logs: {logs})")
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
     [path] = folder.glob("*.jsonl")
     return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -25,33 +26,61 @@ from hotloop.providers.events import TextDelta, ToolCallReady
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import LatencyProfile
 
-from support import make_agent, sim_with_scenario, start_sim
+from support import make_agent, sim_with_scenario, start_sim, wait_until
 
 SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
 
 
-def sleep_tool(timeout: float | None = None) -> Tool:
+def sleep_tool(together: int = 1) -> Tool:
+    """A tool that sleeps for its `seconds`, once `together` calls of it have started: none ends before all start.
+
+    Run one at a time, `together` calls would never all start: the first gives up after 5 s, with an error.
+    """
+    started: list[str] = []
+    all_started = asyncio.Event()
+
     async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
+        started.append(ctx.call_id)
+        if len(started) >= together:
+            all_started.set()
         ctx.emit_output(f"sleeping {args['seconds']} s")
+        await asyncio.wait_for(all_started.wait(), 5)
         await asyncio.sleep(args["seconds"])
         return f"slept {args['seconds']} s"
 
-    return Tool("sleep", "Sleep for a while.", SCHEMA, handler, timeout=timeout)
+    return Tool("sleep", "Sleep for a while.", SCHEMA, handler)
+
+
+def hang_tool(timeout: float | None = None) -> Tool:
+    """A tool that never ends by itself: it waits until it is cancelled, or times out."""
+
+    async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
+        ctx.emit_output("hanging")
+        await asyncio.Event().wait()
+        return "never"
+
+    return Tool("hang", "Hang.", {"type": "object"}, handler, timeout=timeout)
 
 
 def sleeps(*seconds: float) -> dict:
     return {"tool_calls": [{"name": "sleep", "arguments": {"seconds": s}} for s in seconds]}
 
 
+def hangs(count: int) -> dict:
+    return {"tool_calls": [{"name": "hang", "arguments": {}} for _ in range(count)]}
+
+
 async def test_three_independent_tools_run_concurrently(tmp_path: Path) -> None:
-    sim = sim_with_scenario(tmp_path, [sleeps(1.0, 0.9, 1.1), {"text": "all done"}])
+    # The first call sleeps longest after the three have met, so it is the one the tool phase waits for.
+    sim = sim_with_scenario(tmp_path, [sleeps(0.05, 0.03, 0.04), {"text": "all done"}])
     try:
-        agent, recorder = make_agent(sim, tmp_path, [sleep_tool()])
+        agent, recorder = make_agent(sim, tmp_path, [sleep_tool(together=3)])
         finished = await agent.run_turn("sleep three times")
     finally:
         sim.stop()
 
     assert finished.reason == "answer" and finished.steps == 2
+    assert [e.status for e in recorder.of(ToolFinished)] == ["ok", "ok", "ok"]
     step = recorder.of(StepFinished)[0]
     durations = [e.duration for e in recorder.of(ToolFinished)]
     assert len(durations) == 3 and step.tool_count == 3
@@ -78,14 +107,14 @@ async def test_consecutive_requests_extend_each_other_byte_for_byte(tmp_path: Pa
         sim.stop()
 
     assert len(bodies) == 5
-    for previous, current in zip(bodies, bodies[1:]):
+    for previous, current in itertools.pairwise(bodies):
         # The messages come last, so only the closing "]}" of the previous body is not a prefix.
         assert previous.endswith(b"]}") and current.startswith(previous[:-2] + b",")
     assert json.loads(bodies[-1])["messages"][0]["role"] == "system"
 
     usage = [step.usage for step in recorder.of(StepFinished)]
     assert all(u is not None for u in usage)
-    for previous, current in zip(usage, usage[1:]):
+    for previous, current in itertools.pairwise(usage):
         assert current.cache_read is not None and current.cache_read >= previous.prompt_total - 32
     # The figures are the simulator's own.
     assert [u.cache_read or 0 for u in usage] == [r.cached_tokens for r in sim.server.requests]
@@ -117,14 +146,14 @@ async def test_a_raising_tool_becomes_an_error_result_and_others_go_on(tmp_path:
 
 
 async def test_a_hanging_tool_times_out_into_an_error_result(tmp_path: Path) -> None:
-    sim = sim_with_scenario(tmp_path, [sleeps(30), {"text": "ok"}])
+    sim = sim_with_scenario(tmp_path, [hangs(1), {"text": "ok"}])
     try:
-        agent, recorder = make_agent(sim, tmp_path, [sleep_tool(timeout=0.2)])
+        agent, recorder = make_agent(sim, tmp_path, [hang_tool(timeout=0.05)])
         finished = await agent.run_turn("hang")
     finally:
         sim.stop()
     (result,) = recorder.of(ToolFinished)
-    assert (result.status, result.result) == ("error", "error: sleep timed out after 0.2 s")
+    assert (result.status, result.result) == ("error", "error: hang timed out after 0.05 s")
     assert result.duration < 5 and finished.reason == "answer"
 
 
@@ -159,14 +188,13 @@ async def test_malformed_arguments_and_unknown_tools_are_reported_to_the_model(t
 
 
 async def wait_for(recorder: Any, kind: type, count: int = 1) -> None:
-    while len(recorder.of(kind)) < count:
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: len(recorder.of(kind)) >= count, what=f"{count} {kind.__name__} event(s)")
 
 
 async def test_cancel_during_tools_leaves_a_valid_conversation(tmp_path: Path) -> None:
-    sim = sim_with_scenario(tmp_path, [sleeps(10, 10), {"text": "unused"}])
+    sim = sim_with_scenario(tmp_path, [hangs(2), {"text": "unused"}])
     try:
-        agent, recorder = make_agent(sim, tmp_path, [sleep_tool()])
+        agent, recorder = make_agent(sim, tmp_path, [hang_tool()])
         turn = asyncio.create_task(agent.run_turn("sleep"))
         await wait_for(recorder, ToolStarted, 2)
         turn.cancel()

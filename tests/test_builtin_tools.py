@@ -69,7 +69,7 @@ async def test_reading_pages_and_clear_errors(workspace: Path) -> None:
     (workspace / "blob.bin").write_bytes(b"\x00\x01\x02")
     with pytest.raises(ToolError, match="binary file"):
         await call(workspace, "read_file", path="blob.bin")
-    with pytest.raises(ToolError, match="no such file: missing.txt"):
+    with pytest.raises(ToolError, match=r"no such file: missing\.txt"):
         await call(workspace, "read_file", path="missing.txt")
     with pytest.raises(ToolError, match="src is a directory"):
         await call(workspace, "read_file", path="src")

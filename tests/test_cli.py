@@ -14,7 +14,7 @@ from hotloop import __version__
 from hotloop.agent.events import Notice, SessionTitled, StepFinished, ToolFinished, TurnFinished, decode
 from hotloop.cli import main
 
-from support import scenario_file
+from support import scenario_file, start_sim
 
 MCP_SERVER = Path(__file__).parent / "mcp_server.py"
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
@@ -126,6 +126,7 @@ def test_an_unusable_data_folder(workspace, isolated_home, capsys, monkeypatch) 
 
 
 def test_unreachable_base_url_keeps_the_log_valid(workspace, isolated_home, capsys) -> None:
+    write_config(isolated_home, FAST_SIM + "[providers.openai]\nmax_retries = 0\n")  # no back-off between tries
     assert (
         main(["run", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi", "again"]) == 1
     )
@@ -147,10 +148,11 @@ def test_unknown_model(workspace, isolated_home, capsys) -> None:
 
 
 def test_model_is_discovered_when_none_is_configured(workspace, capsys) -> None:
-    from hotloop.providers.sim.server import EmbeddedSimulator
-
-    with EmbeddedSimulator() as server:
+    server = start_sim()
+    try:
         assert main(["run", "--json", "--provider", "openai", "--base-url", server.base_url, "hello"]) == 0
+    finally:
+        server.stop()
     assert server.server.requests[0].model == "sim-fast"
 
 
@@ -278,7 +280,10 @@ def test_run_rejects_commands_it_cannot_run_before_starting(workspace, isolated_
         (
             "hi",
             "/provider",
-        ): "hotloop: /provider needs an argument: /provider NAME [MODEL]: switch provider (and model); the conversation continues",
+        ): (
+            "hotloop: /provider needs an argument: /provider NAME [MODEL]: switch provider (and model); "
+            "the conversation continues"
+        ),
         ("/tier fast",): "hotloop: give a prompt to run, not only commands",
     }
     for prompts, message in cases.items():

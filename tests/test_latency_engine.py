@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hotloop.agent.events import StepFinished, StepStarted, ToolFinished, ToolStarted
 from hotloop.agent.figures import step_summary
 from hotloop.agent.memo import Memo
@@ -17,16 +19,21 @@ from hotloop.providers.events import Finished as ModelFinished
 from hotloop.providers.sim.engine import LatencyProfile
 from hotloop.sessions.waterfall import render, waterfalls
 
-from support import make_agent, sim_with_scenario, start_sim
+from support import make_agent, sim_with_scenario, start_sim, wait_until
 
-# Slow decode and long arguments: each call takes ~0.7 s to write, and the first one runs longest.
+# Slow decode: the first call is written in ~0.4 s and runs longest; the two after it have long arguments, which
+# take ~0.7 s each to write, and run briefly.
 QUERY = "prefix caching block hashing eviction policy " * 6
 SECONDS = {"first": 1.8, "second": 0.2, "third": 0.2}
-SLOW_CALLS = [{"name": "search", "arguments": {"query": QUERY, "which": which}} for which in SECONDS]
+SLOW_CALLS = [
+    {"name": "search", "arguments": {"query": "prefix caching" if which == "first" else QUERY, "which": which}}
+    for which in SECONDS
+]
 SCHEMA = {"type": "object", "properties": {"query": {"type": "string"}, "which": {"type": "string"}}}
 
 
 async def search(args: dict[str, Any], ctx: ToolContext) -> str:
+    # Real time: the tests below compare how long steps take with calls started early and not.
     await asyncio.sleep(SECONDS[args["which"]])
     return f"results for {args['which']}"
 
@@ -48,14 +55,25 @@ async def slow_step(tmp_path: Path, early_dispatch: bool) -> tuple[list[Any], fl
     return recorder.events, first_step.wall
 
 
-async def test_a_call_starts_as_soon_as_its_arguments_are_complete(tmp_path: Path) -> None:
-    events, early_wall = await slow_step(tmp_path / "early", early_dispatch=True)
+@pytest.fixture(scope="module")
+def early_step(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], float]:
+    """`slow_step` with early dispatch, run once for the module's tests, which only read its events.
+
+    Not side by side with another run: two simulators streaming in one process slow each other's chunks.
+    """
+    return asyncio.run(slow_step(tmp_path_factory.mktemp("slow") / "early", early_dispatch=True))
+
+
+async def test_a_call_starts_as_soon_as_its_arguments_are_complete(
+    tmp_path: Path, early_step: tuple[list[Any], float]
+) -> None:
+    events, early_wall = early_step
     _, late_wall = await slow_step(tmp_path / "late", early_dispatch=False)
 
     message_end = next(e.ts for e in events if isinstance(e, ModelFinished))
     starts = [e.ts for e in events if isinstance(e, ToolStarted)]
     assert len(starts) == 3 and starts[0] < message_end and starts[1] < message_end  # before the message ended
-    assert [e.result for e in events if isinstance(e, ToolFinished)][0] == "results for second"  # the slow one ran on
+    assert next(e.result for e in events if isinstance(e, ToolFinished)) == "results for second"  # the slow one ran on
     # The first (slowest) call overlapped the writing of the other two: the step ends at least 25% sooner.
     assert early_wall <= 0.75 * late_wall
 
@@ -124,8 +142,7 @@ async def test_a_changed_tool_schema_and_an_eviction_get_their_own_names(tmp_pat
                 Tool("grep", old.description + " Now faster.", old.parameters, old.handler, read_only=True)
             )
         elif calls == 2:  # after step 2 has left the server: the server loses every cached block
-            while sim.server.admission.running:
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: not sim.server.admission.running)
             sim.server.engine.cache.clear()
         return "ok"
 
@@ -190,8 +207,10 @@ def test_the_memo_forgets_after_its_ttl() -> None:
     assert memo.get(tool, '{"path": "a", "n": 1}') is None
 
 
-async def test_the_waterfall_shows_tools_overlapping_the_message_and_what_that_saved(tmp_path: Path) -> None:
-    events, _ = await slow_step(tmp_path / "run", early_dispatch=True)
+def test_the_waterfall_shows_tools_overlapping_the_message_and_what_that_saved(
+    early_step: tuple[list[Any], float],
+) -> None:
+    events, _ = early_step
     (turn,) = waterfalls(events)
     labels = [bar.label.strip() for bar in turn.bars]
     assert labels == ["step 1 · sim-balanced", "search", "search", "search", "step 2 · sim-balanced"]
@@ -210,7 +229,7 @@ def test_sessions_show_waterfall_draws_every_turn(workspace: Path, isolated_home
 
     monkeypatch.chdir(workspace)
     (isolated_home / "config.toml").write_text(
-        "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\n"
+        "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 2\n"
     )
     assert main(["run", "Read README.md and notes.txt", "grep for TODO"]) == 0
     (session,) = list_sessions(isolated_home / "data" / "sessions").sessions
@@ -224,10 +243,12 @@ def test_sessions_show_waterfall_draws_every_turn(workspace: Path, isolated_home
 async def test_a_repeated_workload_is_served_from_prefetch(tmp_path: Path) -> None:
     for name in ("README.md", "notes.txt", "pyproject.toml"):
         (tmp_path / name).write_text(f"{name}: TODO check\n")
-    sim = start_sim(ttft=0.15, prefill_per_token=0, decode_per_token=0.005)
+    # Each call takes as long as the model's time to first token, which is what a prefetch can hide: the 4 tool
+    # steps of the 7 requests, 0.72 s of 1.98 s. The 20% asked for leaves ~0.3 s for a busy machine's noise.
+    sim = start_sim(ttft=0.18, prefill_per_token=0, decode_per_token=0)
     registry = ToolRegistry()
     for tool in builtin_tools():
-        registry.add(slowed(tool, 0.3))
+        registry.add(slowed(tool, 0.18))
     workload = ["Read README.md and notes.txt", "grep for TODO", "list the files, then read pyproject.toml"]
     try:
         agent, recorder = make_agent(sim, tmp_path, registry=registry, prefetch=True)
@@ -249,10 +270,12 @@ async def test_a_repeated_workload_is_served_from_prefetch(tmp_path: Path) -> No
 
 async def test_a_wrong_guess_is_cancelled_and_never_used() -> None:
     started: list[str] = []
+    running = asyncio.Event()
 
     async def slow(args: dict[str, Any], ctx: ToolContext) -> str:
         started.append(args["path"])
-        await asyncio.sleep(10)
+        running.set()
+        await asyncio.Event().wait()  # runs until cancelled
         return "never"
 
     registry = ToolRegistry(
@@ -268,7 +291,8 @@ async def test_a_wrong_guess_is_cancelled_and_never_used() -> None:
     prefetcher = Prefetcher(registry, run)
     prefetcher.predictor.learn("ctx", [("read_file", '{"path": "a"}'), ("write", "{}")])
     prefetcher.start("ctx")
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(running.wait(), 10)
+    await asyncio.sleep(0)  # any other guess started in the same batch has run its first step too
     assert started == ["a"]  # the write, not read-only, is never run ahead
     assert prefetcher.take(("read_file", '{"path": "b"}')) is None  # a call it did not guess
     assert prefetcher.discard() == 1 and prefetcher.stats.misses == 1 and prefetcher.stats.hits == 0
@@ -276,7 +300,7 @@ async def test_a_wrong_guess_is_cancelled_and_never_used() -> None:
 
 def slowed(tool: Tool, seconds: float) -> Tool:
     async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # real time: the tool's own latency, which a prefetch hides
         return await tool.handler(args, ctx)
 
     return Tool(tool.name, tool.description, tool.parameters, handler, read_only=True, prefetch=True)
@@ -290,7 +314,8 @@ def test_prefetch_learns_from_past_sessions_in_the_same_workspace(
 
     monkeypatch.chdir(workspace)
     (isolated_home / "config.toml").write_text(
-        "[routing]\ntitles = false\n[latency]\nprefetch = true\nmemo_ttl = 0\n[sim]\nttft_ms = 50\n"
+        "[routing]\ntitles = false\n[latency]\nprefetch = true\nmemo_ttl = 0\n"
+        "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
     )
     workload = ["Read README.md and notes.txt", "grep for TODO"]
     assert main(["run", *workload]) == 0
@@ -306,11 +331,11 @@ def test_prefetch_learns_from_past_sessions_in_the_same_workspace(
 async def test_a_request_sent_before_the_connection_was_warm_shows_its_connect_time(tmp_path: Path) -> None:
     from hotloop.agent.events import ResponseFinished
 
-    # A first token after 0.3 s: the warm-up, sent at the same moment, is back long before, even on a busy machine.
+    # The first answer takes ~0.4 s to write (27 tokens at 15 ms): the warm-up, sent at the same moment, is back
+    # long before, even on a busy machine. Every other request is answered at once.
     sim = sim_with_scenario(
         tmp_path,
-        [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"text": "done"}],
-        LatencyProfile(ttft=0.3, prefill_per_token=0, decode_per_token=0),
+        [{"tool_calls": [{"name": "list_dir", "arguments": {}}], "decode_ms": 15}, {"text": "done"}],
     )
     try:
         agent, recorder = make_agent(sim, tmp_path)
@@ -327,8 +352,8 @@ async def test_a_request_sent_before_the_connection_was_warm_shows_its_connect_t
     assert f"(connect {connects[0]:.2f} s)" in render(first, 100, None).plain
 
 
-async def test_a_waterfall_drawn_mid_turn_says_what_is_still_running(tmp_path: Path) -> None:
-    events, _ = await slow_step(tmp_path / "run", early_dispatch=True)
+def test_a_waterfall_drawn_mid_turn_says_what_is_still_running(early_step: tuple[list[Any], float]) -> None:
+    events, _ = early_step
     midway = next(n for n, event in enumerate(events) if isinstance(event, StepStarted) and event.step == 2)
     (turn,) = waterfalls(events[: midway + 1])
     lines = render(turn, 100, None).plain.splitlines()

@@ -94,7 +94,8 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_run_goes_on() ->
     messages = sorted(n.message for n in notices)
     assert messages == [
         "MCP server 'ghost' failed to start: command not found: /nonexistent/mcp-server; continuing without its tools",
-        "MCP server 'quitter' failed to start: the server exited (stderr: cannot start: bad flag); continuing without its tools",
+        "MCP server 'quitter' failed to start: the server exited (stderr: cannot start: bad flag); "
+        "continuing without its tools",
     ]
     assert all("\n" not in m for m in messages)
     assert [tool.name for tool in registry] == ["grep", "list_dir", "read_file"]

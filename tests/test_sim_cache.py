@@ -13,9 +13,9 @@ def tokens(n: int, start: int = 0) -> list[int]:
 def test_only_full_blocks_are_hashed_and_each_chains_its_parent() -> None:
     assert len(block_hashes(tokens(47))) == 2
     a = block_hashes(tokens(32))
-    b = block_hashes([999] + tokens(31, 1))
+    b = block_hashes([999, *tokens(31, 1)])
     # Same second block content, different first block: the chained hash differs.
-    assert a[1] != b[1] and tokens(32)[16:] == ([999] + tokens(31, 1))[16:]
+    assert a[1] != b[1] and tokens(32)[16:] == ([999, *tokens(31, 1)])[16:]
 
 
 def test_hit_is_capped_below_the_prompt_length_and_rounded_to_blocks() -> None:

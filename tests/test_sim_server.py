@@ -84,7 +84,8 @@ async def test_identical_prompt_hits_all_but_the_last_block(sim: EmbeddedSimulat
 async def test_generated_tokens_are_cached_for_the_next_turn(sim: EmbeddedSimulator) -> None:
     messages = [{"role": "user", "content": "Say something about caching."}]
     first = await client(sim).chat.completions.create(model="sim-fast", messages=messages)
-    follow_up = messages + [
+    follow_up = [
+        *messages,
         {"role": "assistant", "content": first.choices[0].message.content},
         {"role": "user", "content": "And again."},
     ]
@@ -113,11 +114,12 @@ async def test_errors_use_vllm_shapes(sim: EmbeddedSimulator) -> None:
         "code": 404,
     }
 
-    orphan = messages + [{"role": "tool", "tool_call_id": "nope", "content": "x"}]
+    orphan = [*messages, {"role": "tool", "tool_call_id": "nope", "content": "x"}]
     with pytest.raises(openai.BadRequestError, match="must be a response to a preceding message"):
         await client(sim).chat.completions.create(model="sim-fast", messages=orphan)
 
-    unanswered = messages + [
+    unanswered = [
+        *messages,
         {
             "role": "assistant",
             "content": None,

@@ -22,7 +22,7 @@ from hotloop.providers.events import TextDelta, ToolCallArgsDelta, ToolCallReady
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.widgets.prompt_input import PromptInput
 
-from tui_support import connected, write_config
+from tui_support import connected, wait_until, write_config
 
 T = 1_800_000_000.0
 SIZE = (100, 30)
@@ -189,7 +189,7 @@ def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
         *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
         *[
             ToolFinished(call_id=c, name=n, status="ok", duration=d, result="…", ts=T + d)
-            for (c, n, _), d in zip(READS, (1.01, 0.98, 1.02))
+            for (c, n, _), d in zip(READS, (1.01, 0.98, 1.02), strict=True)
         ],
         *step_events(1, usage(522, None, 84), (3, 1.02, 3.01)),
         StepStarted(turn=1, step=2, provider="sim", model="sim-balanced", ts=T + 2),
@@ -212,8 +212,7 @@ def test_palette_lists_tiers(snap_compare, isolated_home: Path) -> None:
         for key in "tier":
             await pilot.press(key)
         # Results arrive from the palette's search task; wait for all four, not a fixed time.
-        while pilot.app.screen.query_one(CommandList).option_count != 4:
-            await pilot.pause(0.05)
+        await wait_until(lambda: pilot.app.screen.query_one(CommandList).option_count == 4)
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -222,7 +223,7 @@ def test_moving_breakpoints_leave_the_content_byte_stable() -> None:
         call = ToolCall(f"toolu_{n}", "grep", "{}")
         history += [AssistantMessage(f"step {n}", tool_calls=(call,)), ToolResultMessage(call.id, "grep", "r")]
     plain = [body.replace(b',"cache_control":{"type":"ephemeral"}', b"") for body in bodies]
-    assert all(later.startswith(earlier[:-2]) for earlier, later in zip(plain, plain[1:], strict=False))
+    assert all(later.startswith(earlier[:-2]) for earlier, later in itertools.pairwise(plain))
     assert all(body.count(b"cache_control") <= 4 for body in bodies)
 
 

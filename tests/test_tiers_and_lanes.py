@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import openai
@@ -24,26 +24,28 @@ from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.vllm import discover, scrape
 from hotloop.sessions.store import list_sessions, read_session
 
-from support import Recorder, scenario_file, start_sim
+from support import Recorder, scenario_file, start_sim, wait_until
 
 
 def config_with(
     tmp_path: Path, scenario: list[dict] | None = None, routing: RoutingSettings | None = None, **sim: object
 ) -> Config:
     settings = SimSettings(
-        ttft_ms=0,
-        prefill_us_per_token=0,
-        decode_ms_per_token=0,
-        scenario=scenario_file(tmp_path, scenario) if scenario else None,
+        **{
+            "ttft_ms": 0,
+            "prefill_us_per_token": 0,
+            "decode_ms_per_token": 0,
+            "scenario": scenario_file(tmp_path, scenario) if scenario else None,
+            **sim,
+        }
     )
-    return Config(
-        path=tmp_path / "config.toml", loaded=False, sim=replace(settings, **sim), routing=routing or RoutingSettings()
-    )
+    return Config(path=tmp_path / "config.toml", loaded=False, sim=settings, routing=routing or RoutingSettings())
 
 
 async def agent_and_router(
-    config: Config, workspace: Path, choice: Choice = Choice()
+    config: Config, workspace: Path, choice: Choice | None = None
 ) -> tuple[Agent, Router, Recorder]:
+    choice = choice or Choice()
     runtime = Runtime(config)
     provider = await runtime.connect(resolve(config, choice))
     recorder = Recorder()
@@ -58,7 +60,7 @@ async def test_auto_sends_a_greeting_to_fast_and_a_multi_part_task_to_strong(tmp
         await router.turn(agent, "hi there!")
         await router.turn(agent, "Read README.md and notes.txt, then grep for TODO")
         await router.settle(5)
-        requests = [r for r in router.runtime.simulator.server.requests]
+        requests = list(router.runtime.simulator.server.requests)
     finally:
         await router.runtime.aclose()
     routes = [(e.turn, e.route) for e in recorder.of(StepFinished)]
@@ -87,6 +89,9 @@ async def test_the_fast_tier_titles_the_session_after_its_first_turn(tmp_path: P
 
 
 def test_hotloop_run_lists_the_session_under_its_title(workspace: Path, isolated_home: Path, capsys) -> None:
+    (isolated_home / "config.toml").write_text(
+        "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+    )
     assert main(["run", "Please read README.md, then grep for TODO"]) == 0
     assert "session titled: Read README.md" in capsys.readouterr().err
     (session,) = list_sessions(isolated_home / "data" / "sessions").sessions
@@ -111,29 +116,40 @@ async def test_a_long_tool_result_is_summarized_by_the_fast_tier_when_asked(tmp_
     assert note.startswith("read_file's result (") and "by the fast tier" in note
 
 
+async def settle() -> None:
+    """Let every task that can run do so: nothing here waits on I/O or timers, so a few turns of the loop do."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
 async def test_lanes_hold_background_work_until_no_interactive_request_is_in_flight() -> None:
     lanes = Lanes()
     order: list[str] = []
+    finish = asyncio.Event()  # a background job's request is in flight until the test sets this
 
     async def job(name: str) -> str:
         order.append(f"{name} starts")
-        await asyncio.sleep(0.05)
+        await finish.wait()
         order.append(f"{name} ends")
         return name
 
     async with lanes.interactive():
         title = asyncio.create_task(lanes.background(lambda: job("title")))
-        await asyncio.sleep(0.1)
+        await settle()
         assert order == []  # held back while the interactive request runs
-    assert await title == "title" and order == ["title starts", "title ends"]
+    finish.set()
+    assert await asyncio.wait_for(title, 10) == "title" and order == ["title starts", "title ends"]
 
     order.clear()
+    finish.clear()
     first = asyncio.create_task(lanes.background(lambda: job("one")))
     second = asyncio.create_task(lanes.background(lambda: job("two")))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: order == ["one starts"])
     async with lanes.interactive():  # preempts "one", which starts again afterwards
         order.append("interactive")
-    await asyncio.gather(first, second)
+    await wait_until(lambda: order.count("one starts") == 2)
+    finish.set()
+    await asyncio.wait_for(asyncio.gather(first, second), 10)
     assert order[:2] == ["one starts", "interactive"] and order.count("one starts") == 2
     assert order.index("two starts") > order.index("one ends")  # at most one background request at a time
     assert lanes.preemptions == 1
@@ -151,24 +167,30 @@ async def test_a_title_queued_behind_a_busy_server_is_served_after_the_interacti
     tmp_path: Path, workspace: Path, policy: str, lanes: str, title_first: bool
 ) -> None:
     routing = RoutingSettings(lanes=lanes == "on")
-    config = config_with(tmp_path, routing=routing, max_running=1, scheduling_policy=policy, decode_ms_per_token=5)
+    config = config_with(tmp_path, routing=routing, max_running=1, scheduling_policy=policy, decode_ms_per_token=1)
     agent, router, _ = await agent_and_router(config, workspace)
     server = router.runtime.simulator.server
     blocker = openai.AsyncOpenAI(base_url=router.runtime.simulator.base_url, api_key="-", max_retries=0)
+    # A request that would hold the server's one slot for seconds; it is cancelled once the others have queued.
+    hold = asyncio.create_task(
+        blocker.chat.completions.create(model="sim-fast", messages=[{"role": "user", "content": "write 5000 words"}])
+    )
     try:
         await router.runtime.server_of(agent.provider)
         agent.provider.send_priority = lanes != "off"
-        hold = asyncio.create_task(
-            blocker.chat.completions.create(model="sim-fast", messages=[{"role": "user", "content": "write 60 words"}])
-        )
-        while server.admission.running < 1:
-            await asyncio.sleep(0.005)
+        assert agent.provider.model != "sim-fast"  # the title's model: the server's queue tells them apart
+        await wait_until(lambda: server.admission.running >= 1)
         title = asyncio.create_task(router.title([UserMessage("Read README.md")]))
-        while lanes != "on" and server.admission.waiting < 1:
-            await asyncio.sleep(0.005)  # the title waits at the server before the turn's request arrives
+        if lanes != "on":  # the title waits at the server before the turn's request arrives
+            await wait_until(lambda: server.admission.waiting_for("sim-fast") == 1)
         turn = asyncio.create_task(agent.run_turn("hello"))
-        await asyncio.gather(hold, turn, title)
+        await wait_until(lambda: server.admission.waiting_for(agent.provider.model) == 1)
+        hold.cancel()  # the client gives up: the server frees the slot and admits whichever its policy puts first
+        await asyncio.wait_for(asyncio.gather(turn, title), 30)
     finally:
+        hold.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hold
         await blocker.close()
         await router.runtime.aclose()
     admitted = [b"Write a title" in r.body for r in server.requests][1:]  # after the blocker

@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from textual.command import CommandInput, CommandList, CommandPalette
+
 from hotloop.agent.events import TextDelta, decode
 from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.providers.conversation import AssistantMessage
@@ -16,7 +18,7 @@ from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.streaming_text import StreamingText
 from hotloop.tui.widgets.tool_pane import ToolPane
 
-from tui_support import idle, running_app, send, wait_until, write_config
+from tui_support import idle, press, running_app, send, submit, wait_until, write_config
 
 
 def items_of(app: Any, kind: type) -> list:
@@ -28,8 +30,31 @@ def logged_events(home: Path) -> list:
     return [decode(line) for line in log.read_bytes().splitlines()[1:]]
 
 
+def notified(app: Any, text: str) -> bool:
+    return any(text in str(n.message) for n in app._notifications)
+
+
+async def search_palette(app: Any, query: str, best: str) -> None:
+    """Open the command palette, type `query`, and wait until `best` is the highlighted first match."""
+    press(app, "ctrl+p")
+    await wait_until(lambda: isinstance(app.screen, CommandPalette) and isinstance(app.focused, CommandInput))
+    press(app, *query)
+    commands = app.screen.query_one(CommandList)
+
+    def highlighted() -> str:
+        index = commands.highlighted
+        return str(commands.get_option_at_index(index).prompt) if index is not None and commands.option_count else ""
+
+    # Results arrive from the palette's search task, however long that takes.
+    await wait_until(
+        lambda: app.screen.query_one(CommandInput).value == query and highlighted().startswith(best),
+        what=f"the palette to offer {best!r} for {query!r}",
+    )
+
+
 async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -> None:
-    write_config(isolated_home, [{"text": "## Streaming\n\n" + "word " * 150}], decode_ms=15)
+    # 8 ms a token: the answer streams for 1.2 s, long enough to be seen half-written on a busy machine.
+    write_config(isolated_home, [{"text": "## Streaming\n\n" + "word " * 150}], decode_ms=8)
     async with running_app() as (app, pilot):
         await send(app, pilot, "hello")
         answer = app.query_one(StreamingText)
@@ -47,7 +72,7 @@ async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -
 
 
 async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: Path) -> None:
-    calls = [{"name": "pause", "arguments": {"seconds": s}} for s in (0.6, 0.5, 0.7)]
+    calls = [{"name": "pause", "arguments": {"seconds": s}} for s in (0.03, 0.02, 0.04)]
     write_config(isolated_home, [{"text": "three at once", "tool_calls": calls}, {"text": "done"}])
     gate = asyncio.Event()
 
@@ -63,14 +88,19 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
         await send(app, pilot, "go")
         await wait_until(lambda: len(app.query("ToolPane.-running")) == 3)
         panes = list(app.query(ToolPane))
-        assert [pane.call.arguments for pane in panes] == ['{"seconds": 0.6}', '{"seconds": 0.5}', '{"seconds": 0.7}']
+        assert [pane.call.arguments for pane in panes] == [
+            '{"seconds": 0.03}',
+            '{"seconds": 0.02}',
+            '{"seconds": 0.04}',
+        ]
         assert len({pane.region.y for pane in panes}) == 1  # side by side
-        await wait_until(lambda: "pausing 0.6 s" in "\n".join(panes[0].query_one("Log").lines))
+        await wait_until(lambda: "pausing 0.03 s" in "\n".join(panes[0].query_one("Log").lines))
         gate.set()
         await idle(app, pilot)
 
         (tools,) = items_of(app, ToolCallsItem)
         assert [call.status for call in tools.calls] == ["ok", "ok", "ok"]
+        # All three waited at the gate together: the wall is the longest, not the sum (at most 0.04 / 0.09 of it).
         assert tools.wall < 0.6 * sum(call.duration for call in tools.calls)
         rendered = [strip.text for strip in tools.render(app.transcript.context(96)).lines]
         assert rendered[-1].startswith("3 tools · wall ") and "from parallelism" in rendered[-1]
@@ -102,12 +132,8 @@ async def test_switching_in_the_palette_changes_the_next_requests_model(isolated
     async with running_app() as (app, pilot):
         await send(app, pilot, "first")
         await idle(app, pilot)
-        await pilot.press("ctrl+p")
-        await pilot.pause(0.3)
-        for key in "tier: fast":
-            await pilot.press(key if key != " " else "space")
-        await pilot.pause(0.3)
-        await pilot.press("enter")
+        await search_palette(app, "tier: fast", "tier: fast\nsim · sim-fast")
+        press(app, "enter")
         await wait_until(lambda: app.status.model == "sim-fast")
         await send(app, pilot, "second")
         await idle(app, pilot)
@@ -126,7 +152,7 @@ async def test_slash_commands_switch_and_unknown_ones_explain(isolated_home: Pat
         await idle(app, pilot)
         assert app.session.runtime.simulator.server.requests[-1].model == "sim-strong"
         await send(app, pilot, "/nonsense")
-        await pilot.pause()
+        await wait_until(lambda: notified(app, "unknown command /nonsense"))
         assert any("unknown command /nonsense" in str(n.message) for n in app._notifications)
 
 
@@ -167,8 +193,11 @@ async def test_copy_keys_expand_entries_and_walk_history(isolated_home: Path) ->
         history.focus()
         await pilot.pause()
         tools = items_of(app, ToolCallsItem)[0]
-        while history._places()[history.cursor].key != tools.calls[0].call_id:
+        for _ in history._places():  # up to the tool call's entry, which is above the cursor
+            if history._places()[history.cursor].key == tools.calls[0].call_id:
+                break
             await pilot.press("up")
+        assert history._places()[history.cursor].key == tools.calls[0].call_id
         await pilot.press("enter")
         assert tools.calls[0].call_id in tools.expanded
         lines = [s.text for s in tools.render(app.transcript.context(96)).lines]
@@ -187,25 +216,37 @@ async def test_sessions_open_read_only_and_help_opens(isolated_home: Path) -> No
     async with running_app() as (app, pilot):
         await send(app, pilot, "remember this")
         await idle(app, pilot)
-        await pilot.press("ctrl+b")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        press(app, "ctrl+b")
+        # The sidebar lists the sessions from a thread; Enter opens the one highlighted in the focused list.
+        await wait_until(
+            lambda: (
+                bool(app.query("SessionsSidebar OptionList"))
+                and app.focused is app.query_one("SessionsSidebar OptionList")
+                and app.focused.option_count == 1
+                and app.focused.highlighted == 0
+                and app.focused.get_option_at_index(0).id is not None
+            )
+        )
+        press(app, "enter")
         await wait_until(lambda: app.screen.__class__.__name__ == "SessionView")
-        await pilot.pause()
-        viewed = [i for i in app.screen.query_one("Transcript").history.items if isinstance(i, AnswerItem)]
-        assert viewed and viewed[0].text == items_of(app, AnswerItem)[0].text
-        await pilot.press("escape")
-        await pilot.press("f1")
-        await pilot.pause()
+
+        def viewed() -> list[AnswerItem]:
+            return [i for i in app.screen.query_one("Transcript").history.items if isinstance(i, AnswerItem)]
+
+        await wait_until(lambda: viewed())
+        assert viewed() and viewed()[0].text == items_of(app, AnswerItem)[0].text
+        press(app, "escape", "f1")
+        await wait_until(lambda: app.screen.__class__.__name__ == "HelpScreen")
         assert app.screen.__class__.__name__ == "HelpScreen"
 
 
 async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None:
-    calls = [{"name": "pause", "arguments": {"seconds": 1.5 + n / 10}} for n in range(5)]
+    calls = [{"name": "pause", "arguments": {"n": n}} for n in range(5)]
     write_config(isolated_home, [{"tool_calls": calls}, {"text": "done"}])
+    gate = asyncio.Event()
 
     async def pause(args: dict[str, Any], ctx: ToolContext) -> str:
-        await asyncio.sleep(args["seconds"])
+        await gate.wait()  # running until the test has looked at the grid
         return "paused"
 
     async with running_app(size=(120, 40)) as (app, pilot):
@@ -217,6 +258,7 @@ async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None
         rows = sorted({pane.region.y for pane in app.query(ToolPane)})
         columns = sorted({pane.region.x for pane in app.query(ToolPane)})
         assert len(rows) == 2 and len(columns) == 3
+        gate.set()
         await idle(app, pilot)
 
 
@@ -238,8 +280,12 @@ async def test_links_open_on_click_and_the_theme_redraws_the_transcript(isolated
 
         dark = [seg.style for seg in slot.rendered.lines[2]]
         app.theme = "textual-light"
-        await pilot.pause(0.3)
-        light = [seg.style for seg in history._slots[history._slots.index(slot)].rendered.lines[2]]
+
+        def code_line() -> list:
+            return [seg.style for seg in history._slots[history._slots.index(slot)].rendered.lines[2]]
+
+        await wait_until(lambda: code_line() != dark, what="the code block to be drawn again")
+        light = code_line()
         assert light != dark  # the code block was drawn again in the light theme's colours
 
 
@@ -248,17 +294,14 @@ async def test_an_unreachable_provider_is_listed_with_its_reason_and_cannot_be_p
         "[sim]\nttft_ms = 0\ndecode_ms_per_token = 0\n\n"
         '[providers.lab]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodels = ["big"]\nmax_retries = 0\n'
     )
-    async with running_app() as (app, pilot):
+    async with running_app() as (app, _):
         options = {option.title: option for option in await app.switch_options()}
         assert options["provider: lab"].unavailable.startswith("cannot reach lab (http://127.0.0.1:9/v1)")
         assert options["provider: openai"].unavailable == "missing API key: set OPENAI_API_KEY"
         assert options["model: sim · sim-fast"].unavailable is None
-        await pilot.press("ctrl+p")
-        for key in "lab":
-            await pilot.press(key)
-        await pilot.pause(0.5)
-        await pilot.press("enter")
-        await pilot.pause()
+        await search_palette(app, "lab", "provider: lab")
+        press(app, "enter")
+        await wait_until(lambda: notified(app, "provider: lab: cannot reach"))
         assert app.status.provider == "sim"
         assert any("provider: lab: cannot reach" in str(n.message) for n in app._notifications)
 
@@ -268,9 +311,11 @@ async def test_ctrl_j_adds_a_line_and_enter_sends_both(isolated_home: Path) -> N
     async with running_app() as (app, pilot):
         prompt = app.query_one(PromptInput)
         prompt.focus()
-        await pilot.press("f", "i", "r", "s", "t", "ctrl+j", "t", "w", "o")
+        await wait_until(lambda: app.focused is prompt)
+        press(app, "f", "i", "r", "s", "t", "ctrl+j", "t", "w", "o")
+        await wait_until(lambda: prompt.text.endswith("o"))
         assert prompt.text == "first\ntwo"
-        await pilot.press("enter")
+        await submit(app)  # Enter
         await idle(app, pilot)
         assert app.agent.messages[0].content.startswith("first\ntwo")
 

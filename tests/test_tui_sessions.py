@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from hotloop.agent.events import ToolFinished, ToolStarted, TurnFinished, fan_out
 from hotloop.agent.loop import Agent
@@ -13,14 +16,16 @@ from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.core.session import SessionOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionLog
+from hotloop.sessions.replay import Replay
 from hotloop.sessions.store import read_session
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem
 from hotloop.tui.replay_app import ReplayApp
+from hotloop.tui.screens import replay as replay_screen
 from hotloop.tui.screens.replay import ReplayScreen
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 
 from support import Recorder, killed_mid_answer, sim_with_scenario
-from tui_support import idle, running_app, send, wait_until, write_config
+from tui_support import idle, press, running_app, send, wait_until, write_config
 
 PAUSES = (0.6, 0.4, 0.8)
 
@@ -36,6 +41,7 @@ async def record_parallel_session(tmp_path: Path, folder: Path) -> tuple[Path, l
 
     async def pause(args: dict[str, Any], ctx: ToolContext) -> str:
         ran.append(1)
+        # Real time: the log keeps when each call started and ended, and a replay at speed 1 is held to that pace.
         await asyncio.sleep(args["seconds"])
         return "paused"
 
@@ -58,9 +64,28 @@ async def record_parallel_session(tmp_path: Path, folder: Path) -> tuple[Path, l
     return log.path, ran
 
 
-async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(tmp_path: Path, monkeypatch) -> None:
+@pytest.fixture(scope="module")
+def parallel_session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    """One such session for the module's replays, which only read it: it takes real time to record."""
+    folder = tmp_path_factory.mktemp("parallel")
+    return asyncio.run(record_parallel_session(folder, folder / "sessions"))
+
+
+class ReplayClock:
+    """The replay's clock: real time, plus whatever jumps the test makes."""
+
+    def __init__(self) -> None:
+        self.jumped = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.jumped
+
+
+async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(
+    parallel_session: tuple[Path, list[int]], monkeypatch
+) -> None:
     """The three panes run at once again, and start and finish in the logged order, taking about as long."""
-    path, ran = await record_parallel_session(tmp_path, tmp_path / "sessions")
+    path, ran = parallel_session
     session = read_session(path)
     logged = [(type(e).__name__, e.call_id, e.ts) for e in session.events if isinstance(e, ToolStarted | ToolFinished)]
     calls_before = len(ran)
@@ -93,35 +118,46 @@ async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(tmp_path:
     assert len(tools) == 1 and [call.status for call in tools[0].calls] == ["ok", "ok", "ok"]
 
 
-async def test_replay_keys_pause_step_and_change_speed(tmp_path: Path) -> None:
-    path, _ = await record_parallel_session(tmp_path, tmp_path / "sessions")
+async def test_replay_keys_pause_step_and_change_speed(parallel_session: tuple[Path, list[int]], monkeypatch) -> None:
+    path, _ = parallel_session
     session = read_session(path)
+    clock = ReplayClock()
+    monkeypatch.setattr(replay_screen, "Replay", functools.partial(Replay, now=clock))
     app = ReplayApp(session, speed=0.25)
-    async with app.run_test(size=(120, 36)) as pilot:
+    async with app.run_test(size=(120, 36)):
         await wait_until(lambda: replay_drawn(app))
         replay = app.screen.replay
         await wait_until(lambda: replay.position > replay.timeline.step_starts[0])  # inside step 1
-        await pilot.press("space")
+        press(app, "space")
+        await wait_until(lambda: replay.paused)
         held = replay.position
-        await asyncio.sleep(0.3)
-        assert replay.paused and replay.position == held
-        await pilot.press("right")
+        clock.jumped += 3600  # an hour passes: playing, the replay would now be due to show every event
+        press(app, "plus")  # a speed change wakes the player, which must find itself paused
+        await wait_until(lambda: replay.speed == 0.5)
+        press(app, "minus")
+        await wait_until(lambda: replay.speed == 0.25)
+        assert replay.paused and replay.position == held and replay.speed == 0.25
+        press(app, "right")
+        await wait_until(lambda: replay.position != held)
         assert replay.position == replay.timeline.step_starts[1]  # straight to step 2, still paused
         assert any(isinstance(item, ToolCallsItem) for item in app.screen.transcript.history.items)
-        await pilot.press("left")
+        press(app, "left")
+        await wait_until(lambda: replay.position < replay.timeline.step_starts[1])
         assert replay.position == 0 and not app.screen.transcript.history.items  # back to the start: redrawn
-        await pilot.press("space")
+        press(app, "space")
         await wait_until(lambda: replay.position > 0)  # playing again
-        await pilot.press("plus", "plus")
+        press(app, "plus", "plus")
+        await wait_until(lambda: replay.speed > 0.5)
         assert replay.speed == 1.0
-        await pilot.press("minus")
+        press(app, "minus")
+        await wait_until(lambda: replay.speed < 1.0)
         assert replay.speed == 0.5
         title = str(app.screen.query_one("#title").render())
         assert "replay · session" in title and "0.5×" in title
 
 
-async def test_speed_zero_draws_the_whole_session_at_once(tmp_path: Path) -> None:
-    path, _ = await record_parallel_session(tmp_path, tmp_path / "sessions")
+async def test_speed_zero_draws_the_whole_session_at_once(parallel_session: tuple[Path, list[int]]) -> None:
+    path, _ = parallel_session
     app = ReplayApp(read_session(path), speed=0)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_until(lambda: replay_drawn(app))
@@ -135,7 +171,7 @@ async def test_speed_zero_draws_the_whole_session_at_once(tmp_path: Path) -> Non
 async def test_continue_after_kill_9_shows_the_interrupted_partial_answer(isolated_home: Path) -> None:
     path = killed_mid_answer(isolated_home)
     async with running_app(options=SessionOptions(resume=path)) as (app, pilot):
-        await pilot.pause()
+        await wait_until(lambda: any(isinstance(item, AnswerItem) for item in app.transcript.history.items))
         [partial] = [item for item in app.transcript.history.items if isinstance(item, AnswerItem)]
         assert partial.interrupted and partial.text.startswith("word word")
         notices = [item.message for item in app.transcript.history.items if isinstance(item, NoticeItem)]
@@ -160,14 +196,17 @@ async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -
         await send(app, pilot, "second session about panes")
         await idle(app, pilot)
 
-        await pilot.press("ctrl+b")
+        press(app, "ctrl+b")
+        await wait_until(lambda: bool(app.query(SessionsSidebar)))
         sidebar = app.query_one(SessionsSidebar)
         await wait_until(lambda: sidebar.query_one("OptionList").option_count == 2)
         sidebar.query_one("Input").focus()
-        await pilot.press(*"caches")
+        await wait_until(lambda: app.focused is sidebar.query_one("Input"))
+        press(app, *"caches")
         await wait_until(lambda: sidebar.query_one("OptionList").option_count == 1)
-        await pilot.press("enter")  # from the search box to the list
-        await pilot.press("r")
+        press(app, "enter")  # from the search box to the list
+        await wait_until(lambda: app.focused is sidebar.query_one("OptionList"))
+        press(app, "r")
         await wait_until(lambda: replay_drawn(app))
         assert app.screen.session.header.id == first_log.stem.rsplit("_", 1)[1]
         await pilot.press("escape")
@@ -181,10 +220,10 @@ async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -
     assert sum(type(e).__name__ == "TurnStarted" for e in read_session(first_log).events) == 2
 
 
-async def test_f3_shows_the_waterfall_of_the_session_and_of_a_replay(tmp_path: Path) -> None:
+async def test_f3_shows_the_waterfall_of_the_session_and_of_a_replay(parallel_session: tuple[Path, list[int]]) -> None:
     from hotloop.tui.screens.waterfall import WaterfallScreen
 
-    path, _ = await record_parallel_session(tmp_path, tmp_path / "sessions")
+    path, _ = parallel_session
     app = ReplayApp(read_session(path), speed=0)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_until(lambda: replay_drawn(app))

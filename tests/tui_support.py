@@ -1,22 +1,41 @@
-"""Helpers for driving the real app against the embedded simulator."""
+"""Helpers for driving the real app against the embedded simulator.
+
+Every wait here is bounded: it ends when what it waits for happens, or raises a TimeoutError
+that names it. Keys go in with `press`, which posts them as the terminal driver would and
+returns at once: Pilot's own `press` then waits for the process to look idle (CPU against
+wall time, up to a second a key), which the simulator's thread, streaming in the same
+process, keeps from happening.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+import unicodedata
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
+from textual import events
+from textual.app import App
+from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
 from textual.pilot import Pilot
 
 from hotloop.config import load_config
+from hotloop.core.slash import SlashError, parse
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.widgets.prompt_input import PromptInput
 
+from support import wait_until
+
+__all__ = ["connected", "idle", "press", "running_app", "send", "submit", "wait_until", "write_config"]
+
 # Titles off: a title request would add to the requests the tests count; titles have tests of their own.
 FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+
+# The turn each app's last prompt started: `idle` waits for it to end.
+_turns_sent: WeakKeyDictionary[HotloopApp, int] = WeakKeyDictionary()
 
 
 def write_config(home: Path, steps: list[dict[str, Any]] | None = None, decode_ms: float = 0, sim: str = "") -> None:
@@ -33,16 +52,22 @@ def write_config(home: Path, steps: list[dict[str, Any]] | None = None, decode_m
 
 
 async def connected(app: HotloopApp) -> None:
-    while app.agent is None:
-        if app.status.state == "not connected":
-            raise RuntimeError("the app could not connect")
-        await asyncio.sleep(0.02)
+    """Wait for the app to connect and be ready for prompts (MCP tools registered); a RuntimeError if it could not."""
+    await wait_until(
+        lambda: (app.agent is not None and app.session.ready) or app.status.state == "not connected",
+        what="the app to connect",
+    )
+    if app.agent is None or not app.session.ready:
+        raise RuntimeError("the app could not connect")
 
 
 async def idle(app: HotloopApp, pilot: Pilot[None]) -> None:
-    """Wait for the turn in flight to end and the screen to settle."""
-    while app.turn_running:
-        await asyncio.sleep(0.02)
+    """Wait for the turn the last prompt started to end, then for the screen to settle."""
+    turn = _turns_sent.get(app, 0)
+    await wait_until(
+        lambda: app.agent is not None and app.agent.turn >= turn and not app.turn_running,
+        what=f"turn {turn} to end (the agent is at turn {app.agent.turn if app.agent else None})",
+    )
     await pilot.pause()
 
 
@@ -57,16 +82,47 @@ async def running_app(
         yield app, pilot
 
 
+def press(app: App[Any], *keys: str) -> None:
+    """Post key presses to the app as its terminal driver would; they are handled in order, after this returns.
+
+    The events are built as Pilot builds them.
+    """
+    for key in keys:
+        if len(key) == 1 and not key.isalnum():
+            key = _character_to_key(key)
+        try:
+            character: str | None = unicodedata.lookup(_get_unicode_name_from_key(REPLACED_KEYS.get(key, key)))
+        except KeyError:
+            character = key if len(key) == 1 else None
+        event = events.Key(key, character)
+        event.set_sender(app)
+        app.post_message(event)
+
+
+async def submit(app: HotloopApp) -> None:
+    """Press Enter in the prompt box; returns once the box has taken what it held.
+
+    A prompt that is not a /command starts a turn: `idle` then waits for that turn to end.
+    """
+    box = app.query_one(PromptInput)
+    text = box.text
+    try:
+        command = parse(text) is not None
+    except SlashError:
+        command = True  # the app explains it; no turn starts
+    if not command and app.agent is not None:
+        _turns_sent[app] = app.agent.turn + 1
+    press(app, "enter")
+    try:
+        await wait_until(lambda: box.text != text, what=f"the prompt box to take {text!r}")
+    except TimeoutError as error:
+        said = [str(notification.message) for notification in app._notifications]
+        raise TimeoutError(f"{error} (the app is {app.status.state!r} and said {said})") from None
+
+
 async def send(app: HotloopApp, pilot: Pilot[None], prompt: str) -> None:
-    app.query_one(PromptInput).load_text(prompt)
-    app.query_one(PromptInput).focus()
-    await pilot.press("enter")
-
-
-async def wait_until(condition: Callable[[], object], timeout: float = 15.0) -> None:
-    """Polls `condition` until it holds; generous because the CI machine has two busy cores."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.01)
+    """Type `prompt` in the prompt box and press Enter (see `submit`)."""
+    box = app.query_one(PromptInput)
+    box.load_text(prompt)
+    box.focus()
+    await submit(app)

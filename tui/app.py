@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.screen import Screen, ScreenResultType
 from textual.theme import Theme
 from textual.widgets import Footer, OptionList
 from textual.worker import Worker, WorkerState
@@ -267,7 +267,7 @@ class HotloopApp(App[None]):
             return
         if slash is not None:
             self.run_slash(slash)
-        elif self.agent is None:
+        elif not self.session.ready:
             self.query_one(PromptInput).load_text(message.text)
             self.notify("not connected yet: the prompt is still in the box", severity="warning")
         elif self.turn_running:
@@ -314,7 +314,7 @@ class HotloopApp(App[None]):
         """Every tier, provider and model, each with what switching to it would cost now."""
         return await self.session.switch_options()
 
-    def get_system_commands(self, screen: Screen) -> list[SystemCommand]:  # type: ignore[override]
+    def get_system_commands(self, screen: Screen[ScreenResultType]) -> list[SystemCommand]:
         return [
             *super().get_system_commands(screen),
             SystemCommand("Copy last answer", "Copy the last answer's Markdown", self.action_copy_answer),

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 if TYPE_CHECKING:
+    from hotloop.core.session import SwitchOption
     from hotloop.tui.app import HotloopApp
 
 
 class SwitchCommands(Provider):
     """Every configured provider and model, and the tiers. Unusable ones say why and can't be picked."""
 
+    @property
+    def hotloop(self) -> HotloopApp:
+        """The app, as the `HotloopApp` this provider is registered on."""
+        from hotloop.tui.app import HotloopApp  # at run time only: the app module imports this one
+
+        app = self.app
+        if not isinstance(app, HotloopApp):
+            raise TypeError(f"SwitchCommands needs a HotloopApp, not {type(app).__name__}")
+        return app
+
     async def startup(self) -> None:
-        app: HotloopApp = self.app  # type: ignore[assignment]
-        self._options = await app.switch_options()
+        self._options = await self.hotloop.switch_options()
 
     async def discover(self) -> Hits:
         for option in self._options:
@@ -29,8 +40,8 @@ class SwitchCommands(Provider):
             if score > 0:
                 yield Hit(score, matcher.highlight(option.title), self._callback(option), help=option.help)
 
-    def _callback(self, option):  # type: ignore[no-untyped-def]
-        app: HotloopApp = self.app  # type: ignore[assignment]
+    def _callback(self, option: SwitchOption) -> Callable[[], object]:
+        app = self.hotloop
         if option.unavailable:
             return partial(app.notify, f"{option.title}: {option.unavailable}", severity="error")
         return partial(app.switch_to, option.choice)

@@ -13,7 +13,7 @@ from rich.console import Console, RenderableType
 from rich.style import Style
 from rich.text import Text
 from rich.theme import Theme
-from textual.app import App
+from textual.app import App, ReturnType
 from textual.color import Color
 from textual.strip import Strip
 
@@ -59,7 +59,7 @@ class Palette:
         )
 
 
-def theme_palette(app: App[object]) -> Palette:
+def theme_palette(app: App[ReturnType]) -> Palette:
     """The palette of the app's current theme, with every colour made solid against the background."""
     variables = app.theme_variables
     background = Color.parse(variables["background"])
@@ -147,7 +147,7 @@ def split_blocks(source: str) -> list[str]:
     starts = block_starts(source)
     if not starts:
         return [source] if source.strip() else []
-    return [source[a:b] for a, b in zip(starts, [*starts[1:], len(source)])]
+    return [source[a:b] for a, b in zip(starts, [*starts[1:], len(source)], strict=True)]
 
 
 def markdown_lines(source: str, ctx: RenderContext) -> list[Strip]:

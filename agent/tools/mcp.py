@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from hotloop.agent.events import Notice
 from hotloop.agent.tools.mcp_config import INVALID_NAME_CHARS, McpServer
@@ -22,6 +22,8 @@ from hotloop.agent.tools.registry import Tool, ToolContext, ToolError, ToolRegis
 
 if TYPE_CHECKING:
     from mcp import Client
+    from mcp_types import CallToolResult
+    from mcp_types import Tool as McpTool
 
 START_TIMEOUT = 30.0
 
@@ -93,7 +95,7 @@ class McpBridge:
             if not cursor:
                 return
 
-    def _tool(self, server: McpServer, client: Client, tool: Any) -> Tool:
+    def _tool(self, server: McpServer, client: Client, tool: McpTool) -> Tool:
         name = INVALID_NAME_CHARS.sub("_", tool.name)[:64]
         if name in self.registry:
             name = f"{server.name}__{name}"[:64]
@@ -103,8 +105,8 @@ class McpBridge:
             from mcp import MCPError
             from mcp_types import CONNECTION_CLOSED
 
-            async def progress(done: float, total: float | None, message: str | None) -> None:
-                ctx.emit_output(message or (f"{done:g}/{total:g}" if total else f"{done:g}"))
+            async def progress(progress: float, total: float | None, message: str | None) -> None:
+                ctx.emit_output(message or (f"{progress:g}/{total:g}" if total else f"{progress:g}"))
 
             try:
                 result = await client.call_tool(remote_name, arguments, progress_callback=progress)
@@ -137,17 +139,16 @@ class McpBridge:
         self.notify(Notice(level="warning", message=f"MCP server {server.name!r} {problem}{suffix}"))
 
 
-def _content_text(result: Any) -> str:
+def _content_text(result: CallToolResult) -> str:
     parts = []
     for block in result.content:
-        text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'binary')} content]")
+        parts.append(block.text if block.type == "text" else f"[{block.type} content]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return "\n".join(parts)
 
 
-def _describe(error: BaseException, server: McpServer, errlog: Any) -> str:
+def _describe(error: BaseException, server: McpServer, errlog: IO[str]) -> str:
     leaf = _leaf(error)
     if isinstance(leaf, FileNotFoundError):
         return f"command not found: {server.command}"

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from msgspec import Meta, Struct
 
 INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
-@dataclass(frozen=True)
-class McpServer:
+class McpServer(Struct, frozen=True, forbid_unknown_fields=True):
+    """A server, as `[mcp.NAME]` declares it; each limit's `problem` is how a config error words its breach."""
+
     name: str
-    command: str
-    args: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
+    command: Annotated[str, Meta(min_length=1, extra={"problem": "is required"})]
+    args: Annotated[tuple[str, ...], Meta(extra={"problem": "must be a list of strings"})] = ()
+    env: Annotated[dict[str, str], Meta(extra={"problem": "must be a table of strings"})] = {}
 
 
 def server_from_command_line(command_line: str, taken: set[str]) -> McpServer:

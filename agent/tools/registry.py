@@ -56,9 +56,10 @@ def call_key(name: str, arguments: str) -> CallKey | None:
         return None
 
 
-def canonical(schema: Any) -> Any:
+def canonical(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema with keys sorted at every level, so it serializes to the same bytes every time."""
-    return json.loads(json.dumps(schema, sort_keys=True, ensure_ascii=False))
+    sorted_schema: dict[str, Any] = json.loads(json.dumps(schema, sort_keys=True, ensure_ascii=False))
+    return sorted_schema
 
 
 def cap_output(text: str, limit: int = OUTPUT_LIMIT) -> str:

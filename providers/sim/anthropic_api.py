@@ -17,7 +17,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from hotloop.providers.sim.cache import ONE_HOUR, CacheBlock
 from hotloop.providers.sim.engine import Emission, Generation, SimRequest
@@ -112,7 +112,7 @@ def parse_messages(body: Any) -> MessagesCall:
     return MessagesCall(request, bool(body.get("stream")))
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -131,7 +131,8 @@ def _thinking(raw: Any, max_tokens: int) -> bool:
     if budget >= max_tokens:
         raise AnthropicError(
             400,
-            f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {THINKING_DOCS}",
+            "`max_tokens` must be greater than `thinking.budget_tokens`. "
+            f"Please consult our documentation at {THINKING_DOCS}",
         )
     return True
 
@@ -294,7 +295,8 @@ def _combined(raw: list[Any]) -> list[tuple[int, str, list[dict[str, Any]]]]:
         if not content and not (n == len(raw) - 1 and message["role"] == "assistant"):
             raise AnthropicError(
                 400,
-                f"messages.{n}: all messages must have non-empty content except for the optional final assistant message",
+                f"messages.{n}: all messages must have non-empty content "
+                "except for the optional final assistant message",
             )
         if groups and groups[-1][1] == message["role"]:
             groups[-1][2].extend(content)
@@ -309,7 +311,8 @@ def _require_results(pending: dict[str, int]) -> None:
         raise AnthropicError(
             400,
             f"messages.{where}: `tool_use` ids were found without `tool_result` blocks immediately after: "
-            f"{', '.join(pending)}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+            f"{', '.join(pending)}. "
+            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
         )
 
 
@@ -325,7 +328,8 @@ def _require_leading_thinking(groups: list[tuple[int, str, list[dict[str, Any]]]
             f"messages.{n}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. When "
             "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the "
             "lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from "
-            f"previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at {THINKING_DOCS}",
+            "previous turns. To avoid this requirement, disable `thinking`. "
+            f"Please consult our documentation at {THINKING_DOCS}",
         )
 
 
@@ -418,7 +422,7 @@ def _delta(kind: str, emission: Emission) -> dict[str, Any]:
 
 def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
     """SSE events as `(output tokens decoded before it can be sent, bytes)`, in the API's order."""
-    message = {
+    message: dict[str, Any] = {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",
         "role": "assistant",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hotloop.providers.sim.cache import BreakpointCache, CacheBlock, CacheUse, PrefixCache, block_hashes
+from hotloop.providers.sim.defaults import CACHE_BLOCKS, CACHE_MIN_TOKENS, PROMPT_TOKENS_DETAILS, SCHEDULING_POLICY
 from hotloop.providers.sim.model import Reply, reply, thinking_for
 from hotloop.providers.sim.template import END, Call, Turn, assistant_body, call_text, render
 from hotloop.providers.sim.tokenizer import encode, pieces
@@ -38,15 +39,14 @@ NO_LATENCY = LatencyProfile(0.0, 0.0, 0.0)
 @dataclass
 class SimConfig:
     models: dict[str, LatencyProfile] = field(default_factory=lambda: dict(TIERS))
-    cache_blocks: int = 16_384
+    cache_blocks: int = CACHE_BLOCKS
     scenario: tuple[Reply, ...] = ()
-    prompt_tokens_details: bool = True
+    prompt_tokens_details: bool = PROMPT_TOKENS_DETAILS
     max_model_len: int = 131_072
-    # Anthropic's minimum cacheable prompt for Sonnet-class models; shorter prefixes are not cached.
-    cache_min_tokens: int = 1024
+    cache_min_tokens: int = CACHE_MIN_TOKENS
     # vLLM's --max-num-seqs (None: unlimited) and --scheduling-policy (fcfs or priority).
     max_running: int | None = None
-    scheduling: str = "fcfs"
+    scheduling: str = SCHEDULING_POLICY
 
     def with_latency(
         self, ttft: float | None = None, prefill_per_token: float | None = None, decode_per_token: float | None = None
@@ -105,7 +105,7 @@ class Generation:
     finish_reason: str
     request_id: str
     prompt_ids: list[int] = field(default_factory=list, repr=False)
-    cache: CacheUse = CacheUse()
+    cache: CacheUse = field(default_factory=CacheUse)
 
     @property
     def prefill_seconds(self) -> float:
@@ -250,7 +250,8 @@ def _emissions(answer: Reply, max_tokens: int | None) -> tuple[list[Emission], b
         # The closing `}\n</tool_call>` decodes with the last fragment and shows nothing of its own.
         planned.append(Emission("call_args", args[-1], 1 + len(encode(tail)), index))
     budget = max_tokens if max_tokens is not None else float("inf")
-    emitted, used = [], 0
+    emitted: list[Emission] = []
+    used = 0
     for emission in planned:
         if used + emission.tokens > budget:
             return emitted, True

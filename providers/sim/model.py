@@ -220,7 +220,7 @@ def plan(task: str, names: list[str], schemas: dict[str, dict[str, Any]]) -> lis
 def _calls_for(clause: str, names: list[str], schemas: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
     quoted = [next(group for group in match.groups() if group) for match in _QUOTED.finditer(clause)]
     unquoted = _QUOTED.sub(" ", clause)
-    calls = []
+    calls: list[tuple[str, str]] = []
     for name in names:
         if name not in _BUILTIN_WORDS and re.search(rf"\b{re.escape(name)}\b", clause):
             calls.extend((name, json.dumps(args)) for args in _arguments_for(schemas[name], quoted, unquoted))
@@ -228,8 +228,8 @@ def _calls_for(clause: str, names: list[str], schemas: dict[str, dict[str, Any]]
     if "read_file" in names and (_READ_WORDS.search(unquoted) or not searching):
         calls.extend(("read_file", json.dumps({"path": path})) for path in _PATH.findall(unquoted))
     if "list_dir" in names and _LIST_WORDS.search(unquoted):
-        target = _LIST_TARGET.search(unquoted)
-        calls.append(("list_dir", json.dumps({"path": target.group(1).rstrip(".") if target else "."})))
+        listed = _LIST_TARGET.search(unquoted)
+        calls.append(("list_dir", json.dumps({"path": listed.group(1).rstrip(".") if listed else "."})))
     if searching:
         target = quoted[0] if quoted else _search_target(unquoted)
         if target:
@@ -333,7 +333,46 @@ def _first_excerpt(calls: dict[str, Call], results: list[Turn]) -> str:
 
 
 _WORD_COUNT = re.compile(r"\b(\d{2,6})\s+(?:words|tokens)\b", re.IGNORECASE)
-_FILLER = ["Prefix", "caching", "keeps", "the", "static", "part", "of", "every", "request", "warm,", "so", "each", "step", "pays", "only", "for", "the", "tokens", "it", "adds.", "Parallel", "tool", "calls", "overlap", "their", "waits.", "Streaming", "shows", "the", "first", "token", "as", "soon", "as", "the", "server", "has", "it."]
+_FILLER = [
+    "Prefix",
+    "caching",
+    "keeps",
+    "the",
+    "static",
+    "part",
+    "of",
+    "every",
+    "request",
+    "warm,",
+    "so",
+    "each",
+    "step",
+    "pays",
+    "only",
+    "for",
+    "the",
+    "tokens",
+    "it",
+    "adds.",
+    "Parallel",
+    "tool",
+    "calls",
+    "overlap",
+    "their",
+    "waits.",
+    "Streaming",
+    "shows",
+    "the",
+    "first",
+    "token",
+    "as",
+    "soon",
+    "as",
+    "the",
+    "server",
+    "has",
+    "it.",
+]
 
 
 def _direct_answer(task: str) -> str:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-POLICIES = ("fcfs", "priority")
+from hotloop.providers.sim.defaults import POLICIES
 
 
 class Admission:
@@ -35,6 +35,10 @@ class Admission:
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+    def waiting_for(self, model: str) -> int:
+        """How many requests for `model` wait for a slot."""
+        return self._waiting_by_model[model]
 
     @asynccontextmanager
     async def slot(self, model: str, priority: int = 0) -> AsyncIterator[None]:

@@ -72,20 +72,20 @@ class SimServer:
             if call.priority and self.config.scheduling != "priority":
                 raise ApiError(400, f"Got priority {call.priority} but Priority scheduling is not enabled.")
         except ModelNotFound as missing:
-            error = ApiError(404, f"The model `{missing}` does not exist.", "NotFoundError", "model")
-            return _json_response(error.body(), error.status)
+            not_found = ApiError(404, f"The model `{missing}` does not exist.", "NotFoundError", "model")
+            return _json_response(not_found.body(), not_found.status)
         except ApiError as error:
             return _json_response(error.body(), error.status)
         async with self._scheduled(call.request.model, call.priority) as arrived:
             try:
                 generation = self._generate(call.request)
             except ContextTooLong as long:
-                error = ApiError(
+                too_long = ApiError(
                     400,
                     f"This model's maximum context length is {self.config.max_model_len} tokens. However, your request "
                     f"has {long.prompt_tokens} input tokens. Please reduce the length of the input messages.",
                 )
-                return _json_response(error.body(), error.status)
+                return _json_response(too_long.body(), too_long.status)
             self._record(request, raw, generation)
             details = self.config.prompt_tokens_details
             if not call.stream:
@@ -197,12 +197,11 @@ class SimServer:
         if "anthropic-version" in request.headers:
             created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started))
             return _json_response(anthropic_api.models_page(list(self.config.models), created))
-        created = int(self.started)
-        data = [
+        data: list[dict[str, Any]] = [
             {
                 "id": name,
                 "object": "model",
-                "created": created,
+                "created": int(self.started),
                 "owned_by": "vllm",
                 "root": name,
                 "parent": None,

@@ -36,7 +36,9 @@ KEYS = """\
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90; max-width: 95%; height: 80%; background: $panel; border: round $accent; padding: 0 1; }
+    HelpScreen > VerticalScroll {
+        width: 90; max-width: 95%; height: 80%; background: $panel; border: round $accent; padding: 0 1;
+    }
     """
     BINDINGS = [Binding("escape,f1,q,question_mark", "app.pop_screen", "Close")]
 

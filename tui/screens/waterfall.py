@@ -15,7 +15,9 @@ from hotloop.agent.events import AgentEvent
 class WaterfallScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     WaterfallScreen { align: center middle; }
-    WaterfallScreen > VerticalScroll { width: 95%; height: 90%; background: $panel; border: round $accent; padding: 0 1; }
+    WaterfallScreen > VerticalScroll {
+        width: 95%; height: 90%; background: $panel; border: round $accent; padding: 0 1;
+    }
     """
     BINDINGS = [Binding("escape,f3,q", "app.pop_screen", "Close")]
 

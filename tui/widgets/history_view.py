@@ -59,7 +59,7 @@ class HistoryView(Widget, can_focus=True):
     BINDINGS = [
         Binding("up", "cursor(-1)", "Previous", show=False),
         Binding("down", "cursor(1)", "Next", show=False),
-        Binding("enter", "toggle", "Expand", show=True),
+        Binding("enter", "toggle_entry", "Expand", show=True),
         Binding("c", "copy_item", "Copy", show=True),
         Binding("C", "copy_code", "Copy code", show=True),
     ]
@@ -73,8 +73,16 @@ class HistoryView(Widget, can_focus=True):
             super().__init__()
             self.what = what
 
-    def __init__(self, context: Callable[[int], RenderContext], **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        context: Callable[[int], RenderContext],
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+        disabled: bool = False,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self._render_context = context
         self._slots: list[_Slot] = []
         self._starts: list[int] = []
@@ -219,13 +227,17 @@ class HistoryView(Widget, can_focus=True):
         return with_selection(self, strip.apply_style(style), y).crop_extend(0, width, style).apply_offsets(0, y)
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
-        for slot in self._slots:
-            if slot.rendered is None:
-                self._render_slot(slot)
+        changed = False
         lines: list[str] = []
         for slot in self._slots:
+            if slot.rendered is None:
+                changed |= self._render_slot(slot)
+            assert slot.rendered is not None
             lines.extend([""] * slot.gap)
-            lines.extend(strip.text for strip in slot.rendered.lines)  # type: ignore[union-attr]
+            lines.extend(strip.text for strip in slot.rendered.lines)
+        if changed:
+            # The fill skips what is rendered here, so it would not lay these heights out.
+            self._relayout()
         return selected_text(lines, selection)
 
     def selection_updated(self, selection: Selection | None) -> None:
@@ -280,11 +292,13 @@ class HistoryView(Widget, can_focus=True):
         if count:
             self.cursor = min(max(self.cursor + step, 0), count - 1)
 
-    def action_toggle(self) -> None:
+    def action_toggle_entry(self) -> None:
         places = self._places()
-        if 0 <= self.cursor < len(places) and places[self.cursor].key is not None:
-            place = places[self.cursor]
-            self._toggle(self._slots[place.slot], place.key)  # type: ignore[arg-type]
+        if not 0 <= self.cursor < len(places):
+            return
+        place = places[self.cursor]
+        if place.key is not None:
+            self._toggle(self._slots[place.slot], place.key)
 
     def _toggle(self, slot: _Slot, key: str) -> None:
         slot.item.toggle(key)

@@ -18,12 +18,17 @@ class PromptInput(TextArea):
             super().__init__()
             self.text = text
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(
+        self, *, name: str | None = None, id: str | None = None, classes: str | None = None, disabled: bool = False
+    ) -> None:
         super().__init__(
             soft_wrap=True,
             show_line_numbers=False,
             placeholder="Ask anything · Enter sends · shift+enter or ctrl+j: new line · /help",
-            **kwargs,  # type: ignore[arg-type]
+            name=name,
+            id=id,
+            classes=classes,
+            disabled=disabled,
         )
         self.prompts: list[str] = []
         self._browsing: int | None = None  # position in history while walking it

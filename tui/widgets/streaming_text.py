@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from itertools import pairwise
 
 from rich.style import Style
 from textual import events
@@ -32,8 +33,16 @@ class StreamingText(Widget):
     DEFAULT_CSS = "StreamingText { height: auto; }"
     ALLOW_SELECT = True
 
-    def __init__(self, context: Callable[[int], RenderContext], **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        context: Callable[[int], RenderContext],
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+        disabled: bool = False,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self._render_context = context
         self._timer: Timer | None = None
         self._rendered_context: RenderContext | None = None
@@ -93,7 +102,7 @@ class StreamingText(Widget):
         ctx = self._rendered_context = self._render_context(self.size.width)
         tail = self.source[self._open_start :]
         starts = block_starts(tail)
-        for start, end in zip(starts, starts[1:]):
+        for start, end in pairwise(starts):
             block = markdown_block(tail[start:end], ctx)
             if block and self._done:
                 self._done.append(Strip.blank(0))

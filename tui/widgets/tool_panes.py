@@ -18,8 +18,10 @@ class ToolPanes(Widget):
     ToolPanes.-empty { display: none; }
     """
 
-    def __init__(self, clock: Callable[[], float], **kwargs: object) -> None:
-        super().__init__(classes="-empty", **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self, clock: Callable[[], float], *, name: str | None = None, id: str | None = None, disabled: bool = False
+    ) -> None:
+        super().__init__(classes="-empty", name=name, id=id, disabled=disabled)
         self.clock = clock
         self.panes: dict[str, ToolPane] = {}
 

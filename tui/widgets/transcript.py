@@ -60,8 +60,17 @@ class Transcript(VerticalScroll):
     Transcript #reasoning.-idle { display: none; }
     """
 
-    def __init__(self, clock: Callable[[], float], palette: Callable[[], Palette], **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        palette: Callable[[], Palette],
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+        disabled: bool = False,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self.clock = clock
         self.palette = palette
         self.fold = TranscriptFold()

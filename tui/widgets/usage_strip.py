@@ -19,8 +19,16 @@ class UsageStrip(Static):
     UsageStrip.-idle { display: none; }
     """
 
-    def __init__(self, clock: Callable[[], float], palette: Callable[[], Palette], **kwargs: object) -> None:
-        super().__init__(classes="-idle", **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        palette: Callable[[], Palette],
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        disabled: bool = False,
+    ) -> None:
+        super().__init__(classes="-idle", name=name, id=id, disabled=disabled)
         self.clock = clock
         self.palette = palette
         self._timer: Timer | None = None
