@@ -5,9 +5,10 @@ the protocol: only `base_url`, the key and the model differ.
 
 The SDK's client does the transport: auth, retries, timeouts and typed status errors. The
 request goes through its generic `post` as bytes we serialize, and the event stream is
-parsed into msgspec structs. Two reasons: the typed `create()` re-walks the whole
-conversation with typing introspection on every request (17 ms at 40 messages, growing with
-the session), and its pydantic chunks cost ~190 µs each against ~2 µs here. The bytes also
+parsed into msgspec structs. Two reasons (`benchmarks/transport.py`): the typed `create()`
+re-walks the whole conversation with typing introspection on every request (~19 ms at 40
+messages, growing with the session), and its stream builds each chunk for ~170–200 µs against
+~2 µs here. The bytes also
 make the request append-only on the wire: every message is serialized once and reused, and
 the static part (model, options, tools) comes before the messages, so each request body,
 minus its closing `]}`, is a byte prefix of the next.
