@@ -107,8 +107,10 @@ def percentile(values: list[float], q: float) -> float:
     return values[max(0, min(len(values) - 1, round(q * (len(values) - 1))))] if values else 0.0
 
 
-def tune_gc() -> None:
-    """What hotloop does once the session has started: the heap so far is long-lived."""
+def tune_gc(tuned: bool) -> None:
+    """What hotloop does once the session has started (`tuned`): the heap so far is long-lived."""
+    if not tuned:
+        return
     gc.collect()
     gc.freeze()
     gc.set_threshold(700, 10, 1_000_000)
@@ -121,7 +123,11 @@ async def drive(
     rate: float | None,
     cap: float,
 ) -> Stream:
-    """Stream `tokens` through `write`, paced at `rate` (None: unthrottled); time it and the heartbeat."""
+    """Stream `tokens` through `write`, paced at `rate` (None: unthrottled); time it and the heartbeat.
+
+    `write` hands one token to the widget and yields to the event loop once, as a token read from a
+    provider's stream would: so an unthrottled producer costs every design one loop pass per token.
+    """
     lateness: list[float] = []
     done = asyncio.Event()
     gen2 = 0
@@ -147,7 +153,6 @@ async def drive(
         for token in tokens:
             await write(token)
             written += 1
-            await asyncio.sleep(0)
             if time.perf_counter() - start > cap:
                 capped = written < len(tokens)
                 break
@@ -182,7 +187,7 @@ async def drive(
 
 
 async def run_markdown(
-    history: list[str], tokens: list[str], rate: float | None, cap: float
+    history: list[str], tokens: list[str], rate: float | None, cap: float, tuned: bool
 ) -> tuple[Stream, bool, int, float]:
     """Design A: Textual's `Markdown` per turn in a `VerticalScroll`; the live turn through `get_stream`."""
     from textual.app import App, ComposeResult
@@ -203,7 +208,7 @@ async def run_markdown(
         chat.scroll_end(animate=False, immediate=True)
         await pilot.pause()
         history_s = time.perf_counter() - began
-        tune_gc()
+        tune_gc(tuned)
         live = Markdown()
         await chat.mount(live)
         chat.anchor()
@@ -214,7 +219,7 @@ async def run_markdown(
 
         async def write(token: str) -> None:
             sent.append(token)
-            await stream.write(token)
+            await stream.write(token)  # which yields once
 
         async def shown() -> None:
             await stream.stop()
@@ -229,7 +234,7 @@ async def run_markdown(
 
 
 async def run_hotloop(
-    history: list[str], tokens: list[str], rate: float | None, cap: float
+    history: list[str], tokens: list[str], rate: float | None, cap: float, tuned: bool
 ) -> tuple[Stream, bool, int, float]:
     """hotloop: the real `Transcript`, fed the agent's events."""
     from textual.app import App, ComposeResult
@@ -280,7 +285,7 @@ async def run_hotloop(
         await pilot.pause()
         await pilot.pause()
         history_s = time.perf_counter() - began
-        tune_gc()
+        tune_gc(tuned)
         turn = len(history) + 1
         transcript.apply(TurnStarted(turn=turn, prompt="the live turn"))
         transcript.apply(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"))
@@ -292,6 +297,7 @@ async def run_hotloop(
         async def write(token: str) -> None:
             sent.append(token)
             transcript.apply(TextDelta(token))
+            await asyncio.sleep(0)
 
         async def shown() -> None:
             while answer.text != answer.source:  # the flush timer has applied every token
@@ -304,14 +310,14 @@ async def run_hotloop(
     return result, ok, widgets, history_s
 
 
-def child(design: str, pace: str, cap: float) -> None:
+def child(design: str, pace: str, cap: float, tuned: bool) -> None:
     """One run: the documents come on stdin as JSON, the result goes to stdout as one JSON line."""
     documents = json.load(sys.stdin)
     history: list[str] = documents["history"]
     tokens: list[str] = documents["live"]
     rate = PACED_RATE if pace == "paced" else None
     runner = run_markdown if design == "A" else run_hotloop
-    stream, ok, widgets, history_s = asyncio.run(runner(history, tokens, rate, cap))
+    stream, ok, widgets, history_s = asyncio.run(runner(history, tokens, rate, cap, tuned))
     result = Result(
         design=design,
         pace=pace,
@@ -329,7 +335,10 @@ def child(design: str, pace: str, cap: float) -> None:
 
 
 def documents() -> tuple[list[str], dict[str, list[str]], int]:
-    """The history's texts and each pace's live tokens, from transcript_stream.py's generator."""
+    """The history's texts and each pace's live tokens, from transcript_stream.py's generator.
+
+    Made once here and sent to every run, so the runs of design A don't import hotloop at all.
+    """
     from hotloop.benchmarks.transcript_stream import HISTORY_TURNS, LIVE_TOKENS, TOKENS_PER_TURN, markdown_tokens
 
     turns = [markdown_tokens(TOKENS_PER_TURN, HISTORY_SEED + n) for n in range(HISTORY_TURNS)]
@@ -337,24 +346,44 @@ def documents() -> tuple[list[str], dict[str, list[str]], int]:
     return ["".join(turn) for turn in turns], live, sum(map(len, turns))
 
 
-def run_child(design: str, pace: str, cap: float, stdin: str) -> Result | str:
-    command = [sys.executable, __file__, "--child", design, "--pace", pace, "--cap", str(cap)]
+def run_child(design: str, pace: str, cap: float, gc_mode: str, stdin: str) -> Result | str:
+    """One (design, pace) run in a fresh interpreter: its result, or why it failed."""
+    command = [sys.executable, __file__, "--child", design, "--pace", pace, "--cap", str(cap), "--gc", gc_mode]
+    timeout = cap + 240  # the history and the drain come on top of the capped streaming
     try:
-        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=cap + 240)
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"timed out after {cap + 240:.0f} s"
+        return f"timed out after {timeout:.0f} s"
     if done.returncode:
         return done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
     result: Result = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def spread(values: list[float], fmt: str) -> str:
-    return f"{min(values):{fmt}}–{max(values):{fmt}}" if values else "—"
+def describe(run: Result) -> str:
+    return (
+        f"{run['tok_s']:7,.0f} tok/s{' (capped)' if run['capped'] else ''} · {run['tokens']:,} tokens · "
+        f"heartbeat p50/p99/max {run['hb_p50']:.1f}/{run['hb_p99']:.1f}/{run['hb_max']:.1f} ms "
+        f"({run['heartbeats']} beats) · last token shown {run['drain_ms']:.0f} ms after it was written · "
+        f"gen-2 GCs {run['gen2']} · {run['widgets']:,} widgets · history built in {run['history_s']:.1f} s · "
+        f"RSS {run['rss_mb']:.0f} MB · {'text ok' if run['shown_ok'] else 'TEXT MISMATCH'}"
+    )
 
 
-def middle(values: list[float], fmt: str) -> str:
-    return f"{statistics.median(values):{fmt}}" if values else "—"
+def median(values: list[float], fmt: str) -> str:
+    return format(statistics.median(values), fmt) if values else "—"
+
+
+def span(values: list[float], fmt: str) -> str:
+    return f"{format(min(values), fmt)}–{format(max(values), fmt)}" if values else "—"
+
+
+def print_table(rows: list[list[str]]) -> None:
+    """Left-aligned first column, the rest right-aligned, each as wide as its widest cell."""
+    widths = [max(len(row[n]) for row in rows) for n in range(len(rows[0]))]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        print("  ".join(cells))
 
 
 def versions() -> str:
@@ -377,14 +406,21 @@ def main() -> None:
         "--cap", type=float, default=60.0, help="stop producing after this many seconds of streaming (default 60)"
     )
     parser.add_argument("--designs", nargs="+", choices=list(DESIGNS), default=list(DESIGNS))
+    parser.add_argument(
+        "--gc",
+        choices=("tuned", "default"),
+        default="tuned",
+        help="tuned: hotloop's GC settings after the history (default); default: Python's",
+    )
     parser.add_argument("--child", choices=list(DESIGNS), help=argparse.SUPPRESS)
     parser.add_argument("--pace", choices=PACES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.pace, args.cap)
+        child(args.child, args.pace, args.cap, args.gc == "tuned")
         return
 
     began = time.perf_counter()
+    print(f"command: python {shlex.join(sys.argv)}", flush=True)
     history, live, history_tokens = documents()
     stdin = {pace: json.dumps({"history": history, "live": tokens}) for pace, tokens in live.items()}
     results: dict[tuple[str, str], list[Result]] = {(d, p): [] for d in args.designs for p in PACES}
@@ -396,73 +432,61 @@ def main() -> None:
         for design in order:
             peak = 0.0
             for pace in PACES:
-                outcome = run_child(design, pace, args.cap, stdin[pace])
+                outcome = run_child(design, pace, args.cap, args.gc, stdin[pace])
                 if isinstance(outcome, str):
                     failures.append(f"round {round_} {design} {pace}: {outcome}")
-                    print(f"round {round_} {design:>7} {pace:>11}: FAILED {outcome}", file=sys.stderr, flush=True)
+                    print(f"round {round_} {design:>7} {pace:>11}: FAILED {outcome}", flush=True)
                     continue
                 results[design, pace].append(outcome)
                 peak = max(peak, outcome["rss_mb"])
-                print(
-                    f"round {round_} {design:>7} {pace:>11}: {outcome['tok_s']:7,.0f} tok/s"
-                    f"{' (capped)' if outcome['capped'] else ''} · {outcome['tokens']:,} tokens · heartbeat p50/p99/max "
-                    f"{outcome['hb_p50']:.1f}/{outcome['hb_p99']:.1f}/{outcome['hb_max']:.1f} ms "
-                    f"({outcome['heartbeats']} beats) · shown {outcome['drain_ms']:.0f} ms after the last token · "
-                    f"gen-2 GCs {outcome['gen2']} · {outcome['widgets']:,} widgets · history {outcome['history_s']:.1f} s · "
-                    f"RSS {outcome['rss_mb']:.0f} MB · {'ok' if outcome['shown_ok'] else 'TEXT MISMATCH'}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(f"round {round_} {design:>7} {pace:>11}: {describe(outcome)}", flush=True)
             if peak:
                 rss[design].append(peak)
 
     def column(design: str, pace: str, key: Literal["tok_s", "hb_p99", "hb_max"]) -> list[float]:
         return [run[key] for run in results[design, pace]]
 
-    header = (
-        f"{'design':<42} {'paced tok/s':>11} {'paced hb p99 / max':>19} "
-        f"{'unthr. tok/s':>12} {'unthr. hb p99 / max':>19} {'peak RSS MB':>11}"
-    )
     print()
-    print(f"command: python {shlex.join(sys.argv)}")
     print(
         f"transcript designs, headless 120×40: {history_tokens:,} tokens of history (20 turns), then "
-        f"{len(live['paced']):,} live tokens paced at {PACED_RATE:,} tok/s and unthrottled; GC tuned as hotloop; "
-        f"each run a fresh process; {versions()}"
+        f"{len(live['paced']):,} live tokens paced at {PACED_RATE:,} tok/s and unthrottled; "
+        f"{'GC tuned as hotloop' if args.gc == 'tuned' else 'default GC'}; each run a fresh process; {versions()}"
     )
+    header = ["design", "paced tok/s", "paced hb p99 / max", "unthr. tok/s", "unthr. hb p99 / max", "peak RSS MB"]
     for title, show in (
-        (f"median of {args.rounds} rounds (heartbeat lateness in ms)", middle),
-        ("range over the rounds (min–max)", spread),
+        (f"median of {args.rounds} rounds (heartbeat lateness in ms)", median),
+        ("range over the rounds (min–max)", span),
     ):
+        rows = [header]
+        for design in args.designs:
+            row = [DESIGNS[design]]
+            for pace in PACES:
+                row.append(show(column(design, pace, "tok_s"), ",.0f"))
+                p99, worst = column(design, pace, "hb_p99"), column(design, pace, "hb_max")
+                row.append(f"{show(p99, '.1f')} / {show(worst, '.1f')}")
+            row.append(show(rss[design], ".0f"))
+            rows.append(row)
         print()
         print(title)
-        print(header)
-        for design in args.designs:
-            cells = []
-            for pace in PACES:
-                cells.append(f"{show(column(design, pace, 'tok_s'), ',.0f'):>{11 if pace == 'paced' else 12}}")
-                hb = f"{show(column(design, pace, 'hb_p99'), '.1f')} / {show(column(design, pace, 'hb_max'), '.1f')}"
-                cells.append(f"{hb:>19}")
-            print(f"{DESIGNS[design]:<42} {' '.join(cells)} {show(rss[design], '.0f'):>11}")
-    notes = []
+        print_table(rows)
+    print()
     for design in args.designs:
         for pace in PACES:
             runs = results[design, pace]
             capped = [run for run in runs if run["capped"]]
             if capped:
                 streamed = ", ".join(f"{run['tokens']:,}" for run in capped)
-                notes.append(
-                    f"{design} {pace}: {len(capped)} of {len(runs)} runs stopped after {args.cap:.0f} s of streaming; "
-                    f"tok/s is over the tokens streamed ({streamed} of {runs[0]['offered']:,})"
+                print(
+                    f"note: {design} {pace}: {len(capped)} of {len(runs)} runs stopped after {args.cap:.0f} s of "
+                    f"streaming; their tok/s is over the tokens streamed ({streamed} of {runs[0]['offered']:,})"
                 )
             if any(not run["shown_ok"] for run in runs):
-                notes.append(f"{design} {pace}: the widget's text differs from the tokens streamed")
-    print()
-    for note in notes + failures:
-        print(f"note: {note}")
+                print(f"note: {design} {pace}: the widget's text differs from the tokens streamed")
+    for failure in failures:
+        print(f"note: FAILED {failure}")
     print(
-        "tok/s: first token written → last token in the widget, screen refreshed. Heartbeat: lateness of a 10 ms "
-        "asyncio.sleep in the same loop while streaming. Peak RSS: the larger of the design's two runs (ru_maxrss)."
+        "tok/s: first token written → last token in the widget and the screen refreshed. hb: lateness of a 10 ms "
+        "asyncio.sleep in the same event loop meanwhile. Peak RSS: the larger of a round's two runs (ru_maxrss)."
     )
     print(f"total {time.perf_counter() - began:.0f} s")
 

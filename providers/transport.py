@@ -119,7 +119,7 @@ class SdkProvider:
         # What discovery found, for a self-hosted server (only OpenAI-compatible servers are asked).
         self.server: ServerInfo | None = None
         # Gateways, vLLM, Ollama and the simulator take any key; the SDKs refuse to send a request without one.
-        # The SDKs' aiohttp transport costs 30% to 50% less CPU per request than their default (benchmarks/transport.py).
+        # The SDKs' aiohttp transport costs 30–50% less CPU per request than their default (benchmarks/transport.py).
         self._client = getattr(sdk, self.client_class)(
             api_key=api_key or "no-key",
             base_url=base_url,
