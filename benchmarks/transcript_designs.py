@@ -34,9 +34,13 @@ memory don't carry over. Measured per run:
 
 Design A is slow: a run stops producing after `--cap` seconds (default 60) and reports
 tok/s over what it streamed, flagged in the output. The table gives the median of
-`--rounds` rounds (default 3) and, below it, each figure's range over the rounds.
+`--rounds` rounds (default 3) and, below it, each figure's range over the rounds; each
+run's figures are printed as it finishes. `--gc default` leaves Python's GC settings alone
+(for comparison: design A then stalls longer but holds less memory, since the tuned
+threshold also leaves the widget churn's cyclic garbage uncollected). About 2.5 minutes on
+2 cores at the defaults, nearly all of it design A.
 
-    python benchmarks/transcript_designs.py [--rounds 3] [--cap 60]
+    python benchmarks/transcript_designs.py [--rounds 3] [--cap 60] [--designs A hotloop] [--gc tuned|default]
 """
 
 from __future__ import annotations
