@@ -8,6 +8,7 @@ run that failed, 130 for an interrupt.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -98,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=sim_defaults.SCHEDULING_POLICY,
         help="admit queued requests in arrival order, or by their priority field (default %(default)s)",
     )
+    serve.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="FAULT",
+        help="misbehave on every request, for manual checks (repeatable): drop:N, status:CODE[:retry-after=S]"
+        "[:times=N], stall:S[:after=N], invalid-utf8, huge-argument:N, duplicate-ids, usage:FIELD=N, cut-arguments:N",
+    )
 
     vllm = commands.add_parser("vllm", help="self-hosting with vLLM")
     vllm_commands = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND", required=True)
@@ -166,6 +175,13 @@ def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
         metavar="N",
         help="stop a turn after N model requests",
     )
+    parser.add_argument(
+        "--timeout",
+        dest=f"{prefix}timeout",
+        type=_timeout,
+        metavar="S[,IDLE]",
+        help="seconds a request may wait for its first byte, then between chunks (one figure: both)",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--resume", dest=f"{prefix}resume", metavar="ID", help="continue a saved session (an id or a unique prefix)"
@@ -196,8 +212,21 @@ def _options(args: argparse.Namespace, prefix: str) -> SessionOptions:
         system=_read_system_file(given("system")),
         mcp=tuple(given("mcp")),
         max_steps=given("max_steps"),
+        timeout=given("timeout"),
         resume=_session_to_resume(given("resume")),
     )
+
+
+def _timeout(text: str) -> tuple[float, float]:
+    """`--timeout 30` (first byte and idle alike) or `--timeout 120,30`."""
+    first, _, idle = text.partition(",")
+    try:
+        figures = float(first), float(idle or first)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be seconds, or two of them: FIRST_BYTE,IDLE") from None
+    if min(figures) <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return figures
 
 
 def _positive_int(text: str) -> int:
@@ -230,10 +259,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _fail("interrupted")
         return 130
+    except BrokenPipeError:
+        # The reader stopped reading (`hotloop run … | head`): end quietly, as SIGPIPE would, with no
+        # traceback; stdout goes to /dev/null so the interpreter's last flush finds nowhere to fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _fail(message: str) -> None:
-    print(f"hotloop: {message}", file=sys.stderr)
+    from hotloop.agent.text import inert
+
+    print(f"hotloop: {inert(message)}", file=sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -339,11 +375,12 @@ def _sim_serve(args: argparse.Namespace) -> int:
     import contextlib
 
     from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
-    from hotloop.providers.sim.model import ScenarioError, load_scenario
+    from hotloop.providers.sim.model import ScenarioError, load_scenario, parse_faults
     from hotloop.providers.sim.server import SimServer, start
 
     try:
         scenario = load_scenario(args.scenario) if args.scenario else ()
+        faults = parse_faults(args.fault)
     except ScenarioError as error:
         raise UsageError(str(error)) from None
     config = SimConfig(
@@ -353,6 +390,7 @@ def _sim_serve(args: argparse.Namespace) -> int:
         prompt_tokens_details=not args.no_prompt_tokens_details,
         max_running=args.max_running,
         scheduling=args.scheduling_policy,
+        faults=faults,
     )
     if args.no_latency:
         config = config.with_latency(NO_LATENCY.ttft, NO_LATENCY.prefill_per_token, NO_LATENCY.decode_per_token)
@@ -369,7 +407,8 @@ def _sim_serve(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
         print(
             f"hotloop sim: OpenAI Chat Completions on http://{args.host}:{port}/v1 and Anthropic Messages on "
-            f"http://{args.host}:{port} (models: {', '.join(config.models)}); Ctrl-C stops",
+            f"http://{args.host}:{port} (models: {', '.join(config.models)}"
+            f"{'; faults: ' + ', '.join(args.fault) if args.fault else ''}); Ctrl-C stops",
             flush=True,
         )
         try:

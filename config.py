@@ -27,6 +27,7 @@ from hotloop.providers.anthropic import ANTHROPIC_URL as ANTHROPIC_URL
 from hotloop.providers.anthropic import BREAKPOINT_LIMIT, DEFAULT_MAX_TOKENS
 from hotloop.providers.errors import MissingApiKey
 from hotloop.providers.sim import defaults as sim
+from hotloop.providers.transport import RequestTimeout
 
 OPENAI_URL = "https://api.openai.com/v1"
 # openai: any OpenAI-compatible server; anthropic: any Anthropic-compatible one; sim and
@@ -59,6 +60,16 @@ Figure = Annotated[float, _rule("must be 0 or more", ge=0)]  # a latency figure 
 _NOT_IN_FILE = frozenset({"name", "path", "loaded", "warnings"})
 
 
+class RequestTimeoutSettings(Struct, frozen=True, forbid_unknown_fields=True):
+    """Seconds a request may wait for its first byte, and then between two chunks of its stream."""
+
+    first_byte: Annotated[float, _rule("must be positive", gt=0)] = RequestTimeout.first_byte
+    idle: Annotated[float, _rule("must be positive", gt=0)] = RequestTimeout.idle
+
+    def limits(self) -> RequestTimeout:
+        return RequestTimeout(self.first_byte, self.idle)
+
+
 class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     kind: Kind
@@ -75,6 +86,7 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     cache_min_tokens: Positive | None = None
     # OpenAI: route a session's requests to one cache with `prompt_cache_key` (default: on for api.openai.com).
     prompt_cache_key: bool | None = None
+    request_timeout: RequestTimeoutSettings = RequestTimeoutSettings()
 
     @property
     def protocol(self) -> str:
@@ -219,6 +231,15 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         }
         config = structs.replace(self, providers={**self.providers, name: moved}, tiers=tiers, default_provider=name)
         return config, replace(choice, base_url=None, provider=None if choice.tier else name)
+
+    def with_timeout(self, timeout: RequestTimeoutSettings) -> Config:
+        """Every provider with this request timeout (`--timeout`)."""
+        providers = {name: structs.replace(p, request_timeout=timeout) for name, p in self.providers.items()}
+        return structs.replace(self, providers=providers)
+
+    def secrets(self) -> list[str]:
+        """The values of every key variable that is set: what logs and error lines must never show."""
+        return [value for name in self.key_env_names() if (value := os.environ.get(name))]
 
     def key_env_names(self) -> set[str]:
         """Every environment variable that holds a provider key, configured or default."""

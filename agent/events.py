@@ -126,6 +126,7 @@ class ProviderSwitched(Event, frozen=True):
     previous_model: str
     context_tokens: int | None
     cold_tokens: int | None
+    base_url: str = ""  # the new provider's server
 
 
 class SessionTitled(Event, frozen=True):

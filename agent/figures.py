@@ -23,6 +23,8 @@ def prompt_breakdown(usage: UsageLedger | None) -> str:
     """`prompt 2,351 (cache read 2,320 · uncached 31)`, with "not reported" where it applies."""
     if usage is None:
         return f"usage {NOT_REPORTED}"
+    if usage.distrust is not None:
+        return f"usage not trustworthy (server said {usage.distrust})"
     if usage.prompt_total is None:
         return f"prompt {NOT_REPORTED}"
     if usage.below_cache_min is not None:

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hotloop.agent.cache_explainer import CacheExplainer
 from hotloop.agent.events import (
@@ -39,13 +38,13 @@ from hotloop.agent.events import (
 from hotloop.agent.memo import Memo
 from hotloop.agent.prefetch import Prefetcher
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
-from hotloop.agent.step import CANCELLED_RESULT, StepAccumulator
+from hotloop.agent.step import CANCELLED_RESULT, ArgumentError, StepAccumulator, parse_arguments
 from hotloop.agent.switching import CacheWarmth
 from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, ToolRegistry, call_key, cap_output
 from hotloop.providers.base import Provider
 from hotloop.providers.conversation import Message, ToolCall, ToolResultMessage, UserMessage, repaired
 from hotloop.providers.errors import ProviderError
-from hotloop.providers.events import ServerHint, ToolCallReady
+from hotloop.providers.events import ProviderWarning, ServerHint, ToolCallReady
 from hotloop.providers.lanes import Lanes
 
 Emit = Callable[[AgentEvent], None]
@@ -153,6 +152,7 @@ class Agent:
             previous_model=previous[1],
             context_tokens=context if self.messages else 0,
             cold_tokens=cold if self.messages else 0,
+            base_url=provider.base_url,
         )
         self.emit(switched)
         return switched
@@ -211,12 +211,16 @@ class Agent:
                     if isinstance(event, ServerHint):
                         self.emit(Notice(level="info", message=event.message))
                         continue
+                    if isinstance(event, ProviderWarning):
+                        self.emit(Notice(level="warning", message=event.message))
+                        continue
                     stream.take(event, time.perf_counter())
                     self.emit(event)
-                    if isinstance(event, ToolCallReady) and self.early_dispatch and _parses(stream.calls[-1]):
+                    if isinstance(event, ToolCallReady) and self.early_dispatch:
                         # Its arguments are complete: run it while the model writes the rest of the message.
                         call = stream.calls[-1]
-                        early[call.id] = asyncio.create_task(self._run_tool(call, phase))
+                        if call.id not in stream.problems():
+                            early[call.id] = asyncio.create_task(self._run_tool(call, phase))
         except (ProviderError, asyncio.CancelledError):
             self._keep_interrupted(stream, await _cancel_all(early.values()))
             raise
@@ -235,7 +239,7 @@ class Agent:
         self.emit(response)
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         self.messages.append(stream.message())
-        await self._run_tools(stream.calls, phase, early)
+        await self._run_tools(stream.calls, phase, early, stream.problems())
         self._learn(stream.calls)
         self.emit(
             StepFinished(
@@ -274,12 +278,22 @@ class Agent:
         self.messages.extend(stream.cut_short(ran))
 
     async def _run_tools(
-        self, calls: list[ToolCall], phase: _ToolPhase, started: dict[str, asyncio.Task[ToolResultMessage]]
+        self,
+        calls: list[ToolCall],
+        phase: _ToolPhase,
+        started: dict[str, asyncio.Task[ToolResultMessage]],
+        problems: dict[str, str],
     ) -> None:
-        """Run the calls not started early, all at once; append every result in call order."""
+        """Run the calls not started early, all at once; append every result in call order.
+
+        A call in `problems` is not run: its result is the error that says why.
+        """
         phase.count = len(calls)
+        for call in calls:
+            if call.id in problems:
+                started[call.id] = asyncio.create_task(self._refused(call, phase, problems[call.id]))
         if not self.parallel_tools:
-            self.messages.extend([await self._run_tool(call, phase) for call in calls])
+            self.messages.extend([await (started.get(call.id) or self._run_tool(call, phase)) for call in calls])
             return
         tasks = [started.get(call.id) or asyncio.create_task(self._run_tool(call, phase)) for call in calls]
         try:
@@ -328,6 +342,13 @@ class Agent:
             if self.summarize is not None:
                 content = await self._summarized(call, content)
         return self._finished(call, phase, (started, ended), status, content)
+
+    async def _refused(self, call: ToolCall, phase: _ToolPhase, problem: str) -> ToolResultMessage:
+        now = time.perf_counter()
+        if phase.first_start is None:
+            phase.first_start = now
+        self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
+        return self._finished(call, phase, (now, now), "error", f"error: {problem}")
 
     def _finished(
         self,
@@ -413,7 +434,10 @@ class Agent:
         if tool is None:
             offered = ", ".join(t.name for t in self.tools) or "none"
             raise ToolError(f"unknown tool {call.name!r} (available: {offered})")
-        arguments = parse_arguments(call)
+        try:
+            arguments = parse_arguments(call)
+        except ArgumentError as error:
+            raise ToolError(str(error)) from None
         context = ToolContext(call.id, self.workspace, lambda text: self.emit(ToolOutput(call_id=call.id, text=text)))
         async with asyncio.timeout(self._timeout_of(call.name)):
             result = await tool.handler(arguments, context)
@@ -424,15 +448,6 @@ class Agent:
         return tool.timeout if tool is not None and tool.timeout is not None else self.tool_timeout
 
 
-def _parses(call: ToolCall) -> bool:
-    """Whether a call's arguments are a JSON object; one that isn't waits for the step's end, to fail there."""
-    try:
-        parse_arguments(call)
-    except ToolError:
-        return False
-    return True
-
-
 async def _cancel_all(tasks: Iterable[asyncio.Task[ToolResultMessage]]) -> dict[str, ToolResultMessage]:
     """Stop calls started early (each turns its cancellation into a `cancelled` result); their results by call id."""
     pending = list(tasks)
@@ -440,19 +455,3 @@ async def _cancel_all(tasks: Iterable[asyncio.Task[ToolResultMessage]]) -> dict[
         task.cancel()
     results = await asyncio.gather(*pending, return_exceptions=True)
     return {result.call_id: result for result in results if isinstance(result, ToolResultMessage)}
-
-
-def parse_arguments(call: ToolCall) -> dict[str, Any]:
-    """The call's arguments as an object, or a ToolError the model can learn from."""
-    if not call.arguments.strip():
-        return {}
-    try:
-        arguments = json.loads(call.arguments)
-    except json.JSONDecodeError as error:
-        raise ToolError(
-            f"the arguments for {call.name} are not valid JSON ({error.msg} at character {error.pos}): "
-            f"{call.arguments[:200]}"
-        ) from None
-    if not isinstance(arguments, dict):
-        raise ToolError(f"the arguments for {call.name} must be a JSON object, not {type(arguments).__name__}")
-    return arguments

@@ -3,12 +3,21 @@
 The live loop (`agent/loop.py`) and resume (`sessions/resume.py`) both feed a step's events
 to a `StepAccumulator` and take the messages from it. A resumed conversation therefore sends
 the bytes the original process would have sent, by construction, not by two copies agreeing.
+
+A call that can't be run as written (arguments that aren't a JSON object, arguments larger than
+hotloop takes, a call the output limit cut off) is never run, and goes back to the server with
+`{}` as its arguments: every server accepts that, while the raw text would make some (llama.cpp)
+reject every later request of the session. Its error result tells the model what happened.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
 
 from hotloop.providers.conversation import AssistantMessage, Message, Thinking, ToolCall, ToolResultMessage
 from hotloop.providers.events import (
@@ -26,6 +35,49 @@ from hotloop.providers.events import (
 )
 
 CANCELLED_RESULT = "cancelled: the user stopped this call before it finished"
+MAX_ARGUMENTS = 100_000  # characters of one call's arguments that hotloop runs, logs and sends back
+STAND_IN = "{}"  # the arguments an unusable call is sent back with
+
+
+class ArgumentError(ValueError):
+    """A call's arguments can't be used; the message says why, for the model to read."""
+
+
+def parse_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments as an object, or an ArgumentError the model can learn from."""
+    if len(call.arguments) > MAX_ARGUMENTS:
+        raise ArgumentError(
+            f"the arguments for {call.name} are {len(call.arguments):,} characters, more than the "
+            f"{MAX_ARGUMENTS:,} hotloop takes; split the work into smaller calls"
+        )
+    if not call.arguments.strip():
+        return {}
+    try:
+        arguments = json.loads(call.arguments)
+    except json.JSONDecodeError as error:
+        raise ArgumentError(
+            f"the arguments for {call.name} are not valid JSON ({error.msg} at character {error.pos}): "
+            f"{call.arguments[:200]}"
+        ) from None
+    if not isinstance(arguments, dict):
+        raise ArgumentError(f"the arguments for {call.name} must be a JSON object, not {type(arguments).__name__}")
+    return arguments
+
+
+def problem_with(call: ToolCall, cut: bool = False) -> str | None:
+    """Why `call` can't be run as written, or None if it can. `cut`: the output limit ended the message in it."""
+    if cut:
+        return (
+            f"{call.name} was cut off by the output limit before its arguments were complete, so it was not run "
+            f"(the arguments as written: {call.arguments[:200]}); ask again with less output, or raise max_tokens"
+        )
+    try:
+        parse_arguments(call)
+    except ArgumentError as error:
+        return str(error)
+    return None
+
+
 _FIRST_TOKEN_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolCallArgsDelta)
 
 
@@ -69,10 +121,22 @@ class StepAccumulator:
     def empty(self) -> bool:
         return not (self.text or self.reasoning or self.calls)
 
+    def problems(self) -> dict[str, str]:
+        """The calls that can't be run as written, by id, and why; a message cut by the output limit ends in one."""
+        cut = self.finish_reason == "length"
+        last = len(self.calls) - 1
+        return {
+            call.id: problem
+            for n, call in enumerate(self.calls)
+            if (problem := problem_with(call, cut and n == last)) is not None
+        }
+
     def message(self, interrupted: bool = False) -> AssistantMessage:
-        return AssistantMessage(
-            "".join(self.text), "".join(self.reasoning), tuple(self.calls), interrupted, tuple(self.thinking)
+        problems = self.problems()
+        calls = tuple(
+            msgspec.structs.replace(call, arguments=STAND_IN) if call.id in problems else call for call in self.calls
         )
+        return AssistantMessage("".join(self.text), "".join(self.reasoning), calls, interrupted, tuple(self.thinking))
 
     def cut_short(self, results: Mapping[str, ToolResultMessage]) -> list[Message]:
         """What a step that stopped mid-stream leaves in the history.

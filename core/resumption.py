@@ -1,8 +1,10 @@
 """Going on with a saved session, in the app (`hotloop -c`, `--resume ID`) or headless (`hotloop run -c`).
 
-The session is read and its conversation rebuilt; the agent continues it on the provider
-and model it last used (unless the user picks others), in its workspace, with its system
-prompt, appending to the same log.
+The session's log is locked first, then read, so two hotloops continuing one session a moment
+apart can't both write: the second is refused, or reads what the first appended. The
+conversation is rebuilt, and the agent continues it on the provider, model and server it last
+used (unless the user picks others), in its workspace, with its system prompt, appending to
+the same log.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from pathlib import Path
 from hotloop.agent.events import AgentEvent, Notice
 from hotloop.config import Choice, Config, ConfigError, Target, resolve
 from hotloop.providers.errors import MissingApiKey
+from hotloop.sessions.log import SessionLog
 from hotloop.sessions.resume import Conversation, closing_events, rebuild
-from hotloop.sessions.store import LoggedSession, read_session
+from hotloop.sessions.store import LoggedSession, SessionError, read_header, read_session
 
 
 @dataclass(frozen=True)
@@ -22,28 +25,56 @@ class Resumption:
     path: Path
     session: LoggedSession
     conversation: Conversation
+    log: SessionLog  # locked: this process is the session's one writer
 
     @classmethod
-    def load(cls, path: Path) -> Resumption:
-        """Read and rebuild the session at `path`; a SessionError says why it can't be."""
-        session = read_session(path)
-        return cls(path, session, rebuild(session.events))
+    def load(cls, path: Path, secrets: list[str]) -> Resumption:
+        """Lock the session at `path`, then read and rebuild it; SessionInUse or a SessionError say why not."""
+        header, header_size = read_header(path)
+        try:
+            log = SessionLog.reopen(path, header.id, header_size, secrets)
+        except OSError as error:
+            raise SessionError(f"cannot append to {path}: {error.strerror}") from None
+        try:
+            session = read_session(path)
+            return cls(path, session, rebuild(session.events), log)
+        except BaseException:
+            log.close()
+            raise
 
     @property
     def id(self) -> str:
         return self.session.header.id
 
-    def target(self, config: Config, choice: Choice) -> tuple[Target, list[str]]:
-        """The user's choice if they made one, else the provider and model the session last used."""
+    @property
+    def base_url(self) -> str:
+        """The server the session last talked to ("" if unknown: an older log)."""
+        switched = self.conversation.base_url
+        return switched if switched is not None else self.session.header.base_url
+
+    def target(self, config: Config, choice: Choice) -> tuple[Config, Target, list[str]]:
+        """The user's choice if they made one, else the provider, model and server the session last used.
+
+        A provider the session reached at another URL than the config's (`--base-url`) is pointed
+        there again, and a note says so; the config comes back moved, for the rest of the session.
+        """
         last = self.conversation
         if choice != Choice() or last.provider is None:
-            return resolve(config, choice), []
+            return config, resolve(config, choice), []
+        settings = config.providers.get(last.provider)
+        url, notes = self.base_url, []
+        if settings is not None and not settings.is_simulator and url and url != _root(settings.base_url):
+            config, _ = config.pointed_at(Choice(provider=last.provider, base_url=url))
+            notes.append(f"continuing on {last.provider} at {url}, the server this session used")
         try:
-            return resolve(config, Choice(provider=last.provider, model=last.model)), []
+            return config, resolve(config, Choice(provider=last.provider, model=last.model)), notes
         except (ConfigError, MissingApiKey) as error:
-            return resolve(config, Choice()), [
-                f"cannot go on with {last.provider} · {last.model} ({error}); using the default"
-            ]
+            default = config.provider().name
+            return (
+                config,
+                resolve(config, Choice()),
+                [f"cannot go on with {last.provider} · {last.model} ({error}); using the default provider, {default}"],
+            )
 
     def workspace(self, fallback: Path) -> tuple[Path, list[str]]:
         recorded = Path(self.session.header.workspace)
@@ -56,3 +87,7 @@ class Resumption:
         warnings = [*self.session.warnings, *notes]
         notices: list[AgentEvent] = [Notice(level="warning", message=warning) for warning in warnings]
         return notices + closing_events(self.conversation, self.session.events)
+
+
+def _root(url: str | None) -> str:
+    return (url or "").rstrip("/")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,6 @@ from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.model import ScenarioError, load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.sessions.log import SessionLog
-from hotloop.sessions.store import LoggedSession
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
@@ -127,6 +125,7 @@ class Runtime:
             "model": "",
             "api_key": settings.api_key(),
             "max_retries": settings.max_retries,
+            "timeout": settings.request_timeout.limits(),
             "location": location,
         }
         if settings.protocol == "anthropic":
@@ -162,17 +161,11 @@ class Runtime:
                 model=provider.model,
                 workspace=workspace,
                 system=system,
-                secrets_to_mask=self._secrets(),
+                base_url=provider.base_url,
+                secrets_to_mask=self.config.secrets(),
             )
         except OSError as error:
             raise ConfigError(f"cannot create a session log in {folder}: {error.strerror}") from None
-
-    def reopen_session_log(self, path: Path, session: LoggedSession) -> SessionLog:
-        """The log of a session being resumed, to append to; SessionInUse if another process has it."""
-        try:
-            return SessionLog.reopen(path, session.header.id, session.header_size, self._secrets())
-        except OSError as error:
-            raise ConfigError(f"cannot append to {path}: {error.strerror}") from None
 
     async def learn_from_past(self, agent: Agent, workspace: Path) -> None:
         """Teach the agent's prefetch predictor what earlier sessions in this workspace did (off the event loop)."""
@@ -181,9 +174,6 @@ class Runtime:
         if agent.prefetcher is not None:
             for events in await asyncio.to_thread(past_events, paths.sessions_dir(), workspace):
                 agent.prefetcher.predictor.learn_from(events)
-
-    def _secrets(self) -> list[str]:
-        return [value for name in self.config.key_env_names() if (value := os.environ.get(name))]
 
     async def probe(self, settings: ProviderSettings) -> list[str] | str:
         """The models a provider serves, or why it can't be used (missing key, unreachable)."""
@@ -207,6 +197,11 @@ class Runtime:
         if servers:
             self._bridge = McpBridge(self.tools, notify, self.config.key_env_names())
             await self._bridge.start(servers)
+
+    @property
+    def mcp(self) -> McpBridge | None:
+        """The MCP servers' bridge, if the session has any server."""
+        return self._bridge
 
     async def aclose(self) -> None:
         if self._bridge is not None:

@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hotloop import InputError
 from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, TurnFinished
-from hotloop.config import AUTO_TIER, Choice, Config, resolve
+from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, resolve
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
+    from hotloop.agent.tools.mcp import McpState
     from hotloop.core.resumption import Resumption
     from hotloop.core.routing import Router
     from hotloop.core.runtime import Runtime
@@ -56,6 +58,7 @@ class SessionOptions:
     system: str | None = None  # text added to the system prompt (`--system FILE`)
     mcp: tuple[str, ...] = ()  # MCP stdio servers as command lines (`--mcp "CMD ARGS"`)
     max_steps: int | None = None
+    timeout: tuple[float, float] | None = None  # seconds to the first byte, then between chunks (`--timeout`)
     workspace: Path = field(default_factory=Path.cwd)
     resume: Path | None = None  # the log of a saved session to continue
 
@@ -98,6 +101,8 @@ class Session:
         emit: Callable[[AgentEvent], None],
         restored: Callable[[LoggedSession], None] | None = None,
     ) -> None:
+        if options.timeout is not None:
+            config = config.with_timeout(RequestTimeoutSettings(*options.timeout))
         self.config, self.choice = config.pointed_at(options.choice)
         if options.resume is None:
             resolve(self.config, self.choice)  # a bad provider, tier or missing key fails here, before anything starts
@@ -146,11 +151,20 @@ class Session:
         from hotloop.core.runtime import Runtime
 
         path = self.options.resume
-        resumed = await asyncio.to_thread(Resumption.load, path) if path is not None else None
-        target, notes = resumed.target(self.config, self.choice) if resumed else (resolve(self.config, self.choice), [])
-        self.runtime = Runtime(self.config)
-        self.router = Router(self.config, self.runtime, auto=self.choice.tier == AUTO_TIER)
-        provider = await self.runtime.connect(target)
+        resumed = await asyncio.to_thread(Resumption.load, path, self.config.secrets()) if path is not None else None
+        try:
+            notes: list[str] = []
+            if resumed is not None:
+                self.config, target, notes = resumed.target(self.config, self.choice)
+            else:
+                target = resolve(self.config, self.choice)
+            self.runtime = Runtime(self.config)
+            self.router = Router(self.config, self.runtime, auto=self.choice.tier == AUTO_TIER)
+            provider = await self.runtime.connect(target)
+        except BaseException:
+            if resumed is not None:
+                resumed.log.close()  # its lock: the session is free again
+            raise
         self.agent = self._new_agent(provider, self._system())
         for warning in self.config.warnings:
             self.emit(Notice(level="warning", message=warning))
@@ -186,8 +200,8 @@ class Session:
 
     def _continue(self, resumed: Resumption, notes: list[str]) -> None:
         """Go on with a saved session: its history in the agent and on screen, appending to its log."""
-        assert self.runtime is not None and self.agent is not None
-        log = self.runtime.reopen_session_log(resumed.path, resumed.session)
+        assert self.agent is not None
+        log = resumed.log
         self.workspace, moved = resumed.workspace(self.workspace)
         header, conversation = resumed.session.header, resumed.conversation
         self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.id)
@@ -246,9 +260,14 @@ class Session:
         from hotloop.core.resumption import Resumption
 
         assert self.runtime is not None
-        resumed = await asyncio.to_thread(Resumption.load, path)
-        target, notes = resumed.target(self.config, Choice())
-        provider = await self.runtime.connect(target)
+        resumed = await asyncio.to_thread(Resumption.load, path, self.config.secrets())
+        try:
+            config, target, notes = resumed.target(self.config, Choice())
+            self.runtime.config = self.config = config
+            provider = await self.runtime.connect(target)
+        except BaseException:
+            resumed.log.close()
+            raise
         self._close_log()
         self.agent = self._new_agent(provider, self._system())
         self._continue(resumed, notes)
@@ -261,6 +280,26 @@ class Session:
                 self.log_problem = f"the session log stopped at {self.log.path}: {self.log.error.strerror}"
             self.log = None
         self._unlogged.clear()
+
+    # -- MCP servers ---------------------------------------------------------------------
+
+    def mcp_servers(self) -> list[McpState]:
+        """Every MCP server of the session: its state, its tools, what went wrong."""
+        bridge = self.runtime.mcp if self.runtime is not None else None
+        return list(bridge.states.values()) if bridge is not None else []
+
+    async def restart_mcp(self, name: str) -> McpState:
+        """Start the MCP server `name` again (its tools change the tool list: the next request re-reads them)."""
+        bridge = self.runtime.mcp if self.runtime is not None else None
+        if bridge is None or name not in bridge.states:
+            known = ", ".join(state.server.name for state in self.mcp_servers()) or "none"
+            raise InputError(f"no MCP server named {name!r} (servers: {known})")
+        state = await bridge.restart(name)
+        if state.status == "running":
+            self.emit(
+                Notice(level="info", message=f"MCP server {name!r} restarted: {', '.join(state.tools) or 'no tools'}")
+            )
+        return state
 
     # -- what the frontends show besides the stream ---------------------------------------
 

@@ -1,4 +1,4 @@
-"""Slash commands typed as a prompt: /model, /tier, /provider, /new, /help.
+"""Slash commands typed as a prompt: /model, /tier, /provider, /new, /mcp, /help.
 
 The app takes all of them; `hotloop run` takes the switching ones between its prompts.
 """
@@ -14,6 +14,7 @@ COMMANDS = {
     "/tier": "fast|balanced|strong: use the provider and model the tier maps to; auto: the fast tier picks per turn",
     "/provider": "NAME [MODEL]: switch provider (and model); the conversation continues",
     "/new": "start a new conversation (and session log)",
+    "/mcp": "[restart NAME]: the MCP servers, their state and tools; restart one",
     "/help": "show keys and commands",
 }
 _NEEDS_ARGUMENT = {"/model", "/tier", "/provider"}
@@ -50,4 +51,6 @@ def parse(text: str) -> Slash | None:
         raise SlashError(f"{name} needs an argument: {name} {COMMANDS[name]}")
     if (name == "/provider" and len(args) > 2) or (name in ("/model", "/tier") and len(args) > 1):
         raise SlashError(f"too many arguments: {name} {COMMANDS[name]}")
+    if name == "/mcp" and args and (args[0] != "restart" or len(args) != 2):
+        raise SlashError(f"/mcp takes nothing, or restart NAME: /mcp {COMMANDS[name]}")
     return Slash(name, tuple(args))

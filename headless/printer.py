@@ -3,11 +3,16 @@
 The answer streams to stdout, rendered as Markdown on a terminal and raw when piped, so
 `hotloop run "..." > answer.md` keeps only the answer. Tool calls, the per-step line and
 notices go to stderr. With `json_lines`, stdout carries every event as a JSON line instead,
-exactly as the session log stores it.
+as the session log stores it: key values masked (`secrets`), and DEL and C1 controls, which
+JSON may carry raw, escaped so that a terminal reading the lines can't act on them.
+
+Everything else printed is inert (`agent/text.py`): a model, a tool or a server can put escape
+sequences in what it says, and they are shown, never obeyed.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TextIO
 
@@ -27,8 +32,10 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.figures import seconds, step_summary
 from hotloop.agent.switching import describe_switch
+from hotloop.agent.text import inert
 from hotloop.headless.markdown_stream import MarkdownStream
 from hotloop.providers.events import ReasoningDelta, ServerToolUsed, TextDelta
+from hotloop.sessions.masking import Masker
 
 _STATUS_MARK = {"ok": ("✓", "green"), "error": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
@@ -37,18 +44,26 @@ _NOTICE_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
 class Printer:
     """Renders events for a terminal or a pipe. Colour only goes to a terminal; a pipe gets plain lines."""
 
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, json_lines: bool = False) -> None:
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        json_lines: bool = False,
+        secrets: list[str] | None = None,
+    ) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.console = Console(file=self.err, highlight=False, soft_wrap=True) if self.err.isatty() else None
         # A terminal gets the answer rendered as Markdown while it streams; a pipe gets the raw text.
         self.markdown = MarkdownStream(Console(file=self.out)) if self.out.isatty() and not json_lines else None
         self.json_lines = json_lines
+        self._masker = Masker(secrets or [])
         self._open: str | None = None  # "text" or "reasoning" while a stream is mid-line
 
     def __call__(self, event: AgentEvent) -> None:
         if self.json_lines:
-            self.out.write(encode(event).decode() + "\n")
+            for masked in self._masker.events(event):
+                self.out.write(_escaped(self._masker.masked(encode(masked)).decode()) + "\n")
             self.out.flush()
             if isinstance(event, Notice) and event.level != "info":
                 self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
@@ -82,6 +97,7 @@ class Printer:
         if self._open != kind:
             self._end_stream()
         self._open = kind
+        text = inert(text)
         if kind == "text" and self.markdown is not None:
             self.markdown.write(text)
         elif kind == "text":
@@ -104,6 +120,7 @@ class Printer:
 
     def _status(self, line: str, style: str) -> None:
         self._end_stream()
+        line = inert(line)
         if self.console is not None:
             self.console.print(Text(line, style=style))
         else:
@@ -122,3 +139,11 @@ def _tool_line(event: ToolFinished) -> tuple[str, str]:
     if event.status != "ok":
         line += f" · {_clip(event.result, 160)}"
     return line, style
+
+
+_RAW_IN_JSON = re.compile("[\x7f-\x9f]")
+
+
+def _escaped(line: str) -> str:
+    """A JSON line with DEL and C1 controls escaped, as JSON allows and a terminal needs."""
+    return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", line)

@@ -15,8 +15,9 @@ from hotloop.headless.printer import Printer
 
 async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: bool = False) -> int:
     """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
-    printer = Printer(json_lines=json_lines)
-    session = Session(load_config(), options, printer)
+    config = load_config()
+    printer = Printer(json_lines=json_lines, secrets=config.secrets())
+    session = Session(config, options, printer)
     if options.resume is None:
         check_switches(session.config, resolve(session.config, session.choice).settings.name, prompts)
     try:

@@ -1,7 +1,9 @@
 """`hotloop sessions list|show|export|delete` and `hotloop replay`.
 
 Every command takes a session id or a unique prefix of one; a problem with a session is one
-line on stderr (`SessionError`), shown by the CLI.
+line on stderr (`SessionError`), shown by the CLI. What a log holds (prompts, answers, titles,
+model and tool names) and file names are printed inert (`agent/text.py`); Markdown and HTML
+exports are inert already.
 """
 
 from __future__ import annotations
@@ -9,11 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from hotloop import paths
 from hotloop.agent.events import AgentEvent
+from hotloop.agent.text import inert
 from hotloop.sessions.store import (
     LoggedSession,
     SessionError,
@@ -23,6 +28,9 @@ from hotloop.sessions.store import (
     read_session,
     session_id_of,
 )
+
+if TYPE_CHECKING:
+    from hotloop.sessions.waterfall import TurnWaterfall
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if command == "export":
         return export(path, args.format, args.output)
     delete_session(path)
-    print(f"deleted session {session_id_of(path)} ({path})")
+    _print(f"deleted session {session_id_of(path)} ({path})")
     return 0
 
 
@@ -43,17 +51,17 @@ def list_command(limit: int, search: str | None) -> int:
     folder = paths.sessions_dir()
     listing = list_sessions(folder, search)
     for problem in listing.problems:
-        print(f"hotloop: warning: {problem}", file=sys.stderr)
+        _print(f"hotloop: warning: {problem}", file=sys.stderr)
     if not listing.sessions:
-        print(f"no sessions match {search!r}" if search else f"no sessions yet in {folder}")
+        _print(f"no sessions match {search!r}" if search else f"no sessions yet in {folder}")
         return 0
-    print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<18} title")
+    _print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<18} title")
     for s in listing.sessions[:limit]:
         started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
         tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
-        print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {s.provider + '/' + s.model:<18.18} {s.title}")
+        _print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {s.provider + '/' + s.model:<18.18} {s.title}")
     if len(listing.sessions) > limit:
-        print(f"… {len(listing.sessions) - limit} older (--limit N shows more)")
+        _print(f"… {len(listing.sessions) - limit} older (--limit N shows more)")
     return 0
 
 
@@ -83,8 +91,13 @@ def waterfall(path: Path) -> int:
     console = Console(highlight=False)
     cost = prefill_cost(session.events)
     for turn in waterfalls(session.events):
-        console.print(render(turn, console.width, cost))
+        console.print(render(_inert(turn), console.width, cost))
     return 0
+
+
+def _inert(turn: TurnWaterfall) -> TurnWaterfall:
+    """The turn with its prompt and its bars' labels (model and tool names) made inert."""
+    return replace(turn, prompt=inert(turn.prompt), bars=[replace(bar, label=inert(bar.label)) for bar in turn.bars])
 
 
 def export(path: Path, fmt: str, output: Path | None) -> int:
@@ -103,7 +116,7 @@ def export(path: Path, fmt: str, output: Path | None) -> int:
             file.write(text)
     except OSError as error:
         raise SessionError(f"cannot write {output}: {error.strerror}") from None
-    print(f"wrote session {session.header.id} to {output}", file=sys.stderr)
+    _print(f"wrote session {session.header.id} to {output}", file=sys.stderr)
     return 0
 
 
@@ -134,4 +147,9 @@ async def _print_replay(events: list[AgentEvent], speed: float) -> int:
 
 def _warn(warnings: list[str]) -> None:
     for warning in warnings:
-        print(f"hotloop: warning: {warning}", file=sys.stderr)
+        _print(f"hotloop: warning: {warning}", file=sys.stderr)
+
+
+def _print(line: str, file: TextIO | None = None) -> None:
+    """`print`, inert."""
+    print(inert(line), file=file)

@@ -33,6 +33,7 @@ from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
+    ProviderWarning,
     ReasoningDelta,
     ReasoningSignature,
     RedactedReasoning,
@@ -44,7 +45,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import SdkProvider
+from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider, utf8
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 BREAKPOINT_LIMIT = 4
@@ -94,6 +95,7 @@ class AnthropicProvider(SdkProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         max_retries: int = 2,
+        timeout: RequestTimeout | None = None,
         location: str | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         thinking_budget: int | None = None,
@@ -102,7 +104,7 @@ class AnthropicProvider(SdkProvider):
         cache_min_tokens: int | None = None,
     ) -> None:
         # Without a URL the SDK would read ANTHROPIC_BASE_URL; hotloop's config decides instead.
-        super().__init__(name, model, location, base_url or ANTHROPIC_URL, api_key, max_retries)
+        super().__init__(name, model, location, base_url or ANTHROPIC_URL, api_key, max_retries, timeout)
         self._max_tokens = max_tokens
         self._thinking_budget = thinking_budget
         self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
@@ -164,9 +166,18 @@ class AnthropicProvider(SdkProvider):
     # -- the response --------------------------------------------------------------------
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
+        body = self.request_body(request)
         parser = MessageParser(self._where(), self._cache_min_tokens or min_cacheable_tokens(self.model))
-        async with aclosing(self.server_events(self.request_body(request))) as stream:
+        mangled = False
+        async with aclosing(self.server_events(body)) as stream:
             async for data in stream:
+                if isinstance(data, ProviderWarning):
+                    yield data
+                    continue
+                data, replaced = utf8(data)
+                if replaced and not mangled:
+                    mangled = True
+                    yield ProviderWarning(f"{self._where()} sent bytes that are not UTF-8; they show as �")
                 for event in parser.feed(self._event(data)):
                     yield event
         for event in parser.finish():
@@ -303,6 +314,8 @@ class MessageParser:
         self._cache_min_tokens = cache_min_tokens
         self._blocks: dict[int, _OpenBlock] = {}
         self._calls = 0
+        self._ids = CallIds(where)
+        self._streamed = 0  # characters of text, thinking and arguments, to check the usage against
         self._start_usage: dict[str, Any] | None = None
         self._delta_usage: dict[str, Any] | None = None
         self._stop_reason: str | None = None
@@ -330,13 +343,17 @@ class MessageParser:
 
     def _start(self, index: int, block: Block) -> list[ModelEvent]:
         opened = self._blocks[index] = _OpenBlock(block, self._calls)
+        self._streamed += len(block.text) + len(block.thinking) + len(block.data)
         if block.type == "tool_use":
             self._calls += 1
-            events: list[ModelEvent] = [ToolCallStarted(opened.call_index, block.id, block.name)]
+            opened.call_id, repeated = self._ids.unique(block.id)
+            events: list[ModelEvent] = [repeated] if repeated is not None else []
+            events.append(ToolCallStarted(opened.call_index, opened.call_id, block.name))
             # A block may arrive whole, with its input already filled in.
             if block.input:
                 opened.parts.append(_encode(block.input).decode())
-                events.append(ToolCallArgsDelta(opened.call_index, block.id, opened.parts[0]))
+                self._streamed += len(opened.parts[0])
+                events.append(ToolCallArgsDelta(opened.call_index, opened.call_id, opened.parts[0]))
             return events
         if block.type == "text" and block.text:
             return [TextDelta(block.text)]
@@ -350,6 +367,7 @@ class MessageParser:
 
     def _delta(self, index: int, delta: Delta) -> list[ModelEvent]:
         kind = delta.type
+        self._streamed += len(delta.text) + len(delta.partial_json) + len(delta.thinking)
         if kind == "text_delta":
             return [TextDelta(delta.text)] if delta.text else []
         block = self._blocks.get(index)
@@ -385,7 +403,7 @@ class MessageParser:
         if event.usage is None:
             return []
         self._delta_usage = event.usage
-        ledger = UsageLedger.from_anthropic(self._start_usage, self._delta_usage)
+        ledger = UsageLedger.from_anthropic(self._start_usage, self._delta_usage).checked(self._streamed)
         raw = {"message_start": self._start_usage or {}, "message_delta": self._delta_usage}
         return [Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=raw)]
 

@@ -6,9 +6,21 @@ from hotloop import InputError
 
 
 class ProviderError(Exception):
-    """A request to a provider failed. `str(error)` is the one-line message shown to the user."""
+    """A request to a provider failed. `str(error)` is the one-line message shown to the user.
+
+    `retryable` says whether the same request may succeed if sent again; `status` is the HTTP
+    status the server answered, and `retry_after` the wait it asked for, in seconds, if any.
+    """
 
     kind = "provider"
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None, retryable: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.retryable = retryable
 
 
 class ConnectionFailed(ProviderError):
@@ -25,6 +37,12 @@ class UnknownModel(ProviderError):
 
 class RequestRejected(ProviderError):
     kind = "rejected"
+
+
+class Stalled(ProviderError):
+    """The server sent nothing for longer than the provider's request timeout allows."""
+
+    kind = "stalled"
 
 
 class StreamInterrupted(ProviderError):

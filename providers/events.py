@@ -43,6 +43,7 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     output: int | None = None
     reasoning: int | None = None
     below_cache_min: int | None = None
+    distrust: str | None = None  # what the server said that can't be true; every figure is then None
 
     @classmethod
     def from_openai(cls, usage: dict[str, Any]) -> UsageLedger:
@@ -89,6 +90,32 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
             output=_int_or_none(merged.get("output_tokens")),
             reasoning=reasoning,
         )
+
+    def checked(self, streamed_chars: int) -> UsageLedger:
+        """This ledger, or, if it can't be true, one with no figures that says what the server claimed.
+
+        Can't be true: a negative count; a cache read or write above the prompt; output far above
+        what streamed (reasoning a provider doesn't stream aside; a token is rarely less than half a
+        character, so twice the characters plus some markup is the most a stream can hold). The
+        prompt is not checked against the request's size: a provider's server-side tools add
+        prompt tokens the request never carried (tests/fixtures/anthropic_prompt_cache).
+        """
+        claims = {
+            "prompt": self.prompt_total,
+            "cache read": self.cache_read,
+            "cache write": self.cache_write,
+            "output": self.output,
+            "reasoning": self.reasoning,
+        }
+        negative = [f"{name} {value:,}" for name, value in claims.items() if value is not None and value < 0]
+        problem = ", ".join(negative)
+        prompt, cached = self.prompt_total, (self.cache_read or 0) + (self.cache_write or 0)
+        if not problem and prompt is not None and cached > prompt:
+            problem = f"cache read and write {cached:,} of a {prompt:,}-token prompt"
+        visible = (self.output or 0) - (self.reasoning or 0)
+        if not problem and visible > 2 * streamed_chars + 256:
+            problem = f"output {self.output:,} for {streamed_chars:,} characters streamed"
+        return UsageLedger(distrust=problem) if problem else self
 
     def with_cache_minimum(self, minimum: int | None) -> UsageLedger:
         """This ledger, marked if nothing was cached because the prompt was below `minimum` tokens."""
@@ -173,6 +200,12 @@ class ServerHint(Event, frozen=True):
     message: str
 
 
+class ProviderWarning(Event, frozen=True):
+    """Something went wrong that the provider worked around (a retry, bytes that aren't UTF-8, a repaired id)."""
+
+    message: str
+
+
 ModelEvent = (
     TextDelta
     | ReasoningDelta
@@ -185,4 +218,5 @@ ModelEvent = (
     | Usage
     | Finished
     | ServerHint
+    | ProviderWarning
 )

@@ -35,6 +35,7 @@ from hotloop.providers.errors import RequestRejected, StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
+    ProviderWarning,
     ReasoningDelta,
     ServerHint,
     TextDelta,
@@ -45,7 +46,7 @@ from hotloop.providers.events import (
     UsageLedger,
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
-from hotloop.providers.transport import SdkProvider
+from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider, utf8
 from hotloop.providers.vllm import MissingDetails
 
 _encode = msgspec.json.Encoder().encode
@@ -66,11 +67,12 @@ class OpenAIChatProvider(SdkProvider):
         base_url: str | None = None,
         api_key: str | None = None,
         max_retries: int = 2,
+        timeout: RequestTimeout | None = None,
         location: str | None = None,
         prompt_cache_key: bool = False,
         cache_min_tokens: int | None = None,
     ) -> None:
-        super().__init__(name, model, location, base_url, api_key, max_retries)
+        super().__init__(name, model, location, base_url, api_key, max_retries, timeout)
         self._prompt_cache_key = prompt_cache_key
         self._cache_min_tokens = cache_min_tokens
         self._sent: dict[Message, bytes] = {}
@@ -106,15 +108,24 @@ class OpenAIChatProvider(SdkProvider):
         return sent
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
-        parser = ChunkParser(self._cache_min_tokens)
         body = self.request_body(request)
+        parser = ChunkParser(self._cache_min_tokens, self._where())
+        mangled = 0  # chunks with bytes that aren't UTF-8
         # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
         try:
             async with aclosing(self.server_events(body)) as stream:
                 async for data in stream:
-                    if data != b"[DONE]":
-                        for event in parser.feed(self._chunk(data)):
-                            yield event
+                    if isinstance(data, ProviderWarning):
+                        yield data
+                        continue
+                    if data == b"[DONE]":
+                        continue
+                    data, replaced = utf8(data)
+                    if replaced and not mangled:
+                        yield ProviderWarning(f"{self._where()} sent bytes that are not UTF-8; they show as �")
+                    mangled += replaced
+                    for event in parser.feed(self._chunk(data)):
+                        yield event
         except RequestRejected as rejected:
             if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
                 raise
@@ -234,11 +245,13 @@ class ChunkParser:
     finishes, or once another call takes over its index.
     """
 
-    def __init__(self, cache_min_tokens: int | None = None) -> None:
+    def __init__(self, cache_min_tokens: int | None = None, where: str = "the server") -> None:
         self._cache_min_tokens = cache_min_tokens
         self._by_index: dict[int, _OpenCall] = {}
         self._calls: list[_OpenCall] = []
+        self._ids = CallIds(where)
         self._finish_reason: str | None = None
+        self._streamed = 0  # characters of text, reasoning and arguments, to check the usage against
         self.usage: dict[str, Any] | None = None  # the raw usage object, as the server sent it
 
     def feed(self, chunk: Chunk) -> list[ModelEvent]:
@@ -248,27 +261,32 @@ class ChunkParser:
                 self._feed_choice(choice, events)
         if chunk.usage is not None:
             self.usage = chunk.usage
-            ledger = UsageLedger.from_openai(chunk.usage).with_cache_minimum(self._cache_min_tokens)
-            events.append(Usage(ledger=ledger, raw=chunk.usage))
+            ledger = UsageLedger.from_openai(chunk.usage).checked(self._streamed)
+            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=chunk.usage))
         return events
 
     def finish(self) -> list[ModelEvent]:
+        """Nothing more to say at the stream's end (`Finished` came with the finish chunk), unless it never came."""
         if self._finish_reason is None:
             raise StreamInterrupted("the stream ended before the model finished its message")
-        return [Finished(self._finish_reason)]
+        return []
 
     def _feed_choice(self, choice: Choice, events: list[ModelEvent]) -> None:
         delta = choice.delta
         if delta is not None:
             reasoning = delta.reasoning_content if delta.reasoning_content is not None else delta.reasoning
             if reasoning:
+                self._streamed += len(reasoning)
                 events.append(ReasoningDelta(reasoning))
             if delta.content:
+                self._streamed += len(delta.content)
                 events.append(TextDelta(delta.content))
             for call_delta in delta.tool_calls or ():
                 self._feed_call(call_delta, events)
         if choice.finish_reason is not None:
+            # Said before the last calls are ready, so a call the output limit cut off is never started early.
             self._finish_reason = choice.finish_reason
+            events.append(Finished(choice.finish_reason))
             for call in self._calls:
                 self._mark_ready(call, events)
 
@@ -284,7 +302,9 @@ class ChunkParser:
         if current is None or (call_delta.id and call_delta.id != current.call_id):
             if current is not None:
                 self._mark_ready(current, events)
-            call_id = call_delta.id or f"call_{uuid.uuid4().hex[:24]}"
+            call_id, repeated = self._ids.unique(call_delta.id or f"call_{uuid.uuid4().hex[:24]}")
+            if repeated is not None:
+                events.append(repeated)
             current = _OpenCall(call_delta.index, call_id, (function.name if function else None) or "")
             self._by_index[call_delta.index] = current
             self._calls.append(current)
@@ -293,6 +313,7 @@ class ChunkParser:
             current.name = function.name
         fragment = function.arguments if function is not None else None
         if fragment:
+            self._streamed += len(fragment)
             current.parts.append(fragment)
             events.append(ToolCallArgsDelta(current.index, current.call_id, fragment))
 

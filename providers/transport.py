@@ -1,11 +1,23 @@
 """What both wire protocols share: the SDK client around a streamed request, reading
-server-sent events, and turning SDK failures into one line."""
+server-sent events, and turning SDK failures into one line.
+
+hotloop retries failed requests itself (the SDK's own retries are off) so that each retry is
+said: `429 from openai: retrying in 12 s (2 of 3)`, with the wait the server asked for in
+`retry-after`, capped. It times the request itself too: the time to the first byte and the
+idle time between chunks each have a limit (`RequestTimeout`), and a server that stalls gets
+one line naming the limit, not ten silent minutes.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
 import importlib
+import random
+import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -14,25 +26,89 @@ from hotloop.providers.errors import (
     ConnectionFailed,
     ProviderError,
     RequestRejected,
+    Stalled,
     StreamInterrupted,
     UnknownModel,
 )
+from hotloop.providers.events import ProviderWarning
 
 if TYPE_CHECKING:
     import httpx2
 
     from hotloop.providers.vllm import ServerInfo
 
+CONNECT_TIMEOUT = 10.0
+MAX_RETRY_WAIT = 60.0  # seconds: a longer `retry-after` is cut to this, and said
+RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx, unless the server says the request itself is bad
+# A 5xx whose message blames the request (llama.cpp answers 500 to arguments it can't parse) fails the same way again.
+_BAD_REQUEST = re.compile(r"\b(?:fail(?:ed)? to parse|invalid|malformed|bad request)\b", re.IGNORECASE)
+MASK = "[redacted]"
 
-async def server_sent_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
+
+@dataclass(frozen=True)
+class RequestTimeout:
+    """Seconds a request may wait for its first byte, and then between two chunks of its stream."""
+
+    first_byte: float = 60.0
+    idle: float = 60.0
+
+
+class _Watchdog:
+    """Cancels the task it runs in when nothing arrives for `limit` seconds.
+
+    Feeding it is a float store per block read; its timer wakes once per `limit`, not per
+    block, so the idle limit costs nothing measurable on a fast stream.
+    """
+
+    def __init__(self, limit: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.limit = limit
+        self.fired = False
+        self.last = self.loop.time()
+        self._handle = self.loop.call_at(self.last + limit, self._check)
+
+    def feed(self) -> None:
+        self.last = self.loop.time()
+
+    def rearm(self, limit: float) -> None:
+        """A new limit, counted from now (the timer moves, in case the new limit ends before the old)."""
+        self.limit = limit
+        self.feed()
+        self._handle.cancel()
+        self._handle = self.loop.call_at(self.last + limit, self._check)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+    def caused(self) -> bool:
+        """Whether a CancelledError came from this watchdog alone (and so may be turned into a Stalled error)."""
+        return self.fired and self.task.uncancel() == 0
+
+    def _check(self) -> None:
+        due = self.last + self.limit
+        if self.loop.time() >= due:
+            self.fired = True
+            self.task.cancel()
+        else:
+            self._handle = self.loop.call_at(due, self._check)
+
+
+async def server_sent_data(
+    response: httpx2.Response, received: Callable[[], None] = lambda: None
+) -> AsyncGenerator[bytes, None]:
     """The `data` of each server-sent event in an HTTP response, as bytes (multi-line data joined by newlines).
 
     Working on bytes skips text decoding and line objects: msgspec decodes JSON from bytes
-    directly. A last event not ended by a blank line is still delivered.
+    directly. A last event not ended by a blank line is still delivered. `received` is called
+    for every block read from the network.
     """
     pending = b""
     data: list[bytes] = []
     async for block in response.aiter_bytes():
+        received()
         *lines, pending = (pending + block).split(b"\n")
         for line in lines:
             if line.endswith(b"\r"):
@@ -84,15 +160,88 @@ async def explain(
         if isinstance(error, sdk.APITimeoutError) and not (
             isinstance(root, OSError) and not isinstance(root, TimeoutError)
         ):
-            return ConnectionFailed(f"{where} timed out")
-        return ConnectionFailed(f"cannot reach {where}: {root_cause(error)}")
+            return ConnectionFailed(f"{where} timed out", retryable=True)
+        return ConnectionFailed(f"cannot reach {where}: {root_cause(error)}", retryable=True)
     if isinstance(error, sdk.AuthenticationError):
-        return AuthenticationFailed(f"{where} rejected the API key (401): {detail}")
+        return AuthenticationFailed(f"{where} rejected the API key (401): {detail}", status=401)
     if isinstance(error, sdk.NotFoundError) and available is not None:
-        return UnknownModel(f"unknown model {model!r} at {where}{await available()}")
+        return UnknownModel(f"unknown model {model!r} at {where}{await available()}", status=404)
     if isinstance(error, sdk.APIStatusError):
-        return RequestRejected(f"{where} answered {error.status_code}: {detail}")
+        status = error.status_code
+        retryable = status in RETRY_STATUSES or (status >= 500 and not _BAD_REQUEST.search(detail))
+        return RequestRejected(
+            f"{where} answered {status}: {detail}",
+            status=status,
+            retry_after=retry_after(error.response.headers),
+            retryable=retryable,
+        )
     return StreamInterrupted(f"{where} failed: {detail}")
+
+
+def retry_after(headers: httpx2.Headers) -> float | None:
+    """The wait a server asked for: `retry-after-ms`, or `retry-after` in seconds or as an HTTP date."""
+    try:
+        if (millis := headers.get("retry-after-ms")) is not None:
+            return max(float(millis) / 1000, 0.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(float(value), 0.0)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(when.timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError):
+        return None
+
+
+def backoff(attempt: int, asked: float | None) -> float:
+    """Seconds before retry `attempt` (1, 2, …): what the server asked, capped, else 0.5 s doubling up to 8 s."""
+    if asked is not None:
+        return min(asked, MAX_RETRY_WAIT)
+    return float(min(0.5 * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.0))
+
+
+def retry_line(error: ProviderError, provider: str, wait: float, attempt: int, attempts: int) -> str:
+    """e.g. `429 from openai: retrying in 12 s (2 of 3)`; a capped wait says what the server asked."""
+    what = str(error.status) if error.status else "no answer" if isinstance(error, Stalled) else "connection failed"
+    asked = error.retry_after
+    capped = f", not the {asked:.0f} s it asked for" if asked is not None and asked > MAX_RETRY_WAIT else ""
+    shown = f"{wait:.1f}" if wait < 10 else f"{wait:.0f}"
+    return f"{what} from {provider}: retrying in {shown} s{capped} ({attempt} of {attempts})"
+
+
+class CallIds:
+    """Tool-call ids made unique within a response: a repeated id gets a suffix, and a warning says so.
+
+    Two calls with one id would pair with one result, and the other's result would be dropped.
+    """
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._seen: set[str] = set()
+
+    def unique(self, call_id: str) -> tuple[str, ProviderWarning | None]:
+        if call_id not in self._seen:
+            self._seen.add(call_id)
+            return call_id, None
+        number = 2
+        while f"{call_id}-{number}" in self._seen:
+            number += 1
+        renamed = f"{call_id}-{number}"
+        self._seen.add(renamed)
+        return renamed, ProviderWarning(
+            f"{self._where} sent two tool calls with the id {call_id}; the later is {renamed}"
+        )
+
+
+def utf8(data: bytes) -> tuple[bytes, bool]:
+    """`data` as valid UTF-8 (bytes that aren't become U+FFFD), and whether any had to."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace").encode(), True
+    return data, False
 
 
 class SdkProvider:
@@ -106,7 +255,14 @@ class SdkProvider:
     path: str
 
     def __init__(
-        self, name: str, model: str, location: str | None, base_url: str | None, api_key: str | None, max_retries: int
+        self,
+        name: str,
+        model: str,
+        location: str | None,
+        base_url: str | None,
+        api_key: str | None,
+        max_retries: int,
+        timeout: RequestTimeout | None = None,
     ) -> None:
         import httpx2
 
@@ -114,17 +270,22 @@ class SdkProvider:
         self.name = name
         self.model = model
         self._location = location
+        self._api_key = api_key
+        self.max_retries = max_retries
+        self.timeout = timeout or RequestTimeout()
         # The first request to the server opens the connection: when it went out and came back (perf_counter).
         self.warm: tuple[float, float | None] | None = None
         # What discovery found, for a self-hosted server (only OpenAI-compatible servers are asked).
         self.server: ServerInfo | None = None
         # Gateways, vLLM, Ollama and the simulator take any key; the SDKs refuse to send a request without one.
         # The SDKs' aiohttp transport costs 30–50% less CPU per request than their default (benchmarks/transport.py).
+        # hotloop retries and times requests itself (see the module docstring); the SDK's limits are a backstop.
+        backstop = 2 * max(self.timeout.first_byte, self.timeout.idle)
         self._client = getattr(sdk, self.client_class)(
             api_key=api_key or "no-key",
             base_url=base_url,
-            max_retries=max_retries,
-            timeout=httpx2.Timeout(600.0, connect=10.0),
+            max_retries=0,
+            timeout=httpx2.Timeout(backstop, connect=CONNECT_TIMEOUT),
             http_client=sdk.DefaultAioHttpClient(),
         )
 
@@ -132,22 +293,72 @@ class SdkProvider:
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
-    async def server_events(self, body: bytes) -> AsyncGenerator[bytes, None]:
-        """Send `body`; yield the `data` of each event. Close it with `contextlib.aclosing`."""
+    async def server_events(self, body: bytes) -> AsyncGenerator[bytes | ProviderWarning, None]:
+        """Send `body`; yield the `data` of each event, and a warning before each retry.
+
+        Close it with `contextlib.aclosing`. A request that fails before its stream starts is
+        sent again, up to `max_retries` times, if its failure may pass (a 429, a 5xx that doesn't
+        blame the request, a connection that failed, no first byte in time).
+        """
+        import httpx2
+
+        watchdog = _Watchdog(self.timeout.first_byte)
+        try:
+            response = None
+            for attempt in range(1, self.max_retries + 2):
+                try:
+                    watchdog.rearm(self.timeout.first_byte)
+                    response = await self._post(body, watchdog)
+                    break
+                except ProviderError as error:
+                    if not error.retryable or attempt > self.max_retries:
+                        raise
+                    wait = backoff(attempt, error.retry_after)
+                    yield ProviderWarning(retry_line(error, self.name, wait, attempt + 1, self.max_retries + 1))
+                    watchdog.rearm(wait + self.timeout.first_byte)
+                    await asyncio.sleep(wait)
+            assert response is not None
+            watchdog.rearm(self.timeout.idle)
+            chunks = 0
+            try:
+                async for data in server_sent_data(response, watchdog.feed):
+                    chunks += 1
+                    yield data
+            except httpx2.TransportError as error:
+                raise StreamInterrupted(f"{self._where()} stream broke off: {root_cause(error)}") from None
+            except asyncio.CancelledError:
+                if not watchdog.caused():
+                    raise
+                raise StreamInterrupted(
+                    f"{self._where()} stalled: nothing for {self.timeout.idle:g} s after {chunks} chunks "
+                    "(request_timeout.idle; raise it in the config, or with --timeout)"
+                ) from None
+            finally:
+                await response.aclose()
+        finally:
+            watchdog.stop()
+
+    async def _post(self, body: bytes, watchdog: _Watchdog) -> httpx2.Response:
+        """The request sent and its response headers read; a ProviderError, masked of the key, if it fails."""
         import httpx2
 
         sdk = importlib.import_module(self.sdk)
         try:
-            response = await self._client.post(self.path, content=body, cast_to=httpx2.Response, stream=True)
+            response: httpx2.Response = await self._client.post(
+                self.path, content=body, cast_to=httpx2.Response, stream=True
+            )
+            return response
         except sdk.APIError as error:
             raise await self._explain(error) from None
-        try:
-            async for data in server_sent_data(response):
-                yield data
-        except httpx2.TransportError as error:
-            raise StreamInterrupted(f"{self._where()} stream broke off: {root_cause(error)}") from None
-        finally:
-            await response.aclose()
+        except asyncio.CancelledError:
+            if not watchdog.caused():
+                raise
+            limit = self.timeout.first_byte
+            raise Stalled(
+                f"{self._where()} sent nothing for {limit:g} s (request_timeout.first_byte; raise it in the config, "
+                "or with --timeout)",
+                retryable=True,
+            ) from None
 
     async def fetch(self, url: str) -> tuple[int, str]:
         """GET any URL on the provider's server through the SDK's client: its status and text."""
@@ -202,7 +413,15 @@ class SdkProvider:
 
     async def _explain(self, error: Exception, listing: bool = False) -> ProviderError:
         sdk = importlib.import_module(self.sdk)
-        return await explain(error, sdk, self._where(), self.model, None if listing else self._available_models)
+        explained = await explain(error, sdk, self._where(), self.model, None if listing else self._available_models)
+        # A server may echo the request's headers into its error, the key among them.
+        explained.args = (self.masked(str(explained)),)
+        return explained
+
+    def masked(self, text: str) -> str:
+        """`text` without this provider's key in it."""
+        key = self._api_key
+        return text.replace(key, MASK) if key and len(key) >= 4 else text
 
     async def _available_models(self) -> str:
         try:

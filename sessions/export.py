@@ -3,29 +3,37 @@
 An export holds the conversation and its usage: prompts, answers, tool calls with their
 results, and each step's figures. It holds nothing of the configuration: no system prompt,
 no endpoints, no key names, no workspace path.
+
+Markdown and HTML are read in a terminal or a browser: their control characters are inert
+(`agent/text.py`). JSON keeps the exact text, every control character escaped.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from datetime import datetime
 from typing import Any
 
 from hotloop.agent.figures import seconds, step_summary
+from hotloop.agent.text import inert
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.projection import CallRecord, StepRecord, TurnRecord, project
 from hotloop.sessions.store import LoggedSession
 
 RESULT_LINES = 20
+# JSON must escape only C0 controls; DEL and the C1 controls (a terminal may read `\x9b` as CSI) are escaped too.
+_UNESCAPED_CONTROL = re.compile("[\x7f-\x9f]")
 
 
 def export(session: LoggedSession, fmt: str) -> str:
     projection = project(session.events)
     turns = projection.turns
     if fmt == "json":
-        return json.dumps(_as_json(session, turns), ensure_ascii=False, indent=2) + "\n"
-    markdown = _as_markdown(session, projection.preamble, turns)
+        text = json.dumps(_as_json(session, turns), ensure_ascii=False, indent=2)
+        return _UNESCAPED_CONTROL.sub(lambda control: f"\\u{ord(control.group()):04x}", text) + "\n"
+    markdown = inert(_as_markdown(session, projection.preamble, turns))
     return markdown if fmt == "md" else _as_html(session, markdown)
 
 
@@ -168,4 +176,4 @@ def _as_html(session: LoggedSession, markdown: str) -> str:
 
     # Raw HTML in a prompt, an answer or a tool's output is shown as text, never run.
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
-    return _PAGE.format(title=html.escape(f"hotloop session {session.header.id}"), body=body)
+    return _PAGE.format(title=html.escape(inert(f"hotloop session {session.header.id}")), body=body)

@@ -29,7 +29,8 @@ from hotloop.agent.events import (
     TurnStarted,
     encode,
 )
-from hotloop.sessions.masking import MASK, Masker
+from hotloop.sessions.caps import LogCaps
+from hotloop.sessions.masking import Masker
 from hotloop.sessions.summary import Summary, read_summary, summary_bytes, summary_path
 
 FORMAT_VERSION = 1
@@ -49,6 +50,7 @@ class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"
     model: str
     workspace: str
     system: str = ""
+    base_url: str = ""  # the provider's server, so a resumed session goes back to it
 
 
 class SessionInUse(InputError):
@@ -68,7 +70,7 @@ class SessionLog:
         self.path = path
         self.id = session_id
         self._masker = Masker(list(secrets_to_mask))
-        self._secrets = [secret.encode() for secret in self._masker.secrets]
+        self._caps = LogCaps()
         self._buffer: list[bytes] = []
         self._last_flush = time.monotonic()
         self._fd: int | None = fd
@@ -84,6 +86,7 @@ class SessionLog:
         model: str,
         workspace: Path,
         system: str = "",
+        base_url: str = "",
         secrets_to_mask: Iterable[str] = (),
     ) -> SessionLog:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -95,7 +98,7 @@ class SessionLog:
         fd = _locked(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         log = cls(path, session_id, fd, Summary(), secrets_to_mask)
         header = SessionHeader(
-            session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system
+            session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system, base_url
         )
         log._write_line(msgspec.json.encode(header))
         log.flush()
@@ -113,7 +116,8 @@ class SessionLog:
     def write(self, event: AgentEvent) -> None:
         if self._fd is None:
             return  # closed, or stopped by a write error
-        for masked in self._masker.events(event):
+        kept = self._caps.capped(event)
+        for masked in self._masker.events(kept) if kept is not None else ():
             self._write_line(encode(masked))
         self._summary.observe(event)
         if isinstance(event, _FLUSH_ON) or time.monotonic() - self._last_flush >= FLUSH_INTERVAL:
@@ -125,10 +129,7 @@ class SessionLog:
         self._buffer.append(self._masked(line) + b"\n")
 
     def _masked(self, data: bytes) -> bytes:
-        for secret in self._secrets:
-            if secret in data:
-                data = data.replace(secret, MASK.encode())
-        return data
+        return self._masker.masked(data)
 
     def flush(self) -> None:
         """Write what is buffered. A failing disk stops the log (see `error`), never the run."""

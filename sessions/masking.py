@@ -42,7 +42,15 @@ class Masker:
 
     def __init__(self, secrets: list[str]) -> None:
         self.secrets = [secret for secret in secrets if len(secret) >= MIN_SECRET]
+        self._encoded = [(secret.encode(), MASK.encode()) for secret in self.secrets]
         self._held: dict[tuple[str, str], tuple[_Streamed, str]] = {}  # stream -> (its last event, text held)
+
+    def masked(self, line: bytes) -> bytes:
+        """A whole encoded line without the secrets: for what no stream can split (a title, an error)."""
+        for secret, mask in self._encoded:
+            if secret in line:
+                line = line.replace(secret, mask)
+        return line
 
     def events(self, event: AgentEvent) -> list[AgentEvent]:
         if not self.secrets:

@@ -46,6 +46,7 @@ class Conversation:
     turns: int = 0
     provider: str | None = None
     model: str | None = None
+    base_url: str | None = None  # the server of the last switch, if the session switched
     warmth: CacheWarmth = field(default_factory=CacheWarmth)
     open_turn: TurnStarted | None = None  # a turn the log never finished (the process was killed)
     open_turn_steps: int = 0
@@ -90,6 +91,7 @@ class _Builder:
             conversation.open_turn = None
         elif isinstance(event, ProviderSwitched):
             conversation.provider, conversation.model = event.provider, event.model
+            conversation.base_url = event.base_url
 
     def _step_started(self, event: StepStarted) -> None:
         self._close_step()

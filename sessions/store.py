@@ -120,7 +120,8 @@ def _header_of(path: Path, first: bytes) -> tuple[SessionHeader, int]:
     if not first.strip():
         raise SessionError(f"{path} is empty: not a hotloop session log")
     try:
-        header = _header.decode(first)
+        # A byte that isn't UTF-8 (a hostile workspace path, say) costs a replacement character, not the session.
+        header = _header.decode(first if first.isascii() else first.decode("utf-8", errors="replace").encode())
     except msgspec.DecodeError:
         version = _format_of(first)
         if version is not None and version > FORMAT_VERSION:
@@ -134,7 +135,7 @@ def _header_of(path: Path, first: bytes) -> tuple[SessionHeader, int]:
 def _format_of(line: bytes) -> int | None:
     try:
         value = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     version = value.get("format") if isinstance(value, dict) else None
     return version if isinstance(version, int) else None
@@ -164,23 +165,31 @@ def read_session(path: Path) -> LoggedSession:
         raise SessionError(f"cannot read {path}: {error.strerror}") from None
     try:
         return LoggedSession(header, header_size, _events.decode_lines(data), [])
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         pass  # a bad line somewhere: read line by line to keep everything else
-    events, skipped = [], []
+    events, skipped, mangled = [], [], []
     for number, line in enumerate(data.split(b"\n"), start=2):
         if not line.strip():
             continue
         try:
             events.append(decode(line))
+        except UnicodeDecodeError:
+            try:
+                events.append(decode(line.decode("utf-8", errors="replace").encode()))
+                mangled.append(number)
+            except msgspec.DecodeError:
+                skipped.append(number)
         except msgspec.DecodeError:
             skipped.append(number)
-    return LoggedSession(header, header_size, events, _skipped_lines(path, skipped))
+    warnings = _lines_said(path, skipped, "not a complete event, skipped", "more unreadable lines skipped")
+    warnings += _lines_said(path, mangled, "bytes that are not UTF-8, shown as �", "more lines with bytes not UTF-8")
+    return LoggedSession(header, header_size, events, warnings)
 
 
-def _skipped_lines(path: Path, numbers: list[int]) -> list[str]:
-    warnings = [f"{path.name} line {n}: not a complete event, skipped" for n in numbers[:MAX_WARNINGS]]
+def _lines_said(path: Path, numbers: list[int], problem: str, more: str) -> list[str]:
+    warnings = [f"{path.name} line {n}: {problem}" for n in numbers[:MAX_WARNINGS]]
     if len(numbers) > MAX_WARNINGS:
-        warnings.append(f"{path.name}: {len(numbers) - MAX_WARNINGS} more unreadable lines skipped")
+        warnings.append(f"{path.name}: {len(numbers) - MAX_WARNINGS} {more}")
     return warnings
 
 

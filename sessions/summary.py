@@ -59,7 +59,9 @@ class Summary(msgspec.Struct, gc=False):
 
     def scan(self, data: bytes) -> None:
         """Take in whole lines of a log; only turn and step lines are decoded. A torn line is passed over."""
-        for line in data.splitlines():
+        for raw in data.splitlines():
+            # A byte that isn't UTF-8 costs a replacement character, not the line.
+            line = raw if raw.isascii() else raw.decode("utf-8", errors="replace").encode()
             try:
                 if line.startswith(_TURN_PREFIX):
                     self.observe(_turn.decode(line))

@@ -183,7 +183,9 @@ def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isol
     assert "are not valid JSON" in finished["read_file"].result
     assert finished["add"].status == "error" and "validation error" in finished["add"].result
     assert finished["nap"].result == "error: nap timed out after 0.5 s"
-    assert finished["crash"].result == "error: MCP server 'mcp_server' exited during the call"
+    assert finished["crash"].result == (
+        "error: MCP server 'mcp_server' exited during the call (/mcp restart mcp_server starts it again)"
+    )
     assert (
         "warning: MCP server 'mcp_server' stopped: the server exited; its tools are gone (add, crash, getenv, nap)"
         in err

@@ -116,3 +116,80 @@ async def test_a_server_that_dies_loses_its_tools() -> None:
     assert len(notices) == 1 and notices[0].message.startswith("MCP server 't' stopped")
     assert "its tools are gone (add, crash, getenv, nap)" in notices[0].message
     assert [tool.name for tool in registry] == ["grep", "list_dir", "read_file"]
+
+
+FAULTS = str(Path(__file__).parent / "mcp_faults.py")
+
+
+async def started(mode: str, notices: list[Notice]) -> tuple[McpBridge, ToolRegistry]:
+    registry = ToolRegistry()
+    bridge = McpBridge(registry, notices.append, HIDDEN)
+    await bridge.start([McpServer("f", sys.executable, (FAULTS, mode))])
+    return bridge, registry
+
+
+async def call(registry: ToolRegistry, name: str, arguments: dict[str, object] | None = None) -> str:
+    tool = registry.get(name)
+    assert tool is not None, f"no tool {name}"
+    return await tool.handler(arguments or {}, ToolContext("c", Path(".")))
+
+
+async def test_an_error_with_code_32000_is_the_calls_error_and_the_server_stays() -> None:
+    """−32000 is also the SDK's code for a closed connection: a server that still answers keeps its tools."""
+    notices: list[Notice] = []
+    bridge, registry = await started("error-32000", notices)
+    try:
+        with pytest.raises(ToolError, match=r"fail failed: the backend is unavailable \(MCP error -32000\)"):
+            await call(registry, "fail")
+        assert await call(registry, "echo", {"text": "still here"}) == "still here"
+        assert bridge.states["f"].status == "running"
+    finally:
+        await bridge.aclose()
+    assert notices == []
+
+
+async def test_a_server_that_dies_after_starting_is_said_once_and_restarts() -> None:
+    notices: list[Notice] = []
+    bridge, registry = await started("dies-after-init", notices)
+    try:
+        with pytest.raises(ToolError, match="exited during the call"):
+            await call(registry, "echo", {"text": "anyone?"})
+        assert [n.message for n in notices] == ["MCP server 'f' stopped: the server exited; its tools are gone (echo)"]
+        assert bridge.states["f"].status == "stopped" and "echo" not in registry
+        restarted = await bridge.restart("f")
+        assert restarted.status == "running" and "echo" in registry  # it dies again only when used
+    finally:
+        await bridge.aclose()
+
+
+async def run_through_agent(tmp_path: Path, mode: str, calls: list[dict[str, object]], **options: object) -> dict:
+    """One step of `calls` to the faulty server `mode`, through the agent on the simulator: results by tool."""
+    sim = sim_with_scenario(tmp_path, [{"tool_calls": calls}, {"text": "Done."}])
+    notices: list[Notice] = []
+    bridge, registry = await started(mode, notices)
+    try:
+        agent, recorder = make_agent(sim, tmp_path, registry=registry, **options)
+        finished = await agent.run_turn("go")
+        await agent.provider.aclose()
+    finally:
+        await bridge.aclose()
+        sim.stop()
+    assert finished.reason == "answer" and notices == []
+    return {event.name: event for event in recorder.of(ToolFinished)}
+
+
+async def test_a_hanging_tool_is_cut_by_the_tool_timeout_and_the_others_go_on(tmp_path: Path) -> None:
+    calls = [{"name": "hang", "arguments": {}}, {"name": "echo", "arguments": {"text": "beside it"}}]
+    results = await run_through_agent(tmp_path, "hangs", calls, tool_timeout=0.3)
+    assert results["hang"].result == "error: hang timed out after 0.3 s"
+    assert results["echo"].result == "beside it"
+
+
+async def test_a_flooding_tool_is_capped_and_its_server_stays(tmp_path: Path) -> None:
+    from hotloop.agent.tools.registry import OUTPUT_LIMIT
+
+    calls = [{"name": "flood", "arguments": {}}, {"name": "echo", "arguments": {"text": "after the flood"}}]
+    results = await run_through_agent(tmp_path, "floods", calls)
+    assert results["flood"].status == "ok" and len(results["flood"].result) <= OUTPUT_LIMIT + 100
+    assert results["flood"].result.endswith("characters]")
+    assert results["echo"].result == "after the flood"

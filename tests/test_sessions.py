@@ -75,9 +75,9 @@ async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(
         log.close()
         await original.provider.aclose()
 
-        resumed = Resumption.load(snapshot)
+        resumed = Resumption.load(snapshot, [])
         assert resumed.session.warnings == [] and resumed.conversation.open_turn is None
-        again_log = SessionLog.reopen(snapshot, resumed.id, resumed.session.header_size)
+        again_log = resumed.log
         again, _ = logged_agent(sim, protocol, workspace, again_log)
         again.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
         assert again.messages == original.messages[: len(again.messages)]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen, ScreenResultType
 from textual.theme import Theme
 from textual.widgets import Footer, OptionList
@@ -35,6 +36,7 @@ from hotloop.agent.events import (
     TurnFinished,
 )
 from hotloop.agent.figures import SessionTotals
+from hotloop.agent.text import inert
 from hotloop.config import Choice, Config
 from hotloop.core.markdown_blocks import code_blocks
 from hotloop.core.session import ServerReport, Session, SessionOptions, SwitchOption
@@ -50,6 +52,7 @@ from hotloop.tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
+    from hotloop.agent.tools.mcp import McpState
     from hotloop.sessions.store import LoggedSession
 
 
@@ -170,7 +173,7 @@ class HotloopApp(App[None]):
             if isinstance(event, StepFinished):
                 self.totals.add(event)
         self.status.totals = self.totals
-        self.notify(f"continuing session {session.header.id}")
+        self.say(f"continuing session {session.header.id}")
 
     def _show_provider(self) -> None:
         if self.agent is not None:
@@ -210,7 +213,7 @@ class HotloopApp(App[None]):
 
         log = self.session.log
         if log is None:
-            self.notify("no turns yet", severity="warning")
+            self.say("no turns yet", severity="warning")
             return
         log.flush()
         self.push_screen(WaterfallScreen(read_session(log.path).events))
@@ -226,12 +229,16 @@ class HotloopApp(App[None]):
             message = str(event.worker.error) or type(event.worker.error).__name__
             if event.worker.group == "connect":
                 self.status.state = "not connected"
-            self.notify(message, severity="error", timeout=10)
+            self.say(message, severity="error", timeout=10)
         elif event.worker.group == "turn" and event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):
             self.status.state = "ready"
             if self._pending_switch is not None:
                 choice, self._pending_switch = self._pending_switch, None
                 self.switch_to(choice)
+
+    def say(self, message: str, severity: SeverityLevel = "information", timeout: float | None = None) -> None:
+        """A notification shown as it reads: its text may come from outside, so it is inert and never markup."""
+        self.notify(inert(message), severity=severity, timeout=timeout, markup=False)
 
     # -- the event stream ----------------------------------------------------------------
 
@@ -247,10 +254,10 @@ class HotloopApp(App[None]):
             self.status.provider, self.status.model = event.provider, event.model
             self.status.tier = self.session.tier_label(event.provider, event.model)
         elif isinstance(event, SessionTitled):
-            self.sub_title = event.title
-            self.notify(f"session titled “{event.title}” by {event.model}", timeout=4)
+            self.sub_title = inert(event.title)
+            self.say(f"session titled “{event.title}” by {event.model}", timeout=4)
         elif isinstance(event, Notice) and event.level != "info":
-            self.notify(event.message, severity="error" if event.level == "error" else "warning", timeout=8)
+            self.say(event.message, severity="error" if event.level == "error" else "warning", timeout=8)
         elif isinstance(event, TurnFinished):
             self.status.state = "ready"
             # Collect the turn's garbage now and freeze what survives, so later pauses stay short.
@@ -263,16 +270,16 @@ class HotloopApp(App[None]):
         try:
             slash = parse(message.text)
         except SlashError as error:
-            self.notify(str(error), severity="warning")
+            self.say(str(error), severity="warning")
             return
         if slash is not None:
             self.run_slash(slash)
         elif not self.session.ready:
             self.query_one(PromptInput).load_text(message.text)
-            self.notify("not connected yet: the prompt is still in the box", severity="warning")
+            self.say("not connected yet: the prompt is still in the box", severity="warning")
         elif self.turn_running:
             self.query_one(PromptInput).load_text(message.text)
-            self.notify("a turn is running: Esc cancels it", severity="warning")
+            self.say("a turn is running: Esc cancels it", severity="warning")
         else:
             self.status.state = "running"
             self.run_turn(message.text)
@@ -287,9 +294,24 @@ class HotloopApp(App[None]):
         elif slash.name == "/help":
             self.action_help()
         elif self.agent is None:
-            self.notify("not connected yet", severity="warning")
+            self.say("not connected yet", severity="warning")
+        elif slash.name == "/mcp":
+            self.mcp(slash.args[1] if slash.args else None)
         else:
             self.switch_to(slash.choice(self.agent.provider.name))
+
+    @work(exclusive=True, group="mcp", exit_on_error=False)
+    async def mcp(self, restart: str | None) -> None:
+        """`/mcp`: each MCP server's state and tools, in the transcript; `/mcp restart NAME` starts one again."""
+        if restart is not None:
+            try:
+                await self.session.restart_mcp(restart)
+            except InputError as error:
+                self.say(str(error), severity="error")
+                return
+        servers = self.session.mcp_servers()
+        lines = [mcp_line(state) for state in servers] or ["no MCP servers (add them in the config, or with --mcp)"]
+        self.show(Notice(level="info", message="MCP servers:\n" + "\n".join(lines)))
 
     @work(exclusive=True, group="switch", exit_on_error=False)
     async def switch_to(self, choice: Choice) -> None:
@@ -297,18 +319,18 @@ class HotloopApp(App[None]):
         from hotloop.providers.errors import ProviderError
 
         if self.agent is None:
-            self.notify("not connected yet", severity="warning")
+            self.say("not connected yet", severity="warning")
             return
         if self.turn_running:
             self._pending_switch = choice
-            self.notify("switching after this turn")
+            self.say("switching after this turn")
             return
         try:
             # The agent reports the switch, with its cost, through the event stream.
             await self.session.switch(choice)
             self._show_provider()
         except (InputError, ProviderError) as error:
-            self.notify(str(error), severity="error")
+            self.say(str(error), severity="error")
 
     async def switch_options(self) -> list[SwitchOption]:
         """Every tier, provider and model, each with what switching to it would cost now."""
@@ -338,27 +360,27 @@ class HotloopApp(App[None]):
         answer = self._last_answer()
         if answer:
             self.copy_to_clipboard(answer)
-            self.notify("copied the last answer")
+            self.say("copied the last answer")
         else:
-            self.notify("no answer to copy yet", severity="warning")
+            self.say("no answer to copy yet", severity="warning")
 
     def action_copy_code(self) -> None:
         blocks = code_blocks(self._last_answer() or "")
         if blocks:
             self.copy_to_clipboard(blocks[-1])
-            self.notify("copied the last code block")
+            self.say("copied the last code block")
         else:
-            self.notify("the last answer has no code block", severity="warning")
+            self.say("the last answer has no code block", severity="warning")
 
     def on_history_view_copied(self, message: HistoryView.Copied) -> None:
-        self.notify(f"copied the {message.what}")
+        self.say(f"copied the {message.what}")
 
     def action_new_conversation(self) -> None:
         if self.agent is None:
             return
         self._start_over()
         self.session.new_conversation()
-        self.notify("new conversation")
+        self.say("new conversation")
 
     def _start_over(self) -> None:
         """Stop the turn in flight, and clear the screen and the totals."""
@@ -401,10 +423,10 @@ class HotloopApp(App[None]):
         try:
             session = await asyncio.to_thread(read_session, message.path)
         except SessionError as error:
-            self.notify(str(error), severity="error")
+            self.say(str(error), severity="error")
             return
         for warning in session.warnings:
-            self.notify(warning, severity="warning")
+            self.say(warning, severity="warning")
         if message.action == "resume":
             await self._resume_here(message.path)
         elif message.action == "replay":
@@ -421,20 +443,29 @@ class HotloopApp(App[None]):
         from hotloop.providers.errors import ProviderError
 
         if self.agent is None:
-            self.notify("not connected yet", severity="warning")
+            self.say("not connected yet", severity="warning")
             return
         log = self.session.log
         if log is not None and log.path == path:
-            self.notify("that is this session")
+            self.say("that is this session")
             return
         self._start_over()
         try:
             await self.session.continue_session(path)
         except (InputError, ProviderError) as error:
-            self.notify(f"{error}: starting a new conversation instead", severity="error", timeout=10)
+            self.say(f"{error}: starting a new conversation instead", severity="error", timeout=10)
             self.session.new_conversation()
         self._show_provider()
         self.query_one(PromptInput).focus()
 
     async def on_unmount(self) -> None:
         await self.session.close()
+
+
+def mcp_line(state: McpState) -> str:
+    """`fs · running · read_file, list_dir` or `fs · stopped: the server exited · /mcp restart fs`."""
+    name = state.server.name
+    if state.status == "running":
+        return f"{name} · running · {', '.join(state.tools) or 'no tools'}"
+    problem = f": {state.problem}" if state.problem else ""
+    return f"{name} · {state.status}{problem} · /mcp restart {name}"

@@ -7,6 +7,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.content import Content
+from textual.markup import escape
+
+from hotloop.agent.text import inert
 
 if TYPE_CHECKING:
     from hotloop.core.session import SwitchOption
@@ -31,17 +35,24 @@ class SwitchCommands(Provider):
 
     async def discover(self) -> Hits:
         for option in self._options:
-            yield DiscoveryHit(option.title, self._callback(option), help=option.help)
+            yield DiscoveryHit(Content(inert(option.title)), self._callback(option), help=_help(option))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for option in self._options:
             score = matcher.match(option.title)
             if score > 0:
-                yield Hit(score, matcher.highlight(option.title), self._callback(option), help=option.help)
+                # The matcher parses what it highlights as markup; model names come from servers.
+                shown = matcher.highlight(escape(inert(option.title)))
+                yield Hit(score, shown, self._callback(option), help=_help(option))
 
     def _callback(self, option: SwitchOption) -> Callable[[], object]:
         app = self.hotloop
         if option.unavailable:
-            return partial(app.notify, f"{option.title}: {option.unavailable}", severity="error")
+            return partial(app.say, f"{option.title}: {option.unavailable}", severity="error")
         return partial(app.switch_to, option.choice)
+
+
+def _help(option: SwitchOption) -> str:
+    """The option's help, escaped: the palette parses help as markup, and it may quote a server's error."""
+    return escape(inert(option.help))

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 
 from rich.console import Console, RenderableType
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from rich.theme import Theme
 from textual.app import App, ReturnType
 from textual.color import Color
@@ -19,6 +20,7 @@ from textual.strip import Strip
 
 from hotloop.agent.events import ResponseFinished, StepFinished
 from hotloop.agent.figures import NOT_REPORTED, seconds, tokens
+from hotloop.agent.text import inert
 from hotloop.core.markdown_blocks import block_starts, parser
 from hotloop.providers.events import UsageLedger
 
@@ -78,13 +80,38 @@ def theme_palette(app: App[ReturnType]) -> Palette:
     )
 
 
+def inert_text(text: Text) -> Text:
+    """`text` with its control characters drawn as stand-ins (`inert`), its styles kept."""
+    plain = text.plain
+    if inert(plain) == plain:
+        return text
+    # A stand-in may be longer than its character (C1: `<9b>`): spans move to the new offsets.
+    pieces = [inert(char) for char in plain]
+    ends = list(accumulate(map(len, pieces), initial=0))
+
+    def at(offset: int) -> int:
+        return ends[min(offset, len(plain))]
+
+    shown = text.blank_copy("".join(pieces))
+    shown.spans = [Span(at(span.start), at(span.end), span.style) for span in text.spans]
+    return shown
+
+
 @dataclass(frozen=True)
 class RenderContext:
+    """How to render for one width and palette.
+
+    Everything the transcript draws goes through `lines`, which makes `Text` inert; Markdown is
+    made inert before it is parsed (`markdown_block`).
+    """
+
     console: Console
     width: int
     palette: Palette
 
     def lines(self, renderable: RenderableType) -> list[Strip]:
+        if isinstance(renderable, Text):
+            renderable = inert_text(renderable)
         options = self.console.options.update(width=max(self.width, 10), height=None)
         with self.console.use_theme(self.palette.markdown_theme()):
             rendered = self.console.render_lines(renderable, options, pad=False)
@@ -138,8 +165,8 @@ def warm_up() -> None:
 
 
 def markdown_block(source: str, ctx: RenderContext) -> list[Strip]:
-    """One top-level Markdown block, without blank lines at its edges."""
-    return trimmed(ctx.lines(_markdown_class()(source, ctx.palette.code_theme)))
+    """One top-level Markdown block, without blank lines at its edges; its control characters made inert."""
+    return trimmed(ctx.lines(_markdown_class()(inert(source), ctx.palette.code_theme)))
 
 
 def split_blocks(source: str) -> list[str]:

@@ -1,27 +1,47 @@
 """The built-in tools: `read_file`, `list_dir` and `grep`, confined to the workspace root.
 
-Paths are resolved to real paths before use. `..`, absolute paths outside the root and
-symlinks that lead out are refused with an error result the model can read. The work runs
-in a thread so that concurrent tools and the token stream never wait on the disk.
+Paths are opened through `workspace`, which refuses `..`, absolute paths outside the root,
+symlinks that lead out, FIFOs, devices and sockets, and checks what it opened rather than a
+name. All the filesystem work runs in a worker thread, so the event loop never waits on the
+disk and a tool's timeout or cancel is obeyed at once: the await is abandoned and the thread
+is told to stop, which it does at its next chunk, line or file. Every read is bounded: read_file
+reads at most READ_SCAN_BYTES of a file, grep GREP_FILE_BYTES of each and GREP_TOTAL_BYTES in
+all, and grep's regular expressions are RE2's, which match in linear time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+import heapq
 import os
 import re
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Concatenate, ParamSpec, Protocol
+
+import re2
 
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolError
+from hotloop.agent.tools.workspace import Opened, open_dir, open_file, open_path, walk
 
+MiB = 1024 * 1024
+CHUNK = 64 * 1024  # bytes per read() call
+BINARY_PROBE = 8192  # a NUL byte in a file's first this many bytes makes it binary
 READ_LINES = 2_000
-INLINE_READ_BYTES = 256 * 1024
+READ_SCAN_BYTES = 64 * MiB  # read_file reads no further into a file, to skip to `offset` or count its lines
+READ_TEXT_BYTES = 1 * MiB  # the most text one read_file returns; a longer line is cut
 LIST_ENTRIES = 500
 GREP_MATCHES = 200
-GREP_FILE_BYTES = 2_000_000
+GREP_FILE_BYTES = 2 * MiB  # searched of each file
+GREP_TOTAL_BYTES = 64 * MiB  # searched in all, per call
+GREP_LINE_CHARS = 300  # of a matching line, shown
+# RE2 is linear in the text, times the size of the compiled program: past ~60,000 instructions its
+# DFA cache thrashes and a search crawls at seconds a megabyte, so bigger patterns are refused.
+GREP_PROGRAM_SIZE = 50_000
 SKIPPED_DIRS = frozenset(
     {
         ".git",
@@ -37,33 +57,46 @@ SKIPPED_DIRS = frozenset(
         ".tox",
     }
 )
+RE2_SYNTAX = (
+    "grep uses RE2 syntax, which has no backreferences such as \\1 and no lookaround such as (?=…), (?!…), "
+    "(?<=…) or (?<!…); write Python's \\Z as \\z"
+)
+# Patterns that anchor to the text's ends (\A, \z) or turn multi-line mode off: their match over a whole
+# file says nothing about each line, so every line is tried on its own.
+_TEXT_ANCHORED = re.compile(r"\\[Az]|\(\?[a-zA-Z]*-[a-zA-Z]*m")
+
+P = ParamSpec("P")
 
 
-def resolve(workspace: Path, raw: Any) -> Path:
-    """The real path `raw` names inside `workspace`, or a ToolError saying why it is refused."""
-    if not isinstance(raw, str) or not raw.strip() or "\0" in raw:
-        raise ToolError("path must be a non-empty string")
-    given = Path(raw)
-    if ".." in given.parts:
-        raise ToolError(f"refused {raw!r}: '..' is not allowed in paths")
-    root = real_root(workspace)
-    lexical = Path(os.path.normpath(given if given.is_absolute() else root / given))
-    real = Path(os.path.realpath(lexical))
-    if real.is_relative_to(root):
-        return real
-    if lexical.is_relative_to(root):
-        raise ToolError(f"refused {raw!r}: it leads outside the workspace through a symlink")
-    raise ToolError(f"refused {raw!r}: it is outside the workspace ({root})")
+class _Abandoned(Exception):
+    """The awaiting side gave up (a timeout or a cancel): the thread stops, nobody reads its result."""
 
 
-@lru_cache(maxsize=16)
-def real_root(workspace: Path) -> Path:
-    return Path(os.path.realpath(workspace))
+async def _in_thread(work: Callable[Concatenate[threading.Event, P], str], *args: P.args, **kwargs: P.kwargs) -> str:
+    """`work(stop, …)` in a worker thread; a timeout or cancel abandons the await and sets `stop`."""
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(work, stop, *args, **kwargs)
+    finally:
+        stop.set()
 
 
-def _display(workspace: Path, path: Path) -> str:
-    relative = path.relative_to(real_root(workspace))
-    return str(relative) if relative.parts else "."
+def _read(fd: int, budget: int, stop: threading.Event) -> bytes:
+    """Up to `budget` bytes from `fd`, a chunk at a time."""
+    chunks, left = [], budget
+    while left > 0:
+        if stop.is_set():
+            raise _Abandoned
+        chunk = os.read(fd, min(CHUNK, left))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _is_binary(head: bytes) -> bool:
+    return b"\0" in head[:BINARY_PROBE]
 
 
 def _optional_int(args: dict[str, Any], name: str, default: int, minimum: int) -> int:
@@ -77,78 +110,141 @@ def _optional_int(args: dict[str, Any], name: str, default: int, minimum: int) -
     return value
 
 
-def _is_binary(head: bytes) -> bool:
-    return b"\0" in head
-
-
 async def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
-    path = resolve(ctx.workspace, args.get("path"))
     offset = _optional_int(args, "offset", 1, 1)
     limit = _optional_int(args, "limit", READ_LINES, 1)
-    # A thread hand-off costs ~200 µs; reading a small file costs less than that.
-    if _size(path) <= INLINE_READ_BYTES:
-        return _read_file(ctx.workspace, path, offset, limit)
-    return await asyncio.to_thread(_read_file, ctx.workspace, path, offset, limit)
+    return await _in_thread(_read_file, ctx.workspace, args.get("path"), offset, limit)
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0  # the read reports the problem
+def _read_file(stop: threading.Event, workspace: Path, raw: object, offset: int, limit: int) -> str:
+    with open_file(workspace, raw) as file:
+        head = _read(file.fd, CHUNK, stop)
+        if _is_binary(head):
+            raise ToolError(f"{file.path} is a binary file ({file.size:,} bytes)")
+        page = _Page(offset, limit)
+        page.feed(head)
+        complete = _feed(file.fd, page, READ_SCAN_BYTES - len(head), stop)
+    return page.render(file, complete)
 
 
-def _read_file(workspace: Path, path: Path, offset: int, limit: int) -> str:
-    shown = _display(workspace, path)
-    if path.is_dir():
-        raise ToolError(f"{shown} is a directory; use list_dir")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ToolError(f"no such file: {shown}") from None
-    except OSError as error:
-        raise ToolError(f"cannot read {shown}: {error.strerror}") from None
-    if _is_binary(data[:8192]):
-        raise ToolError(f"{shown} is a binary file ({len(data):,} bytes)")
-    lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
-    if offset > max(len(lines), 1):
-        raise ToolError(f"{shown} has {len(lines)} lines; offset {offset} is past the end")
-    chosen = lines[offset - 1 : offset - 1 + limit]
-    text = "".join(chosen)
-    if offset > 1 or len(chosen) < len(lines):
-        end = offset + len(chosen) - 1
-        text += f"\n[lines {offset}-{end} of {len(lines)}; pass offset and limit to read more]"
-    return text
+def _feed(fd: int, page: _Page, budget: int, stop: threading.Event) -> bool:
+    """Feed the rest of the file to `page` chunk by chunk; False if `budget` ran out before its end."""
+    while budget > 0:
+        if stop.is_set():
+            raise _Abandoned
+        chunk = os.read(fd, min(CHUNK, budget))
+        if not chunk:
+            return True
+        page.feed(chunk)
+        budget -= len(chunk)
+    return os.read(fd, 1) == b""
+
+
+class _Page:
+    """Lines `offset`… of a file fed in chunks, and its line count, keeping only the lines asked for."""
+
+    def __init__(self, offset: int, limit: int) -> None:
+        self.first, self.last = offset, offset + limit - 1
+        self.line = 1  # the number of the line the next byte belongs to
+        self.end = offset - 1  # the last line kept, whole or in part
+        self.kept: list[bytes] = []
+        self.room = READ_TEXT_BYTES
+        self.cut = False  # line `end` was cut: the page is full
+        self.ends_line = True  # the last byte fed ended a line (or none was fed)
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self.ends_line = chunk.endswith(b"\n")
+        if self.line < self.first:
+            chunk = self._skip(chunk)
+        if self.line <= self.last:
+            chunk = self._keep(chunk)
+        self.line += chunk.count(b"\n")
+
+    def _skip(self, chunk: bytes) -> bytes:
+        """What of `chunk` is at or past line `first`; counts the lines before it."""
+        wanted = self.first - self.line
+        if chunk.count(b"\n") < wanted:
+            self.line += chunk.count(b"\n")
+            return b""
+        self.line = self.first
+        return chunk.split(b"\n", wanted)[-1]
+
+    def _keep(self, chunk: bytes) -> bytes:
+        """Keep what of `chunk` is in lines `first`…`last`; what comes after them is returned."""
+        *complete, rest = chunk.split(b"\n", self.last - self.line + 1)
+        for piece in complete:
+            self._add(piece + b"\n")
+            self.line += 1
+        if self.line > self.last:
+            return rest
+        self._add(rest)  # the start of a line that goes on in the next chunk
+        return b""
+
+    def _add(self, piece: bytes) -> None:
+        if self.cut or not piece:
+            return
+        if len(piece) > self.room:
+            piece, self.cut = piece[: self.room], True
+        self.kept.append(piece)
+        self.room -= len(piece)
+        self.end = self.line
+
+    def render(self, file: Opened, complete: bool) -> str:
+        total = self.line - 1 + (0 if self.ends_line else 1)  # lines so far
+        if self.first > max(total, 1):
+            if complete:
+                raise ToolError(f"{file.path} has {total} lines; offset {self.first} is past the end")
+            raise ToolError(
+                f"offset {self.first} is past the first {READ_SCAN_BYTES // MiB} MiB of {file.path} "
+                f"({total:,} lines), the most read_file reads; use grep to find the lines you want"
+            )
+        text = b"".join(self.kept).decode("utf-8", errors="replace")
+        if self.first == 1 and self.end == total and complete and not self.cut:
+            return text
+        of = str(total) if complete else f"{total:,}+ (counted in the first {READ_SCAN_BYTES // MiB} MiB)"
+        cut = f"; line {self.end} is cut at {READ_TEXT_BYTES // MiB} MiB" if self.cut else ""
+        return f"{text}\n[lines {self.first}-{self.end} of {of}{cut}; pass offset and limit to read more]"
 
 
 async def list_dir(args: dict[str, Any], ctx: ToolContext) -> str:
-    path = resolve(ctx.workspace, args.get("path") or ".")
-    return await asyncio.to_thread(_list_dir, ctx.workspace, path)
+    return await _in_thread(_list_dir, ctx.workspace, args.get("path") or ".")
 
 
-def _list_dir(workspace: Path, path: Path) -> str:
-    shown = _display(workspace, path)
-    try:
-        entries = sorted(os.scandir(path), key=lambda e: (not e.is_dir(), e.name))
-    except FileNotFoundError:
-        raise ToolError(f"no such directory: {shown}") from None
-    except NotADirectoryError:
-        raise ToolError(f"{shown} is a file; use read_file") from None
-    except OSError as error:
-        raise ToolError(f"cannot list {shown}: {error.strerror}") from None
-    lines = [_entry_line(entry) for entry in entries[:LIST_ENTRIES]]
-    if len(entries) > LIST_ENTRIES:
-        lines.append(f"[{len(entries) - LIST_ENTRIES:,} more entries not shown]")
-    return "\n".join(lines) if lines else f"{shown} is empty"
+def _list_dir(stop: threading.Event, workspace: Path, raw: object) -> str:
+    with open_dir(workspace, raw) as directory, os.scandir(directory.fd) as listing:
+        entries, total = _first_entries(listing, stop)
+        lines = [_entry_line(entry) for entry in entries]
+    if total > LIST_ENTRIES:
+        lines.append(f"[{total - LIST_ENTRIES:,} more entries not shown]")
+    return "\n".join(lines) if lines else f"{directory.path} is empty"
+
+
+def _first_entries(listing: Iterable[os.DirEntry[str]], stop: threading.Event) -> tuple[list[os.DirEntry[str]], int]:
+    """The LIST_ENTRIES entries that sort first (folders, then files, by name) and how many there are."""
+    total = 0
+
+    def counted() -> Iterator[os.DirEntry[str]]:
+        nonlocal total
+        for entry in listing:
+            if stop.is_set():
+                raise _Abandoned
+            total += 1
+            yield entry
+
+    # A heap of LIST_ENTRIES, not a sorted list of them all: a folder of millions stays cheap.
+    first = heapq.nsmallest(LIST_ENTRIES, counted(), key=lambda e: (not e.is_dir(follow_symlinks=False), e.name))
+    return first, total
 
 
 def _entry_line(entry: os.DirEntry[str]) -> str:
     if entry.is_symlink():
         return f"{entry.name}@"
-    if entry.is_dir():
+    if entry.is_dir(follow_symlinks=False):
         return f"{entry.name}/"
     try:
-        return f"{entry.name}  {entry.stat().st_size:,} B"
+        return f"{entry.name}  {entry.stat(follow_symlinks=False).st_size:,} B"
     except OSError:
         return entry.name
 
@@ -157,55 +253,152 @@ async def grep(args: dict[str, Any], ctx: ToolContext) -> str:
     pattern = args.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise ToolError("pattern must be a non-empty string")
-    flags = re.IGNORECASE if args.get("ignore_case") is True else 0
-    try:
-        regex = re.compile(pattern, flags)
-    except re.error as error:
-        raise ToolError(f"invalid regular expression {pattern!r}: {error}") from None
-    root = resolve(ctx.workspace, args.get("path") or ".")
     glob = args.get("glob")
     if glob is not None and not isinstance(glob, str):
         raise ToolError("glob must be a string such as '*.py'")
-    return await asyncio.to_thread(_grep, ctx.workspace, root, regex, glob)
+    ignore_case = args.get("ignore_case") is True
+    return await _in_thread(_grep, ctx.workspace, args.get("path") or ".", pattern, ignore_case, glob)
 
 
-def _grep(workspace: Path, root: Path, regex: re.Pattern[str], glob: str | None) -> str:
-    matches: list[str] = []
-    files = [root] if root.is_file() else _walk(workspace, root)
-    for path in files:
-        if glob and not fnmatch.fnmatch(path.name, glob):
-            continue
-        for number, line in _lines_of(path):
-            if regex.search(line):
-                matches.append(f"{_display(workspace, path)}:{number}: {line.rstrip()[:300]}")
-                if len(matches) >= GREP_MATCHES:
-                    return "\n".join(matches) + f"\n[stopped at {GREP_MATCHES} matches; narrow the pattern or path]"
-    return "\n".join(matches) if matches else f"no matches for {regex.pattern!r}"
+class _Match(Protocol):
+    def start(self) -> int: ...
 
 
-def _walk(workspace: Path, root: Path) -> list[Path]:
-    inside = real_root(workspace)
-    found = []
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-        for name in sorted(files):
-            path = Path(directory, name)
-            # A symlink may point out of the workspace; its target is not ours to read.
-            if Path(os.path.realpath(path)).is_relative_to(inside):
-                found.append(path)
-    return found
+class _Regex(Protocol):
+    def search(self, text: bytes, pos: int = ...) -> _Match | None: ...
 
 
-def _lines_of(path: Path) -> list[tuple[int, str]]:
+@dataclass(frozen=True)
+class _Pattern:
+    text: str
+    line: _Regex  # matches within one line: `^` and `$` are the line's ends
+    finder: _Regex | None  # the same over a whole file, to jump to the lines worth trying; None: try each
+
+
+def _compile(pattern: str, ignore_case: bool) -> _Pattern:
+    options = re2.Options()
+    options.case_sensitive = not ignore_case
+    options.log_errors = False  # RE2 would write its errors to the terminal the TUI draws on
     try:
-        if path.stat().st_size > GREP_FILE_BYTES:
-            return []
-        data = path.read_bytes()
-    except OSError:
-        return []
-    if _is_binary(data[:8192]):
-        return []
-    return list(enumerate(data.decode("utf-8", errors="replace").splitlines(), 1))
+        line = re2.compile(pattern, options)
+    except re2.error as error:
+        reason = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
+        raise ToolError(f"invalid regular expression {pattern!r}: {reason} ({RE2_SYNTAX})") from None
+    if line.programsize > GREP_PROGRAM_SIZE:
+        raise ToolError(
+            f"regular expression {pattern!r} is too large: RE2 compiles it to {line.programsize:,} instructions, "
+            f"grep allows {GREP_PROGRAM_SIZE:,}; use smaller repetition counts"
+        )
+    finder = None if _TEXT_ANCHORED.search(pattern) else re2.compile(f"(?m:{pattern})", options)
+    return _Pattern(pattern, line, finder)
+
+
+def _grep(
+    stop: threading.Event, workspace: Path, raw: object, pattern: str, ignore_case: bool, glob: str | None
+) -> str:
+    compiled = _compile(pattern, ignore_case)
+    hits = _Hits()
+    try:
+        with open_path(workspace, raw) as top:
+            if top.is_dir:
+                _search_tree(workspace, top, compiled, glob, hits, stop)
+            elif glob is None or fnmatch.fnmatch(PurePosixPath(top.path).name, glob):
+                _search_file(top, compiled, hits, stop)
+    finally:
+        re2.purge()  # re2.compile keeps 128 patterns, each with a DFA cache of up to 8 MiB: not ours
+    return hits.report(pattern)
+
+
+def _search_tree(
+    workspace: Path, top: Opened, pattern: _Pattern, glob: str | None, hits: _Hits, stop: threading.Event
+) -> None:
+    def wanted(name: str) -> bool:
+        return glob is None or fnmatch.fnmatch(name, glob)
+
+    with closing(walk(workspace, top, stop, skip=SKIPPED_DIRS.__contains__, wanted=wanted)) as files:
+        for file in files:
+            with file:
+                if not _search_file(file, pattern, hits, stop):
+                    return
+
+
+@dataclass
+class _Hits:
+    """grep's matching lines so far, and which of its caps cut the search."""
+
+    lines: list[str] = field(default_factory=list)
+    room: int = GREP_TOTAL_BYTES  # bytes left to search
+    spent: bool = False  # GREP_TOTAL_BYTES ran out before the search did
+    cut_files: list[str] = field(default_factory=list)  # searched only in their first GREP_FILE_BYTES
+
+    def add(self, path: str, number: int, line: bytes) -> bool:
+        """Keep a match; False once GREP_MATCHES are kept."""
+        text = line.decode("utf-8", errors="replace").rstrip()
+        if len(text) > GREP_LINE_CHARS:
+            text = f"{text[:GREP_LINE_CHARS]} […{len(text) - GREP_LINE_CHARS:,} more characters]"
+        self.lines.append(f"{path}:{number}: {text}")
+        return len(self.lines) < GREP_MATCHES
+
+    def report(self, pattern: str) -> str:
+        notes = []
+        if self.cut_files:
+            more = len(self.cut_files) - 5
+            shown = ", ".join(self.cut_files[:5]) + (f" and {more} more" if more > 0 else "")
+            notes.append(f"[searched only the first {GREP_FILE_BYTES // MiB} MiB of {shown}]")
+        if self.spent:
+            notes.append(f"[stopped after searching {GREP_TOTAL_BYTES // MiB} MiB; narrow the path or glob]")
+        if len(self.lines) >= GREP_MATCHES:
+            notes.append(f"[stopped at {GREP_MATCHES} matches; narrow the pattern or path]")
+        return "\n".join([*(self.lines or [f"no matches for {pattern!r}"]), *notes])
+
+
+def _search_file(file: Opened, pattern: _Pattern, hits: _Hits, stop: threading.Event) -> bool:
+    """Add the file's matching lines to `hits`; False once a cap says to stop."""
+    if hits.room <= 0:
+        hits.spent = True
+        return False
+    head = _read(file.fd, min(BINARY_PROBE, hits.room), stop)
+    if _is_binary(head):
+        hits.room -= len(head)
+        return True
+    data = head + _read(file.fd, min(GREP_FILE_BYTES, hits.room) - len(head), stop)
+    hits.room -= len(data)
+    if len(data) < file.size:
+        if len(data) == GREP_FILE_BYTES:
+            hits.cut_files.append(file.path)
+        else:
+            hits.spent = True
+    # CRLF as LF: `$` then ends such lines too, as it did when lines were split on any line break.
+    for number, line in _matching_lines(data.replace(b"\r\n", b"\n"), pattern, stop):
+        if not hits.add(file.path, number, line):
+            return False
+    return not hits.spent
+
+
+def _matching_lines(data: bytes, pattern: _Pattern, stop: threading.Event) -> Iterator[tuple[int, bytes]]:
+    """The lines of `data` that match, with their numbers from 1.
+
+    Searching the whole text for the pattern in multi-line mode finds, from any line on, a match
+    starting no later than the next line that matches on its own; so only the line it starts in
+    is tried, and the search goes on from the line after.
+    """
+    number, start = 1, 0
+    while start < len(data):
+        if stop.is_set():
+            raise _Abandoned
+        begin = start
+        if pattern.finder is not None:
+            found = pattern.finder.search(data, start)
+            if found is None:
+                return
+            begin = max(start, data.rfind(b"\n", start, found.start()) + 1)
+            number += data.count(b"\n", start, begin)
+        end = data.find(b"\n", begin)
+        end = len(data) if end < 0 else end
+        line = data[begin:end]
+        if pattern.line.search(line) is not None:
+            yield number, line
+        number, start = number + 1, end + 1
 
 
 def builtin_tools() -> list[Tool]:
@@ -243,7 +436,10 @@ def builtin_tools() -> list[Tool]:
             parameters={
                 "type": "object",
                 "properties": {
-                    "pattern": {"type": "string", "description": "Python regular expression."},
+                    "pattern": {
+                        "type": "string",
+                        "description": "Regular expression in RE2 syntax (no backreferences or lookaround).",
+                    },
                     "path": {"type": "string", "description": "File or directory to search (default: the workspace)."},
                     "glob": {"type": "string", "description": "Only files whose name matches, e.g. '*.py'."},
                     "ignore_case": {"type": "boolean"},

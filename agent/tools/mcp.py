@@ -2,19 +2,23 @@
 
 Each server runs in a task of its own, because the SDK's contexts must be entered and left
 in one task. A server inherits hotloop's environment minus the provider API keys, plus the
-`env` its config gives it. A server that won't start, or dies later, is reported in one line
-and its tools leave the registry; the run goes on without them.
+`env` its config gives it. A server that won't start, or whose connection dies, is reported
+in one line and its tools leave the registry; the run goes on without them, and `restart`
+starts it again. An error a server answers to one call (any JSON-RPC error, −32000 included)
+is that call's error result: the server stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import tempfile
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from hotloop.agent.events import Notice
 from hotloop.agent.tools.mcp_config import INVALID_NAME_CHARS, McpServer
@@ -26,76 +30,117 @@ if TYPE_CHECKING:
     from mcp_types import Tool as McpTool
 
 START_TIMEOUT = 30.0
+STOP_TIMEOUT = 5.0
+PROBE_TIMEOUT = 2.0  # a connection that can't list its tools in this long is taken for dead
+
+McpStatus = Literal["starting", "running", "failed", "stopped"]
+
+
+@dataclass
+class McpState:
+    """One server as the bridge runs it: its state, its tools, and what went wrong, if anything."""
+
+    server: McpServer
+    status: McpStatus = "starting"
+    tools: list[str] = field(default_factory=list)
+    problem: str = ""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def source(self) -> str:
+        return f"mcp:{self.server.name}"
 
 
 class McpBridge:
-    """Starts MCP servers, registers their tools, and stops them at the end."""
+    """Starts MCP servers, registers their tools, restarts them on request, and stops them at the end."""
 
     def __init__(self, registry: ToolRegistry, notify: Callable[[Notice], None], hidden_env: set[str]) -> None:
         self.registry = registry
         self.notify = notify
         self.hidden_env = hidden_env
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._reported: set[str] = set()
+        self.states: dict[str, McpState] = {}
         # The SDK logs parse failures with tracebacks; a broken server is reported in one line instead.
         logging.getLogger("mcp").setLevel(logging.CRITICAL)
 
     async def start(self, servers: list[McpServer], timeout: float = START_TIMEOUT) -> None:
         """Start every server at once; return when each is ready or has failed."""
-        pending = []
-        for server in servers:
-            ready = asyncio.Event()
-            task = asyncio.create_task(self._serve(server, ready), name=f"mcp:{server.name}")
-            self._tasks.append(task)
-            pending.append((server, task, ready))
-        for server, task, ready in pending:
-            try:
-                await asyncio.wait_for(ready.wait(), timeout)
-            except TimeoutError:
-                task.cancel()
-                self._report(server, f"did not start within {timeout:g} s")
+        launched = [self._launch(server) for server in servers]
+        await asyncio.gather(*(self._until_ready(state, timeout) for state in launched))
+
+    async def restart(self, name: str, timeout: float = START_TIMEOUT) -> McpState:
+        """Stop the server `name` if it runs, and start it again; its tools are registered anew."""
+        state = self.states[name]
+        await self._stop(state)
+        self.registry.remove_source(state.source)
+        fresh = self._launch(state.server)
+        await self._until_ready(fresh, timeout)
+        return fresh
 
     async def aclose(self) -> None:
-        self._stop.set()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
-        for task in self._tasks:
+        await asyncio.gather(*(self._stop(state) for state in self.states.values()))
+
+    def _launch(self, server: McpServer) -> McpState:
+        state = self.states[server.name] = McpState(server)
+        state.task = asyncio.create_task(self._serve(state), name=f"mcp:{server.name}")
+        return state
+
+    async def _until_ready(self, state: McpState, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(state.ready.wait(), timeout)
+        except TimeoutError:
+            if state.task is not None:
+                state.task.cancel()
+            self._report(state, f"did not start within {timeout:g} s")
+
+    async def _stop(self, state: McpState) -> None:
+        state.stop.set()
+        task = state.task
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=STOP_TIMEOUT)
             task.cancel()
 
     def _environment(self, server: McpServer) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if key not in self.hidden_env}
         return env | server.env
 
-    async def _serve(self, server: McpServer, ready: asyncio.Event) -> None:
+    async def _serve(self, state: McpState) -> None:
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
+        server = state.server
         params = StdioServerParameters(command=server.command, args=list(server.args), env=self._environment(server))
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
             try:
                 async with Client(stdio_client(params, errlog=errlog)) as client:
-                    await self._register(server, client)
-                    ready.set()
-                    await self._stop.wait()
+                    state.tools = await self._register(state, client)
+                    state.status = "running"
+                    state.ready.set()
+                    await state.stop.wait()
+                    state.status = "stopped"
             except Exception as error:  # the SDK raises exception groups of transport errors
-                if not self._stop.is_set():
-                    phase = "stopped" if ready.is_set() else "failed to start"
-                    self._report(server, f"{phase}: {_describe(error, server, errlog)}")
+                if not state.stop.is_set():
+                    phase = "stopped" if state.ready.is_set() else "failed to start"
+                    self._report(state, f"{phase}: {_describe(error, server, errlog)}")
             finally:
-                ready.set()
+                state.ready.set()
 
-    async def _register(self, server: McpServer, client: Client) -> None:
+    async def _register(self, state: McpState, client: Client) -> list[str]:
+        names: list[str] = []
         cursor: str | None = None
         while True:
             listing = await client.list_tools(cursor=cursor)
             for tool in listing.tools:
-                self.registry.add(self._tool(server, client, tool))
+                registered = self._tool(state, client, tool)
+                self.registry.add(registered)
+                names.append(registered.name)
             cursor = listing.next_cursor
             if not cursor:
-                return
+                return names
 
-    def _tool(self, server: McpServer, client: Client, tool: McpTool) -> Tool:
+    def _tool(self, state: McpState, client: Client, tool: McpTool) -> Tool:
+        server = state.server
         name = INVALID_NAME_CHARS.sub("_", tool.name)[:64]
         if name in self.registry:
             name = f"{server.name}__{name}"[:64]
@@ -111,10 +156,12 @@ class McpBridge:
             try:
                 result = await client.call_tool(remote_name, arguments, progress_callback=progress)
             except MCPError as error:
-                if error.code == CONNECTION_CLOSED:
-                    self._report(server, "stopped: the server exited")
-                    raise ToolError(f"MCP server {server.name!r} exited during the call") from None
-                raise ToolError(f"{remote_name} failed: {error.error.message}") from None
+                # −32000 is also what the SDK says of a dead connection; only a server that can't answer is dead.
+                if error.code == CONNECTION_CLOSED and not await _answers(client):
+                    self._report(state, "stopped: the server exited")
+                    restart = f"/mcp restart {server.name} starts it again"
+                    raise ToolError(f"MCP server {server.name!r} exited during the call ({restart})") from None
+                raise ToolError(f"{remote_name} failed: {error.error.message} (MCP error {error.code})") from None
             text = _content_text(result)
             if result.is_error:
                 raise ToolError(text or f"{remote_name} failed")
@@ -127,16 +174,27 @@ class McpBridge:
             parameters=tool.input_schema,
             handler=call,
             read_only=bool(hints and hints.read_only_hint),
-            source=f"mcp:{server.name}",
+            source=state.source,
         )
 
-    def _report(self, server: McpServer, problem: str) -> None:
-        if server.name in self._reported:
+    def _report(self, state: McpState, problem: str) -> None:
+        """Say once what happened to a server, and take its tools out."""
+        if state.status in ("failed", "stopped"):
             return
-        self._reported.add(server.name)
-        gone = self.registry.remove_source(f"mcp:{server.name}")
+        state.status, state.problem = ("stopped" if state.ready.is_set() else "failed"), problem
+        name = state.server.name
+        gone = self.registry.remove_source(state.source)
         suffix = f"; its tools are gone ({', '.join(gone)})" if gone else "; continuing without its tools"
-        self.notify(Notice(level="warning", message=f"MCP server {server.name!r} {problem}{suffix}"))
+        self.notify(Notice(level="warning", message=f"MCP server {name!r} {problem}{suffix}"))
+
+
+async def _answers(client: Client) -> bool:
+    """Whether the server still answers a request (MCP's ping is gone from the protocol; listing tools isn't)."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(PROBE_TIMEOUT):
+            await client.list_tools()
+        return True
+    return False
 
 
 def _content_text(result: CallToolResult) -> str:

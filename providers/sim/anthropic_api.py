@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from hotloop.providers.sim.cache import ONE_HOUR, CacheBlock
-from hotloop.providers.sim.engine import Emission, Generation, SimRequest
-from hotloop.providers.sim.model import STREAM_ERRORS
+from hotloop.providers.sim.engine import Emission, Generation, SimRequest, invalid_byte_in
+from hotloop.providers.sim.model import ANTHROPIC_USAGE, STREAM_ERRORS, status_phrase
 from hotloop.providers.sim.template import TOOLS_PREAMBLE, Call, Turn, joined_text
 from hotloop.providers.sim.tokenizer import encode
 
@@ -60,6 +60,11 @@ def failure(kind: str) -> AnthropicError:
     """The error a scenario step ends with."""
     status, message = STREAM_ERRORS[kind]
     return AnthropicError(status, message, kind)
+
+
+def refusal(status: int) -> AnthropicError:
+    """A `status` fault's error, of the API's type for the status (429: rate_limit_error, 529: overloaded_error)."""
+    return AnthropicError(status, status_phrase(status))
 
 
 def sign(thinking: str) -> str:
@@ -376,11 +381,12 @@ def _event(payload: dict[str, Any]) -> bytes:
 
 
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+_TEXT_KEYS = {"text": "text", "reasoning": "thinking", "call_args": "partial_json"}
 
 
 def usage(generation: Generation) -> dict[str, Any]:
     use = generation.cache
-    return {
+    body = {
         "input_tokens": generation.prompt_tokens - use.read - use.write,
         "cache_creation_input_tokens": use.write,
         "cache_read_input_tokens": use.read,
@@ -388,6 +394,8 @@ def usage(generation: Generation) -> dict[str, Any]:
         "output_tokens": generation.output_tokens,
         "service_tier": "standard",
     }
+    body.update((key, value) for key, value in generation.reply.faults.usage if key in ANTHROPIC_USAGE)
+    return body
 
 
 def _content_runs(generation: Generation) -> list[tuple[str, list[Emission]]]:
@@ -434,6 +442,7 @@ def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
     }
     yield 1, _event({"type": "message_start", "message": message})
     decoded = 0
+    broken = generation.invalid_utf8_emission
     for index, (kind, emissions) in enumerate(_content_runs(generation)):
         yield (
             max(decoded, 1),
@@ -443,7 +452,9 @@ def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
             yield max(decoded, 1), PING
         for emission in emissions:
             decoded += emission.tokens
-            yield decoded, _event({"type": "content_block_delta", "index": index, "delta": _delta(kind, emission)})
+            data = _event({"type": "content_block_delta", "index": index, "delta": _delta(kind, emission)})
+            # `is`, not ==: the same piece of text may come twice, and only one chunk gets the byte.
+            yield decoded, invalid_byte_in(data, _TEXT_KEYS[emission.kind]) if emission is broken else data
         if kind == "thinking":
             signature = sign("".join(e.text for e in emissions))
             yield (

@@ -1,19 +1,21 @@
 """The simulated inference engine behind both wire protocols.
 
 It turns a parsed request into a `Generation`: the prompt's token count and prefix-cache
-hit, the reply, and the reply cut into timed emissions. It also keeps vLLM's counters.
+hit, the reply, and the reply cut into timed emissions. It also keeps vLLM's counters, and
+applies the faults that change what the model says (model.py's docstring lists them all).
 Nothing here knows HTTP.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hotloop.providers.sim.cache import BreakpointCache, CacheBlock, CacheUse, PrefixCache, block_hashes
 from hotloop.providers.sim.defaults import CACHE_BLOCKS, CACHE_MIN_TOKENS, PROMPT_TOKENS_DETAILS, SCHEDULING_POLICY
-from hotloop.providers.sim.model import Reply, reply, thinking_for
+from hotloop.providers.sim.model import Faults, Refusal, Reply, padded, reply, scenario_step, thinking_for
 from hotloop.providers.sim.template import END, Call, Turn, assistant_body, call_text, render
 from hotloop.providers.sim.tokenizer import encode, pieces
 
@@ -47,6 +49,8 @@ class SimConfig:
     # vLLM's --max-num-seqs (None: unlimited) and --scheduling-policy (fcfs or priority).
     max_running: int | None = None
     scheduling: str = SCHEDULING_POLICY
+    # `hotloop sim serve --fault`: faults for every request, under a scenario step's own.
+    faults: Faults = field(default_factory=Faults)
 
     def with_latency(
         self, ttft: float | None = None, prefill_per_token: float | None = None, decode_per_token: float | None = None
@@ -129,18 +133,37 @@ class Generation:
     @property
     def calls(self) -> list[Call]:
         """Calls as generated, arguments possibly cut short by `max_tokens`."""
-        found: dict[int, Call] = {}
+        found: dict[int, tuple[Call, list[str]]] = {}
         for e in self.emissions:
             if e.kind == "call_start" and e.call is not None:
-                found[e.index] = replace(e.call, arguments="")
+                found[e.index] = (e.call, [])
             elif e.kind == "call_args":
-                call = found[e.index]
-                found[e.index] = replace(call, arguments=call.arguments + e.text)
-        return list(found.values())
+                found[e.index][1].append(e.text)
+        # Joined once: adding fragment by fragment is quadratic, and `huge_argument` makes megabytes of them.
+        return [replace(call, arguments="".join(parts)) for call, parts in found.values()]
+
+    @property
+    def invalid_utf8_emission(self) -> Emission | None:
+        """The emission whose chunk carries the `invalid_utf8` byte: the first text, else reasoning or arguments."""
+        if not self.reply.faults.invalid_utf8:
+            return None
+        for kind in ("text", "reasoning", "call_args"):
+            found = next((e for e in self.emissions if e.kind == kind), None)
+            if found is not None:
+                return found
+        return None
 
 
 class ModelNotFound(LookupError):
     pass
+
+
+class Refused(Exception):
+    """A request a `status` fault refuses, before anything is cached or counted."""
+
+    def __init__(self, refusal: Refusal, faults: Faults) -> None:
+        super().__init__(refusal.status)
+        self.refusal, self.faults = refusal, faults
 
 
 class SimEngine:
@@ -153,6 +176,7 @@ class SimEngine:
         self.cache = PrefixCache(self.config.cache_blocks)
         self.breakpoints = BreakpointCache(self.config.cache_min_tokens)
         self.metrics = Metrics()
+        self._refused: Counter[str] = Counter()  # refusals so far, per scenario step or (for --fault) per request
         for model in self.config.models:
             self.metrics.register_model(model)
 
@@ -160,17 +184,12 @@ class SimEngine:
         profile = self.config.models.get(request.model)
         if profile is None:
             raise ModelNotFound(request.model)
+        prompt_ids, prompt_tokens, request_id = _prompt(request)
+        answer = self._answer(request, request_id)
         if request.blocks is None:
-            prompt = render(request.turns, request.tools)
-            prompt_ids, prompt_tokens = prompt.tokens, len(prompt.tokens)
             use = self._prefix_cache_use(prompt_ids, request.model)
-            fingerprint = "".join(prompt.segments)
         else:
-            prompt_ids, prompt_tokens = [], sum(block.tokens for block in request.blocks)
             use = self.breakpoints.use(request.blocks, _model_root(request.model))
-            fingerprint = repr([block.key for block in request.blocks])
-        request_id = hashlib.blake2b(fingerprint.encode(), digest_size=16).hexdigest()
-        answer = _with_call_ids(self._reply(request), request_id, request.call_ids)
         if answer.decode_per_token is not None:
             profile = replace(profile, decode_per_token=answer.decode_per_token)
         emissions, truncated = _emissions(answer, request.max_tokens)
@@ -200,6 +219,16 @@ class SimEngine:
         self.cache.insert(blocks)
         return CacheUse(read=cached)
 
+    def _answer(self, request: SimRequest, request_id: str) -> Reply:
+        """The reply with its faults (a scenario step's own over --fault's); raises `Refused` for a status fault."""
+        answer = self._reply(request)
+        faults = answer.faults.over(self.config.faults)
+        if faults.refusal is not None:
+            # A step's refusals count per step, so a retry (the same step) gets through after `times`; --fault's
+            # count per request.
+            self._refuse_if_due(faults, f"step {scenario_step(request.turns)}" if answer.faults.refusal else request_id)
+        return _padded(_with_call_ids(replace(answer, faults=faults), request_id, request.call_ids))
+
     def _reply(self, request: SimRequest) -> Reply:
         answer = reply(request.turns, request.tools, self.config.scenario)
         if request.thinking is False:
@@ -207,6 +236,14 @@ class SimEngine:
         if request.thinking and not answer.reasoning:
             return replace(answer, reasoning=thinking_for(request.turns, answer))
         return answer
+
+    def _refuse_if_due(self, faults: Faults, key: str) -> None:
+        """Raise `Refused` while the `status` fault has refusals left (`times`) for this step or request."""
+        refusal = faults.refusal
+        if refusal is None or (refusal.times is not None and self._refused[key] >= refusal.times):
+            return
+        self._refused[key] += 1
+        raise Refused(refusal, faults)
 
     def finish(self, generation: Generation) -> None:
         """Cache the generated tokens too (vLLM does; Anthropic caches only at breakpoints)."""
@@ -221,6 +258,18 @@ class SimEngine:
         self.metrics.finished(generation.model, 0, "abort", self.cache)
 
 
+def _prompt(request: SimRequest) -> tuple[list[int], int, str]:
+    """The prompt's token ids (none for Anthropic's, cached as blocks), its length, and the request's id."""
+    if request.blocks is None:
+        prompt = render(request.turns, request.tools)
+        prompt_ids, prompt_tokens = prompt.tokens, len(prompt.tokens)
+        fingerprint = "".join(prompt.segments)
+    else:
+        prompt_ids, prompt_tokens = [], sum(block.tokens for block in request.blocks)
+        fingerprint = repr([block.key for block in request.blocks])
+    return prompt_ids, prompt_tokens, hashlib.blake2b(fingerprint.encode(), digest_size=16).hexdigest()
+
+
 def _model_root(model: str) -> int:
     """Each model has a cache of its own, as each vLLM server (or Anthropic model) does: one prompt, other hashes."""
     return int.from_bytes(hashlib.blake2b(model.encode(), digest_size=8).digest(), "big")
@@ -233,13 +282,27 @@ def _with_call_ids(answer: Reply, request_id: str, style: str) -> Reply:
     prefix, size = _CALL_ID_FORMATS[style]
     calls = tuple(
         replace(call, id=prefix + hashlib.blake2b(f"{request_id}:{n}".encode(), digest_size=size).hexdigest())
-        for n, call in enumerate(answer.calls)
+        for n, call in zip(_call_numbers(answer), answer.calls, strict=True)
     )
     return replace(answer, calls=calls)
 
 
+def _call_numbers(answer: Reply) -> list[int]:
+    """What each call's id is made from: its position, or 0 for all under `duplicate_ids`."""
+    return [0 if answer.faults.duplicate_ids else n for n in range(len(answer.calls))]
+
+
+def _padded(answer: Reply) -> Reply:
+    """The reply with its first call's arguments grown to `huge_argument` characters."""
+    size = answer.faults.huge_argument
+    if not size or not answer.calls:
+        return answer
+    first, *rest = answer.calls
+    return replace(answer, calls=(replace(first, arguments=padded(first.arguments, size)), *rest))
+
+
 def _emissions(answer: Reply, max_tokens: int | None) -> tuple[list[Emission], bool]:
-    """The reply as timed pieces, cut at `max_tokens`, and whether it was cut."""
+    """The reply as timed pieces, cut at `max_tokens` (or by `cut_arguments`), and whether it was cut."""
     planned: list[Emission] = [Emission("reasoning", p, 1) for p in pieces(answer.reasoning)]
     planned += [Emission("text", p, 1) for p in pieces(answer.text)]
     for index, call in enumerate(answer.calls):
@@ -249,6 +312,9 @@ def _emissions(answer: Reply, max_tokens: int | None) -> tuple[list[Emission], b
         planned += [Emission("call_args", p, 1, index) for p in args[:-1]]
         # The closing `}\n</tool_call>` decodes with the last fragment and shows nothing of its own.
         planned.append(Emission("call_args", args[-1], 1 + len(encode(tail)), index))
+    cut = False
+    if answer.faults.cut_arguments is not None and answer.calls:
+        planned, cut = _cut_arguments(planned, answer.faults.cut_arguments), True
     budget = max_tokens if max_tokens is not None else float("inf")
     emitted: list[Emission] = []
     used = 0
@@ -257,4 +323,26 @@ def _emissions(answer: Reply, max_tokens: int | None) -> tuple[list[Emission], b
             return emitted, True
         emitted.append(emission)
         used += emission.tokens
-    return emitted, False
+    return emitted, cut
+
+
+def _cut_arguments(planned: list[Emission], size: int) -> list[Emission]:
+    """The pieces up to `size` characters into the first call's arguments, where the output limit hits."""
+    kept: list[Emission] = []
+    for emission in planned:
+        if emission.kind in ("call_start", "call_args") and emission.index > 0:
+            break
+        if emission.kind == "call_args":
+            if len(emission.text) >= size:
+                if size:
+                    kept.append(replace(emission, text=emission.text[:size]))
+                break
+            size -= len(emission.text)
+        kept.append(emission)
+    return kept
+
+
+def invalid_byte_in(chunk: bytes, key: str) -> bytes:
+    """The chunk with a 0xff byte (never valid UTF-8) at the start of its JSON string `key`, all else well formed."""
+    opening = f'"{key}":"'.encode()
+    return chunk.replace(opening, opening + b"\xff", 1)

@@ -1,7 +1,8 @@
 """OpenAI Chat Completions as vLLM speaks it: request parsing and the response bytes.
 
 Tool-call pairing is checked the way OpenAI checks it, which is stricter than vLLM: a
-conversation that would be rejected by a hosted provider must not pass here either.
+conversation that would be rejected by a hosted provider must not pass here either. Tool-call
+arguments sent back must be JSON, as llama.cpp requires (and, as llama.cpp does, a 500 says so).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hotloop.providers.sim.engine import DEFAULT_MODEL, Emission, Generation, SimRequest
-from hotloop.providers.sim.model import STREAM_ERRORS
+from hotloop.providers.sim.engine import DEFAULT_MODEL, Emission, Generation, SimRequest, invalid_byte_in
+from hotloop.providers.sim.model import OPENAI_USAGE, STREAM_ERRORS, status_phrase
 from hotloop.providers.sim.template import Call, Turn, joined_text
 
 
@@ -146,10 +147,20 @@ def _calls(raw: Any, n: int) -> tuple[Call, ...]:
         ):
             raise ApiError(400, f"messages[{n}].tool_calls entries need id and function.name", param="messages")
         arguments = function.get("arguments", "")
+        if isinstance(arguments, str) and "arguments" in function:  # left out, they stay "" as before
+            _require_json(arguments)
         calls.append(
             Call(call["id"], function["name"], arguments if isinstance(arguments, str) else json.dumps(arguments))
         )
     return tuple(calls)
+
+
+def _require_json(arguments: str) -> None:
+    """llama.cpp parses the arguments of past calls to render them, and answers a 500 when they aren't JSON."""
+    try:
+        json.loads(arguments)
+    except json.JSONDecodeError as error:
+        raise ApiError(500, f"Failed to parse tool call arguments as JSON: {error}", "server_error") from None
 
 
 def _dumps(value: Any) -> str:
@@ -165,6 +176,11 @@ def usage(generation: Generation, prompt_tokens_details: bool) -> dict[str, Any]
     # vLLM leaves the details out on a miss rather than reporting 0.
     if prompt_tokens_details and generation.cached_tokens:
         body["prompt_tokens_details"] = {"cached_tokens": generation.cached_tokens}
+    for key, value in generation.reply.faults.usage:
+        if key == "cached_tokens":
+            body["prompt_tokens_details"] = {**body.get("prompt_tokens_details", {}), key: value}
+        elif key in OPENAI_USAGE:
+            body[key] = value
     return body
 
 
@@ -188,10 +204,13 @@ def stream_chunks(
         return chunk({"index": 0, "delta": payload, "logprobs": None, "finish_reason": None})
 
     decoded = 0
+    broken = generation.invalid_utf8_emission
     yield 1, delta({"role": "assistant", "content": ""})
     for emission in generation.emissions:
         decoded += emission.tokens
-        yield decoded, delta(_delta_of(emission))
+        data = delta(_delta_of(emission))
+        # `is`, not ==: the same piece of text may come twice, and only one chunk gets the byte.
+        yield decoded, invalid_byte_in(data, _TEXT_KEYS[emission.kind]) if emission is broken else data
     if generation.reply.error:
         # vLLM reports a failure inside the stream as an error object, then ends it.
         yield max(decoded, 1), f"data: {_dumps(failure(generation.reply.error).body())}\n\ndata: [DONE]\n\n".encode()
@@ -217,6 +236,15 @@ def stream_chunks(
             f'data: {head},"choices":[],"usage":{_dumps(usage(generation, prompt_tokens_details))}}}\n\n'.encode(),
         )
     yield last, b"data: [DONE]\n\n"
+
+
+_TEXT_KEYS = {"text": "content", "reasoning": "reasoning", "call_args": "arguments"}
+
+
+def refusal(status: int) -> ApiError:
+    """A `status` fault's error, named as vLLM names its errors (503: ServiceUnavailableError)."""
+    phrase = status_phrase(status)
+    return ApiError(status, phrase, phrase.removesuffix(" Error").replace(" ", "") + "Error")
 
 
 def failure(kind: str) -> ApiError:

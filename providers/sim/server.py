@@ -1,4 +1,8 @@
-"""The simulator's HTTP server: vLLM's OpenAI-compatible endpoints and Anthropic's Messages API on a real socket."""
+"""The simulator's HTTP server: vLLM's OpenAI-compatible endpoints and Anthropic's Messages API on a real socket.
+
+It also plays the faults that are about the connection: a refused request (`status`), silence
+(`stall`) and a stream cut short (`drop_after`); model.py's docstring lists every fault.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from aiohttp import web
 from hotloop import __version__
 from hotloop.providers.sim import anthropic_api, openai_api
 from hotloop.providers.sim.anthropic_api import AnthropicError
-from hotloop.providers.sim.engine import Generation, ModelNotFound, SimConfig, SimEngine, SimRequest
+from hotloop.providers.sim.engine import Generation, ModelNotFound, Refused, SimConfig, SimEngine, SimRequest
+from hotloop.providers.sim.model import Faults
 from hotloop.providers.sim.openai_api import ApiError
 from hotloop.providers.sim.scheduler import Admission
 
@@ -35,6 +40,7 @@ class RecordedRequest:
     cached_tokens: int
     received: float
     cache_write_tokens: int = 0
+    status: int = 200  # a `status` fault's, for a refused request (which has no tokens)
 
 
 class ContextTooLong(ValueError):
@@ -86,6 +92,10 @@ class SimServer:
                     f"has {long.prompt_tokens} input tokens. Please reduce the length of the input messages.",
                 )
                 return _json_response(too_long.body(), too_long.status)
+            except Refused as refused:
+                refusal = openai_api.refusal(refused.refusal.status)
+                answer = _json_response(refusal.body(), refusal.status)
+                return await self._refuse(request, raw, call.request.model, refused, answer)
             self._record(request, raw, generation)
             details = self.config.prompt_tokens_details
             if not call.stream:
@@ -119,6 +129,9 @@ class SimServer:
                 )
             except AnthropicError as error:
                 return _anthropic_error(error)
+            except Refused as refused:
+                answer = _anthropic_error(anthropic_api.refusal(refused.refusal.status))
+                return await self._refuse(request, raw, call.request.model, refused, answer)
             self._record(request, raw, generation)
             if not call.stream:
                 failure = anthropic_api.failure(generation.reply.error) if generation.reply.error else None
@@ -145,6 +158,16 @@ class SimServer:
             raise ContextTooLong(generation.prompt_tokens)
         return generation
 
+    async def _refuse(
+        self, request: web.Request, raw: bytes, model: str, refused: Refused, response: web.Response
+    ) -> web.Response:
+        """A `status` fault's answer (the protocol's error `response`), with `retry-after` if set, after any stall."""
+        self.requests.append(RecordedRequest(request.path, raw, model, 0, 0, time.time(), status=response.status))
+        await _stall_before_headers(refused.faults)
+        if refused.refusal.retry_after is not None:
+            response.headers["retry-after"] = f"{refused.refusal.retry_after:g}"
+        return response
+
     def _record(self, request: web.Request, raw: bytes, generation: Generation) -> None:
         self.requests.append(
             RecordedRequest(
@@ -162,6 +185,7 @@ class SimServer:
         self, generation: Generation, body: dict[str, Any], failure: ApiError | AnthropicError | None, arrived: float
     ) -> web.Response:
         try:
+            await _stall_before_headers(generation.reply.faults)
             await asyncio.sleep(generation.prefill_seconds)
             self._first_token(generation, arrived)
             await asyncio.sleep(generation.profile.decode_per_token * max(generation.output_tokens - 1, 0))
@@ -180,10 +204,15 @@ class SimServer:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         finished = False
         try:
+            await _stall_before_headers(generation.reply.faults)
             await response.prepare(request)
-            await _send_paced(response, generation, chunks, lambda: self._first_token(generation, arrived))
-            await response.write_eof()
-            finished = True
+            if await _send_paced(response, generation, chunks, lambda: self._first_token(generation, arrived)):
+                await response.write_eof()
+                finished = True
+            elif request.transport is not None:
+                # `drop_after`: close() sends what was written, then ends the connection with no end of stream
+                # (no last chunk, no [DONE] or message_stop), as from a server process that died.
+                request.transport.close()
         except ConnectionResetError:
             pass  # the client went away mid-stream (a cancelled turn): an aborted request, as in vLLM
         finally:
@@ -242,31 +271,51 @@ def _json(raw: bytes, error: type[ApiError] | type[AnthropicError]) -> Any:
         raise error(400, f"the request body is not valid JSON: {problem}") from None
 
 
+async def _stall_before_headers(faults: Faults) -> None:
+    if faults.stall is not None and faults.stall.before_headers:
+        await asyncio.sleep(faults.stall.before_headers)
+
+
 async def _send_paced(
     response: web.StreamResponse,
     generation: Generation,
     chunks: Iterator[tuple[int, bytes]],
     first_token: Callable[[], None],
-) -> None:
-    """Write each chunk when its tokens would have been decoded; coalesce whatever is already due."""
+) -> bool:
+    """Write each chunk when its tokens would have been decoded; coalesce whatever is already due.
+
+    False when `drop_after` ends the stream early; a `stall` after some chunks holds the rest back.
+    """
     loop = asyncio.get_running_loop()
     first_token_at = loop.time() + generation.prefill_seconds
     per_token = generation.profile.decode_per_token
+    faults = generation.reply.faults
     pending: list[bytes] = []
     decoding = False
-    for position, data in chunks:
+    for sent, (position, data) in enumerate(chunks):
+        if sent == faults.drop_after:
+            await _flush(response, pending)
+            return False
+        if faults.stall is not None and sent == faults.stall.after_chunks:
+            await _flush(response, pending)
+            await asyncio.sleep(faults.stall.seconds)
+            first_token_at += faults.stall.seconds  # the rest keeps its pace after the silence
         delay = first_token_at + per_token * (position - 1) - loop.time()
         if delay > 0:
-            if pending:
-                await response.write(b"".join(pending))
-                pending.clear()
+            await _flush(response, pending)
             await asyncio.sleep(delay)
         if position >= 1 and not decoding:
             decoding = True
             first_token()
         pending.append(data)
+    await _flush(response, pending)
+    return True
+
+
+async def _flush(response: web.StreamResponse, pending: list[bytes]) -> None:
     if pending:
         await response.write(b"".join(pending))
+        pending.clear()
 
 
 async def start(server: SimServer, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:

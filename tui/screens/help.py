@@ -8,6 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
+from hotloop.agent.text import inert
 from hotloop.core.slash import COMMANDS
 
 KEYS = """\
@@ -43,6 +44,6 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q,question_mark", "app.pop_screen", "Close")]
 
     def compose(self) -> ComposeResult:
-        commands = "\n".join(f"| `{name}` | {text} |" for name, text in COMMANDS.items())
+        commands = inert("\n".join(f"| `{name}` | {text} |" for name, text in COMMANDS.items()))
         with VerticalScroll():
             yield Markdown(f"# hotloop\n\n## Keys\n\n{KEYS}\n## Commands\n\n| command | |\n|---|---|\n{commands}\n")

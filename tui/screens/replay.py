@@ -17,6 +17,7 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker
 
 from hotloop.agent.events import AgentEvent
+from hotloop.agent.text import inert
 from hotloop.sessions.replay import Replay
 from hotloop.sessions.store import LoggedSession
 from hotloop.tui.render import Palette
@@ -51,7 +52,7 @@ class ReplayScreen(Screen[None]):
         self._left = False
 
     def compose(self) -> ComposeResult:
-        yield Static(id="title")
+        yield Static(id="title", markup=False)
         yield Transcript(self.replay.recorded_time, self.palette)
         yield Footer()
 
@@ -106,7 +107,7 @@ class ReplayScreen(Screen[None]):
             f"replay · session {header.id} · {replay.speed:g}× · step {replay.timeline.steps_before(replay.position)} "
             f"of {steps} · {state} · space pause · ←/→ steps · +/- speed"
         )
-        self.query_one("#title", Static).update(title)
+        self.query_one("#title", Static).update(inert(title))  # the id comes from the log
 
     def action_toggle_pause(self) -> None:
         self.replay.toggle_pause()

@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from hotloop.agent.events import AgentEvent
+from hotloop.tui.render import inert_text
 
 
 class WaterfallScreen(ModalScreen[None]):
@@ -31,7 +32,8 @@ class WaterfallScreen(ModalScreen[None]):
 
         width = max(self.app.size.width * 95 // 100 - 4, 40)
         cost = prefill_cost(self.events)
-        drawn = [render(turn, width, cost) for turn in waterfalls(self.events)]
+        # Prompts, model and tool names label the bars.
+        drawn = [inert_text(render(turn, width, cost)) for turn in waterfalls(self.events)]
         self.plain = "\n".join(text.plain for text in drawn)  # what it says, for a test or a copy
         body = Group(*drawn) if drawn else "No turns yet."
         with VerticalScroll():

@@ -5,6 +5,9 @@ from __future__ import annotations
 from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
+from textual.widgets.text_area import EditResult, Location
+
+from hotloop.agent.text import inert
 
 
 class PromptInput(TextArea):
@@ -53,6 +56,13 @@ class PromptInput(TextArea):
             self._walk(1)
         else:
             await super()._on_key(event)
+
+    def _replace_via_keyboard(self, insert: str, start: Location, end: Location) -> EditResult | None:
+        """Typed or pasted text, its control characters made inert: the box would draw them raw.
+
+        A paste may be an answer copied with ctrl+o, or come from the terminal, which sends line breaks as `\\r`.
+        """
+        return super()._replace_via_keyboard(inert(insert.replace("\r\n", "\n").replace("\r", "\n")), start, end)
 
     def _submit(self) -> None:
         text = self.text

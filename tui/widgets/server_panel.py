@@ -14,6 +14,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from hotloop.agent.text import inert
+
 if TYPE_CHECKING:
     from hotloop.core.session import ServerReport
 
@@ -35,9 +37,10 @@ class ServerPanel(Static):
         info = report.info
         text = Text()
         text.append(f"{info.label}", "bold")
-        text.append(f" · {report.base_url.split('//')[-1].removesuffix('/v1')}\n", "dim")
+        # The address is the config's, and the model a server's name for it.
+        text.append(inert(f" · {report.base_url.split('//')[-1].removesuffix('/v1')}\n"), "dim")
         length = info.max_model_len(report.model)
-        text.append(f"{report.model}" + (f" · {length:,} ctx" if length else "") + "\n\n")
+        text.append(inert(report.model) + (f" · {length:,} ctx" if length else "") + "\n\n")
         if not info.has_metrics:
             text.append(f"no /metrics: every figure {NOT_REPORTED}", "dim")
             return text

@@ -17,6 +17,8 @@ from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from hotloop.agent.text import inert
+
 if TYPE_CHECKING:
     from hotloop.sessions.store import SessionSummary
 
@@ -70,8 +72,9 @@ class SessionsSidebar(Vertical):
             options.add_option(Option(Text(empty, style="dim"), disabled=True))
         for session in shown:
             started = datetime.fromtimestamp(session.started).strftime("%b %d %H:%M")
-            label = Text(f"{started} · {session.id} · {session.turns} turns · {session.model}\n", style="dim")
-            label.append(session.title or "(no prompt)")
+            # Everything but the time comes from the log: a model's title, a prompt.
+            label = Text(inert(f"{started} · {session.id} · {session.turns} turns · {session.model}\n"), style="dim")
+            label.append(inert(session.title or "(no prompt)"))
             options.add_option(Option(label, id=str(session.path)))
         if shown:
             options.highlighted = 0

@@ -7,6 +7,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from hotloop.agent.figures import SessionTotals
+from hotloop.agent.text import inert
 
 
 class StatusBar(Static):
@@ -26,10 +27,10 @@ class StatusBar(Static):
         line.append(f"● {self.state}", "" if self.state == "ready" else "bold")
         line.append("  │  ", "dim")
         if self.provider:
-            line.append(self.provider, "bold")
-            line.append(f" · {self.model}")
+            line.append(inert(self.provider), "bold")
+            line.append(inert(f" · {self.model}"))  # a server's name for it
             if self.tier:
-                line.append(f" · {self.tier}", "italic")
+                line.append(inert(f" · {self.tier}"), "italic")
             line.append("  │  ", "dim")
         totals = self.totals
         line.append(f"prompt {totals.prompt:,} · out {totals.output:,} · cache hit ")

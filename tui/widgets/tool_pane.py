@@ -6,10 +6,12 @@ from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.timer import Timer
 from textual.widgets import Log, Static
 
 from hotloop.agent.figures import seconds
+from hotloop.agent.text import inert
 from hotloop.sessions.projection import CallRecord
 from hotloop.tui.items import STATUS_MARK
 
@@ -62,11 +64,12 @@ class ToolPane(Vertical):
         if not self.children:  # not composed yet; on_mount syncs (`is_mounted` is still False there)
             return
         call = self.call
-        self.border_title = call.name or "…"
-        self.query_one(".arguments", Static).update(" ".join(call.arguments.split()) or "…")
+        # Content, not a str: a str title is parsed as markup. The model names the tool.
+        self.border_title = Content(inert(call.name or "…"))
+        self.query_one(".arguments", Static).update(inert(" ".join(call.arguments.split())) or "…")
         log = self.query_one(Log)
         for text in call.output[self._written :]:
-            log.write_lines(text.rstrip("\n").splitlines())
+            _write(log, text)
         self._written = len(call.output)
         if call.status == "running" and self._timer is None:
             self._timer = self.set_interval(0.1, self.tick)
@@ -80,18 +83,24 @@ class ToolPane(Vertical):
             self._timer.stop()
         # A tool that streamed nothing shows its result instead.
         if not self.call.output and self.call.result and not self._result_shown:
-            log.write_lines(self.call.result.rstrip("\n").splitlines())
+            _write(log, self.call.result)
             self._result_shown = True
 
     def tick(self) -> None:
         call = self.call
         if call.duration is not None:
             reused = f" · {call.reused}" if call.reused else ""
-            self.border_subtitle = (
-                f"{STATUS_MARK.get(call.status, '?')} {call.status} · {seconds(call.duration)}{reused}"
+            # A replayed log says what `reused` is: shown as it reads.
+            self.border_subtitle = Content(
+                inert(f"{STATUS_MARK.get(call.status, '?')} {call.status} · {seconds(call.duration)}{reused}")
             )
         elif call.started is not None:
             elapsed = max(self.clock() - call.started, 0.0)
             self.border_subtitle = f"{SPINNER[int(elapsed * 8) % len(SPINNER)]} {seconds(elapsed)}"
         else:
             self.border_subtitle = "arguments…"
+
+
+def _write(log: Log, text: str) -> None:
+    """A tool's output into the pane's log; the log itself hides only some control characters, not ESC."""
+    log.write_lines(inert(text).rstrip("\n").splitlines())

@@ -10,7 +10,8 @@ from textual.widgets import Static
 
 from hotloop.agent.events import ResponseFinished, StepStarted
 from hotloop.agent.figures import seconds
-from hotloop.tui.render import Palette, response_text
+from hotloop.agent.text import inert
+from hotloop.tui.render import Palette, inert_text, response_text
 
 
 class UsageStrip(Static):
@@ -76,10 +77,11 @@ class UsageStrip(Static):
             line.append_text(response_text(self._response, self.palette()))
             if self._tools_running:
                 line.append(f" · {self._tools_running} tool{'s' if self._tools_running != 1 else ''} running")
-            self.update(line)
+            self.update(inert_text(line))  # it names the tier, from the config
             return
         if self._first_token is None:
-            line.append(f"{step.model} · waiting for the first token · {seconds(max(self.clock() - step.ts, 0))}")
+            waited = seconds(max(self.clock() - step.ts, 0))
+            line.append(f"{inert(step.model)} · waiting for the first token · {waited}")
         else:
             line.append(f"ttft {seconds(self._first_token - step.ts)} · streaming · {self._tokens:,} chunks")
         # These short lines tick ten times a second and never wrap: no layout pass for them.

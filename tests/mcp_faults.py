@@ -1,0 +1,93 @@
+"""A misbehaving MCP stdio server for the hardening tests, built on the official SDK.
+
+`python tests/mcp_faults.py MODE`, where MODE is one of:
+
+- `dies-after-init`: answers initialize and the tool list, then exits.
+- `hangs`: its `hang` tool never returns.
+- `error-32000`: its `fail` tool answers a JSON-RPC error (code -32000); the server stays up.
+- `floods`: its `flood` tool writes ~5 MB to stderr and returns ~5 MB.
+
+Every mode has `echo` too, which works, so a test can show the server is otherwise healthy.
+"""
+
+import io
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+FLOOD_BYTES = 5 * 1024 * 1024
+FAILURE = "the backend is unavailable"
+
+app = MCPServer("faults")
+
+
+@app.tool()
+def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+async def hang() -> str:
+    """Never return."""
+    await anyio.sleep_forever()
+    return "unreachable"
+
+
+def fail() -> str:
+    """Answer a JSON-RPC error, as a server whose backend is down does."""
+    raise MCPError(-32000, FAILURE)
+
+
+def flood() -> str:
+    """Write ~5 MB to stderr, then return ~5 MB."""
+    line = "flood " + "x" * 94 + "\n"
+    sys.stderr.write(line * (FLOOD_BYTES // len(line)))
+    sys.stderr.flush()
+    return line * (FLOOD_BYTES // len(line))
+
+
+TOOLS = {"hangs": hang, "error-32000": fail, "floods": flood}
+MODES = ("dies-after-init", *TOOLS)
+
+
+class ExitAfterToolList:
+    """The server's stdout, which ends the process once the tool list is on the wire."""
+
+    def __init__(self, stdout: Any) -> None:
+        self._stdout = stdout
+        self._line = ""
+
+    async def write(self, line: str) -> None:
+        self._line = line
+        await self._stdout.write(line)
+
+    async def flush(self) -> None:
+        await self._stdout.flush()
+        # Exiting here, after the flush, rather than on a timer: the client is sure to get the list first.
+        if isinstance(json.loads(self._line).get("result", {}).get("tools"), list):
+            os._exit(0)
+
+
+async def serve_then_die() -> None:
+    stdout = ExitAfterToolList(anyio.wrap_file(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")))
+    async with stdio_server(stdout=stdout) as (read, write):  # type: ignore[arg-type]
+        # MCPServer.run() opens its own stdout; the low-level server takes the wrapped one.
+        server = app._lowlevel_server
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1] if len(sys.argv) == 2 else ""
+    if mode not in MODES:
+        sys.exit(f"usage: mcp_faults.py {{{','.join(MODES)}}}")
+    if mode == "dies-after-init":
+        anyio.run(serve_then_die)
+    else:
+        app.add_tool(TOOLS[mode])
+        app.run()
