@@ -45,7 +45,7 @@ def step_summary(step: StepFinished) -> str:
     tools 3 in 1.01 s (sum 3.02 s)`.
     """
     parts = [f"step {step.step}", *([step.route] if step.route else []), prompt_breakdown(step.usage)]
-    if step.usage is not None:
+    if step.usage is not None and step.usage.distrust is None:
         parts.append(f"out {tokens(step.usage.output)}")
     if step.ttft is not None:
         parts.append(f"ttft {seconds(step.ttft)}")

@@ -101,6 +101,7 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
         prompt tokens the request never carried (tests/fixtures/anthropic_prompt_cache).
         """
         claims = {
+            "uncached input": self.uncached,  # Anthropic's input_tokens: its prompt is derived from it
             "prompt": self.prompt_total,
             "cache read": self.cache_read,
             "cache write": self.cache_write,

@@ -146,7 +146,7 @@ def root_exception(error: BaseException) -> BaseException:
 def root_cause(error: BaseException) -> str:
     root = root_exception(error)
     text = str(root).strip()
-    return text.splitlines()[-1] if text else type(root).__name__
+    return text.splitlines()[-1].strip() if text else type(root).__name__
 
 
 async def explain(
