@@ -108,14 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "[:times=N], stall:S[:after=N], invalid-utf8, huge-argument:N, duplicate-ids, usage:FIELD=N, cut-arguments:N",
     )
 
-    vllm = commands.add_parser("vllm", help="self-hosting with vLLM")
-    vllm_commands = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND", required=True)
-    recipe = vllm_commands.add_parser(
-        "recipe", help="print a vLLM launch command suited to agents, each flag explained"
-    )
-    recipe.add_argument("model", metavar="MODEL", help="a Hugging Face model id, e.g. Qwen/Qwen2.5-Coder-32B-Instruct")
-    recipe.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="GPUs to split the model across")
-    recipe.add_argument("--spec", choices=("ngram", "eagle3"), help="add speculative decoding")
+    _recipe_parsers(commands)
 
     config = commands.add_parser("config", help="where the config file is, and what it says")
     config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
@@ -137,6 +130,49 @@ def build_parser() -> argparse.ArgumentParser:
     delete = session_commands.add_parser("delete", help="delete a session's log")
     delete.add_argument("session", metavar="ID", help="a session id or a unique prefix")
     return parser
+
+
+def _recipe_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`hotloop recipe SERVER MODEL`, and `hotloop vllm recipe MODEL`, its older spelling for vLLM."""
+    from hotloop.core import recipes  # constants only
+
+    recipe = commands.add_parser(
+        "recipe", help="print a launch command suited to agents for a self-hosted server, each flag explained"
+    )
+    servers = recipe.add_subparsers(dest="server", metavar="SERVER", required=True)
+    _vllm_recipe(servers.add_parser("vllm", help="vLLM: prefix caching, tool parsing, priority scheduling"))
+    llama = servers.add_parser("llama.cpp", help="llama-server: --jinja for tools, --metrics, slots and context")
+    llama.add_argument("model", metavar="MODEL", help="a .gguf file, or a Hugging Face repo (user/model[:quant])")
+    _context_option(llama, recipes.CONTEXT)
+    llama.add_argument(
+        "--slots",
+        type=_positive_int,
+        default=recipes.SLOTS,
+        metavar="N",
+        help="requests served at once (default %(default)s)",
+    )
+    sglang = servers.add_parser("sglang", help="SGLang: tool parsing, metrics and cached-token counts")
+    sglang.add_argument("model", metavar="MODEL", help="a Hugging Face model id, e.g. Qwen/Qwen2.5-Coder-32B-Instruct")
+    sglang.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="GPUs to split the model across")
+    ollama = servers.add_parser("ollama", help="Ollama: a context long enough for an agent's prompt")
+    ollama.add_argument("model", metavar="MODEL", help="an Ollama model, e.g. qwen2.5-coder:7b")
+    _context_option(ollama, recipes.CONTEXT)
+    vllm = commands.add_parser("vllm", help="self-hosting with vLLM")
+    vllm_commands = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND", required=True)
+    _vllm_recipe(vllm_commands.add_parser("recipe", help="the same as hotloop recipe vllm"))
+
+
+def _vllm_recipe(recipe: argparse.ArgumentParser) -> None:
+    recipe.add_argument("model", metavar="MODEL", help="a Hugging Face model id, e.g. Qwen/Qwen2.5-Coder-32B-Instruct")
+    recipe.add_argument("--gpus", type=_positive_int, default=1, metavar="N", help="GPUs to split the model across")
+    recipe.add_argument("--spec", choices=("ngram", "eagle3"), help="add speculative decoding")
+    recipe.set_defaults(server="vllm")
+
+
+def _context_option(recipe: argparse.ArgumentParser, default: int) -> None:
+    recipe.add_argument(
+        "--context", type=_positive_int, default=default, metavar="N", help="context in tokens (default %(default)s)"
+    )
 
 
 def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
@@ -281,10 +317,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sim_serve(args)
     if args.command == "config":
         return _config(args)
-    if args.command == "vllm":
-        from hotloop.core.recipes import recipe
+    if args.command in ("recipe", "vllm"):
+        from hotloop.core import recipes
 
-        print(recipe(args.model, args.gpus, args.spec))
+        options = {name: value for name, value in vars(args).items() if name in recipes.OPTIONS}
+        print(recipes.recipe(args.server, args.model, **options))
         return 0
     from hotloop.headless import session_commands
 

@@ -205,8 +205,20 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         return self.tiers[name]
 
     def tier_of(self, provider: str, model: str) -> str | None:
-        """The tier that names this provider and model, if any."""
-        return next((t.name for t in self.tiers.values() if (t.provider, t.model) == (provider, model)), None)
+        """The tiers that name this provider and model, if any: `strong`, or `fast = balanced = strong` on one model."""
+        names = [t.name for t in self.tiers.values() if (t.provider, t.model) == (provider, model)]
+        return " = ".join(names) or None
+
+    def fitted_to(self, provider: str, served: list[str], preferred: str | None) -> tuple[Config, dict[str, str]]:
+        """Tiers on `provider` that name a model its server doesn't list, moved to one it does.
+
+        They move to `preferred` (the session's model) when the server lists it, else to the
+        server's first model. Returns the config and, for each tier moved, the model it named.
+        """
+        to = preferred if preferred in served else served[0]
+        moved = {t.name: t.model for t in self.tiers.values() if t.provider == provider and t.model not in served}
+        tiers = {name: Tier(name, provider, to) if name in moved else tier for name, tier in self.tiers.items()}
+        return structs.replace(self, tiers=tiers), moved
 
     def pointed_at(self, choice: Choice) -> tuple[Config, Choice]:
         """With `--base-url`: the chosen provider moved to that server for the whole session, and the choice without it.

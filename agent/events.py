@@ -29,7 +29,8 @@ from hotloop.providers.events import (
 
 ToolStatus = Literal["ok", "error", "cancelled"]
 # "interrupted": the process stopped mid-turn (killed); written when the session is resumed.
-TurnEnd = Literal["answer", "max_steps", "cancelled", "error", "interrupted"]
+# "cut_off": the answer ended because the output limit (or the context) was reached, not because it was done.
+TurnEnd = Literal["answer", "cut_off", "max_steps", "cancelled", "error", "interrupted"]
 
 
 class TurnStarted(Event, frozen=True):
@@ -85,6 +86,10 @@ class ResponseFinished(Event, frozen=True):
     connect: float = 0.0  # seconds of opening the connection this request paid (the warm-up hadn't finished)
     # Why the cache read less than the unchanged prefix, e.g. "cache miss: system prompt changed …".
     cache_note: str = ""
+    # The server's own figures, when it reports them (llama.cpp): who says so, and its prefill time.
+    # `decode_tps` is then the server's too; otherwise hotloop measured it.
+    figures_by: str = ""
+    server_prefill: float | None = None
 
 
 class StepFinished(Event, frozen=True):
@@ -103,6 +108,8 @@ class StepFinished(Event, frozen=True):
     finish_reason: str
     route: str = ""
     cache_note: str = ""
+    figures_by: str = ""
+    server_prefill: float | None = None
 
 
 class TurnFinished(Event, frozen=True):

@@ -5,10 +5,20 @@ A figure the provider did not report reads "not reported". It is never shown as 
 
 from __future__ import annotations
 
-from hotloop.agent.events import StepFinished
+import re
+
+from hotloop.agent.events import ResponseFinished, StepFinished
 from hotloop.providers.events import UsageLedger
 
 NOT_REPORTED = "not reported"
+CUT_OFF = "cut off by the output limit"
+
+
+def short_model(model: str) -> str:
+    """A model id that is a file's path (llama.cpp names a model by its .gguf) as the file's name, for tight places."""
+    if model.startswith(("/", "~", ".")) or model.endswith(".gguf"):
+        return re.split(r"[/\\]", model)[-1]
+    return model
 
 
 def tokens(count: int | None) -> str:
@@ -35,7 +45,47 @@ def prompt_breakdown(usage: UsageLedger | None) -> str:
     if usage.cache_write is not None:
         parts.append(f"write {usage.cache_write:,}")
     parts.append(f"uncached {tokens(usage.uncached)}")
-    return f"prompt {usage.prompt_total:,} ({' · '.join(parts)})"
+    return f"prompt {usage.prompt_total:,} ({' · '.join(parts)}){iterations(usage)}"
+
+
+def iterations(usage: UsageLedger) -> str:
+    """` · compaction: read 55,096 · uncached 100 · out 83`: the server-side iterations besides the message."""
+    said = []
+    for part in usage.parts:
+        if part.kind == "message":
+            continue
+        figures = [
+            f"{name} {value:,}"
+            for name, value in (
+                ("read", part.cache_read),
+                ("write", part.cache_write),
+                ("uncached", part.uncached),
+                ("out", part.output),
+            )
+            if value
+        ]
+        said.append(f"{part.kind}: {' · '.join(figures) or 'nothing'}")
+    return "".join(f" · {text}" for text in said)
+
+
+def timing(response: ResponseFinished | StepFinished) -> list[str]:
+    """`ttft 0.54 s (llama.cpp's prefill 0.31 s)`, `95 tok/s (llama.cpp's)` or `96 tok/s measured`.
+
+    TTFT is hotloop's, to the response's first byte; a server that reports its own prefill time
+    gets it shown beside, and a server that reports its decode rate gets its own in place of
+    hotloop's measurement, each named.
+    """
+    parts = []
+    if response.ttft is not None:
+        prefill = response.server_prefill
+        beside = f" ({response.figures_by}'s prefill {seconds(prefill)})" if prefill is not None else ""
+        parts.append(f"ttft {seconds(response.ttft)}{beside}")
+    if response.decode_tps is not None:
+        by = f"({response.figures_by}'s)" if response.figures_by else "measured"
+        parts.append(f"{response.decode_tps:,.0f} tok/s {by}")
+    if response.finish_reason == "length":
+        parts.append(CUT_OFF)
+    return parts
 
 
 def step_summary(step: StepFinished) -> str:
@@ -47,10 +97,7 @@ def step_summary(step: StepFinished) -> str:
     parts = [f"step {step.step}", *([step.route] if step.route else []), prompt_breakdown(step.usage)]
     if step.usage is not None and step.usage.distrust is None:
         parts.append(f"out {tokens(step.usage.output)}")
-    if step.ttft is not None:
-        parts.append(f"ttft {seconds(step.ttft)}")
-    if step.decode_tps is not None:
-        parts.append(f"{step.decode_tps:,.0f} tok/s")
+    parts += timing(step)
     if step.tool_count:
         plural = "s" if step.tool_count != 1 else ""
         parts.append(f"tool{plural} {step.tool_count} in {seconds(step.tool_wall)} (sum {seconds(step.tool_sum)})")

@@ -35,6 +35,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
+from hotloop.agent.figures import CUT_OFF
 from hotloop.agent.memo import Memo
 from hotloop.agent.prefetch import Prefetcher
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
@@ -44,7 +45,7 @@ from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, 
 from hotloop.providers.base import Provider
 from hotloop.providers.conversation import Message, ToolCall, ToolResultMessage, UserMessage, repaired
 from hotloop.providers.errors import ProviderError
-from hotloop.providers.events import ProviderWarning, ServerHint, ToolCallReady
+from hotloop.providers.events import ProviderWarning, ServerHint, StreamStarted, ToolCallReady
 from hotloop.providers.lanes import Lanes
 
 Emit = Callable[[AgentEvent], None]
@@ -57,16 +58,27 @@ TOOL_TIMEOUT = 120.0  # seconds; a tool that runs longer becomes an error result
 
 @dataclass
 class _ToolPhase:
+    """A step's tool runs, as (start, end) spans."""
+
     count: int = 0
-    durations: list[float] = field(default_factory=list)
-    first_start: float | None = None
-    last_end: float | None = None
+    spans: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def durations(self) -> list[float]:
+        return [end - start for start, end in self.spans]
 
     @property
     def wall(self) -> float:
-        if self.first_start is None or self.last_end is None:
-            return 0.0
-        return self.last_end - self.first_start
+        """Seconds during which at least one tool ran.
+
+        Not first start to last end: with early dispatch a call starts while the model still writes
+        the next, and that writing is the model's time, not the tools'.
+        """
+        ran, reached = 0.0, float("-inf")
+        for start, end in sorted(self.spans):
+            ran += max(end - max(start, reached), 0.0)
+            reached = max(reached, end)
+        return ran
 
 
 class Agent:
@@ -117,6 +129,7 @@ class Agent:
         self.max_tokens = max_tokens
         self.messages: list[Message] = []
         self._checked = 0  # messages already repaired: history only grows, so only the rest needs a look
+        self._last_finish = ""  # the last step's finish reason
         self.turn = 0
         self._builder = PromptBuilder(system if system is not None else system_prompt(), tools)
         self._context = context or (lambda: volatile_context(workspace))
@@ -171,6 +184,9 @@ class Agent:
             while True:
                 steps += 1
                 if not await self._step(turn, steps):
+                    if self._last_finish == "length":
+                        reason = "cut_off"
+                        self.emit(Notice(level="warning", message=f"the answer is incomplete: {CUT_OFF}"))
                     break
                 if steps >= self.max_steps:
                     reason = "max_steps"
@@ -215,6 +231,8 @@ class Agent:
                         self.emit(Notice(level="warning", message=event.message))
                         continue
                     stream.take(event, time.perf_counter())
+                    if isinstance(event, StreamStarted):
+                        continue  # a time, kept in the step's figures; no frontend draws it
                     self.emit(event)
                     if isinstance(event, ToolCallReady) and self.early_dispatch:
                         # Its arguments are complete: run it while the model writes the rest of the message.
@@ -228,17 +246,20 @@ class Agent:
             turn=turn,
             step=step,
             usage=stream.usage,
-            ttft=stream.first_token - stream.started if stream.first_token is not None else None,
-            decode_tps=stream.decode_tps(),
+            ttft=stream.ttft(),
+            decode_tps=stream.decode_tps(per_delta=self.provider.protocol == "openai"),
             model_time=time.perf_counter() - stream.started,
             finish_reason=stream.finish_reason,
             route=self.route,
             connect=self.provider.connect_paid(stream.started),
             cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
+            figures_by=stream.timings.source if stream.timings is not None else "",
+            server_prefill=stream.timings.prefill if stream.timings is not None else None,
         )
         self.emit(response)
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         self.messages.append(stream.message())
+        self._last_finish = stream.finish_reason
         await self._run_tools(stream.calls, phase, early, stream.problems())
         self._learn(stream.calls)
         self.emit(
@@ -256,6 +277,8 @@ class Agent:
                 finish_reason=response.finish_reason,
                 route=self.route,
                 cache_note=response.cache_note,
+                figures_by=response.figures_by,
+                server_prefill=response.server_prefill,
             )
         )
         return bool(stream.calls)
@@ -307,8 +330,6 @@ class Agent:
 
     async def _run_tool(self, call: ToolCall, phase: _ToolPhase) -> ToolResultMessage:
         started = time.perf_counter()
-        if phase.first_start is None:
-            phase.first_start = started
         self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
         tool = self.tools.get(call.name)
         remembered = self.memo.get(tool, call.arguments)
@@ -345,8 +366,6 @@ class Agent:
 
     async def _refused(self, call: ToolCall, phase: _ToolPhase, problem: str) -> ToolResultMessage:
         now = time.perf_counter()
-        if phase.first_start is None:
-            phase.first_start = now
         self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
         return self._finished(call, phase, (now, now), "error", f"error: {problem}")
 
@@ -361,8 +380,7 @@ class Agent:
         ahead: float = 0.0,
     ) -> ToolResultMessage:
         started, ended = span
-        phase.durations.append(ended - started)
-        phase.last_end = ended if phase.last_end is None else max(phase.last_end, ended)
+        phase.spans.append((started, ended))
         self.emit(
             ToolFinished(
                 call_id=call.id,

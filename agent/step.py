@@ -26,6 +26,8 @@ from hotloop.providers.events import (
     ReasoningDelta,
     ReasoningSignature,
     RedactedReasoning,
+    ServerTimings,
+    StreamStarted,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -92,15 +94,22 @@ class StepAccumulator:
     signed_upto: int = 0  # reasoning parts already closed into a signed block
     calls: list[ToolCall] = field(default_factory=list)
     usage: UsageLedger | None = None
+    timings: ServerTimings | None = None  # what the server measured itself, when it says
     finish_reason: str = ""
+    first_byte: float | None = None
     first_token: float | None = None
     last_token: float | None = None
+    streamed: int = 0  # deltas that carried tokens: the tokens a server that streams one at a time sent
 
     def take(self, event: ModelEvent, now: float | None = None) -> None:
-        if now is not None and isinstance(event, _FIRST_TOKEN_EVENTS):
-            if self.first_token is None:
-                self.first_token = now
-            self.last_token = now
+        if now is not None and isinstance(event, StreamStarted) and self.first_byte is None:
+            self.first_byte = now
+        if isinstance(event, _FIRST_TOKEN_EVENTS):
+            self.streamed += 1
+            if now is not None:
+                if self.first_token is None:
+                    self.first_token = now
+                self.last_token = now
         if isinstance(event, TextDelta):
             self.text.append(event.text)
         elif isinstance(event, ReasoningDelta):
@@ -113,7 +122,7 @@ class StepAccumulator:
         elif isinstance(event, ToolCallReady):
             self.calls.append(ToolCall(event.call_id, event.name, event.arguments))
         elif isinstance(event, Usage):
-            self.usage = event.ledger
+            self.usage, self.timings = event.ledger, event.timings
         elif isinstance(event, Finished):
             self.finish_reason = event.reason
 
@@ -150,13 +159,30 @@ class StepAccumulator:
         closing += [results.get(call.id) or cancelled(call) for call in self.calls]
         return closing
 
-    def decode_tps(self) -> float | None:
-        """(output − 1) ÷ first-to-last token, from the reported output count; None when it can't be known."""
-        output = self.usage.output if self.usage else None
-        if not output or output < 2 or self.first_token is None or self.last_token is None:
+    def ttft(self) -> float | None:
+        """Seconds from the request to the response's first byte of any kind.
+
+        Not to its first token: a server that holds a tool call's first fragment back (llama.cpp)
+        has done its prefill long before.
+        """
+        first = self.first_byte if self.first_byte is not None else self.first_token
+        return first - self.started if first is not None else None
+
+    def decode_tps(self, per_delta: bool) -> float | None:
+        """The server's own decode rate if it reports one, else hotloop's: (tokens − 1) ÷ first-to-last token.
+
+        `per_delta`: the server streams a token a delta (vLLM, llama.cpp, SGLang, Ollama, OpenAI), so
+        the deltas are the tokens that streamed; its reported count also holds tokens it never sends
+        (the end of the turn, tool-call markup), which made the rate 15–50% too high. Otherwise
+        (Anthropic sends several tokens a delta) the reported output count is used.
+        """
+        if self.timings is not None and self.timings.decode_tps is not None:
+            return self.timings.decode_tps
+        tokens = self.streamed if per_delta else (self.usage.output if self.usage else None)
+        if not tokens or tokens < 2 or self.first_token is None or self.last_token is None:
             return None
         span = self.last_token - self.first_token
-        return (output - 1) / span if span > 0 else None
+        return (tokens - 1) / span if span > 0 else None
 
 
 def cancelled(call: ToolCall) -> ToolResultMessage:

@@ -8,6 +8,7 @@ last used it. The conversation's size is estimated from the last reported usage.
 from __future__ import annotations
 
 from hotloop.agent.events import ProviderSwitched
+from hotloop.agent.figures import short_model
 from hotloop.providers.events import UsageLedger
 
 
@@ -48,5 +49,6 @@ def describe_cost(context: int | None, cold: int | None) -> str:
 
 def describe_switch(event: ProviderSwitched) -> str:
     """e.g. `switched sim · sim-fast → sim-anthropic · sim-fast: ~3,412 prompt tokens to prefill uncached (…)`."""
-    before, after = f"{event.previous_provider} · {event.previous_model}", f"{event.provider} · {event.model}"
+    before = f"{event.previous_provider} · {short_model(event.previous_model)}"
+    after = f"{event.provider} · {short_model(event.model)}"
     return f"switched {before} → {after}: {describe_cost(event.context_tokens, event.cold_tokens)}"

@@ -21,7 +21,7 @@ from hotloop.agent.tools.mcp_config import server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.config import Choice, Config, ConfigError, ProviderSettings, Target, resolve
 from hotloop.providers.base import Provider
-from hotloop.providers.errors import ProviderError
+from hotloop.providers.errors import ProviderError, UnknownModel
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import SimConfig
@@ -47,13 +47,21 @@ class Runtime:
         self._helpers: dict[tuple[str, str | None, str | None], Provider] = {}
         self._discoveries: dict[int, asyncio.Task[None]] = {}
         self._bridge: McpBridge | None = None
+        self._served: dict[tuple[str, str | None], list[str] | None] = {}
         self.lanes = Lanes(config.routing.lanes, config.routing.max_background)
 
     async def connect(self, target: Target) -> Provider:
-        """The provider for `target`, set to its model; a server with no model configured is asked."""
+        """The provider for `target`, set to its model; a server with no model configured is asked.
+
+        A model the server doesn't list is refused at once, with the list (not at the first request).
+        """
         settings = target.settings
         provider = await self._provider(settings)
         if target.model:
+            served = await self.served(settings)
+            if served is not None and target.model not in served:
+                listed = f" (available: {', '.join(sorted(served))})" if served else ""
+                raise UnknownModel(f"unknown model {target.model!r} at {provider.where}{listed}")
             provider.model = target.model
         elif not provider.model:
             served = await provider.list_models()
@@ -85,7 +93,7 @@ class Runtime:
         """For an OpenAI-compatible server: what it is, so requests carry `priority` where vLLM reads it."""
         from hotloop.providers.vllm import discover
 
-        if not isinstance(provider, OpenAIChatProvider) or provider.server is not None or _is_official_openai(provider):
+        if not isinstance(provider, OpenAIChatProvider) or provider.server is not None or provider.official:
             await _warm(provider)
             return
         try:
@@ -175,6 +183,14 @@ class Runtime:
             for events in await asyncio.to_thread(past_events, paths.sessions_dir(), workspace):
                 agent.prefetcher.predictor.learn_from(events)
 
+    async def served(self, settings: ProviderSettings) -> list[str] | None:
+        """The models a provider's server lists, asked once; None when it can't say (no answer, no key)."""
+        key = (settings.name, settings.base_url)
+        if key not in self._served:
+            listing = await self.probe(settings)
+            self._served[key] = listing if isinstance(listing, list) else None
+        return self._served[key]
+
     async def probe(self, settings: ProviderSettings) -> list[str] | str:
         """The models a provider serves, or why it can't be used (missing key, unreachable)."""
         if settings.key_required and not settings.api_key():
@@ -243,7 +259,3 @@ async def _warm(provider: Provider) -> None:
 def _share_server(main: Provider, helper: Provider) -> None:
     if isinstance(helper, OpenAIChatProvider) and isinstance(main, OpenAIChatProvider):
         helper.server, helper.send_priority = main.server, main.send_priority
-
-
-def _is_official_openai(provider: Provider) -> bool:
-    return provider.base_url.startswith("https://api.openai.com")

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hotloop import InputError
-from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, TurnFinished
-from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, resolve
+from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepFinished, TurnFinished
+from hotloop.agent.figures import short_model
+from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, Target, resolve
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
@@ -115,6 +116,7 @@ class Session:
         self.agent: Agent | None = None
         self.log: SessionLog | None = None
         self.log_problem: str | None = None  # why a log stopped early (a failing disk), once it is closed
+        self.cut_off_steps = 0  # steps the output limit ended: the work they did is incomplete
         self._unlogged: list[AgentEvent] = []  # said before the log exists; written when it opens
         self._turns = 0  # turns in flight
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
@@ -140,6 +142,8 @@ class Session:
             self.log.write(event)
         else:
             self._unlogged.append(event)
+        if isinstance(event, StepFinished) and event.finish_reason == "length":
+            self.cut_off_steps += 1
         self._sink(event)
 
     # -- opening ------------------------------------------------------------------------
@@ -159,6 +163,9 @@ class Session:
             else:
                 target = resolve(self.config, self.choice)
             self.runtime = Runtime(self.config)
+            fitted = await self._fit_tiers(target)
+            if fitted is not None and resumed is None:
+                target = resolve(self.config, self.choice)  # a tier now names a model the server lists
             self.router = Router(self.config, self.runtime, auto=self.choice.tier == AUTO_TIER)
             provider = await self.runtime.connect(target)
         except BaseException:
@@ -168,6 +175,8 @@ class Session:
         self.agent = self._new_agent(provider, self._system())
         for warning in self.config.warnings:
             self.emit(Notice(level="warning", message=warning))
+        if fitted is not None:
+            self.emit(Notice(level="info", message=fitted))
         if resumed is not None:
             self._continue(resumed, notes)
         await self.runtime.start_mcp(list(self.options.mcp), self.emit)
@@ -178,6 +187,31 @@ class Session:
         gc.collect()
         gc.freeze()
         gc.set_threshold(700, 10, 1_000_000)
+
+    async def _fit_tiers(self, target: Target) -> str | None:
+        """Tiers (and so titles, summaries and auto's classifier) only on models the session's server lists.
+
+        Returns what to say when a tier moved: `fast = balanced = strong = MODEL` on a one-model server.
+        """
+        assert self.runtime is not None
+        settings = target.settings
+        served = await self.runtime.served(settings)
+        if not served:
+            return None  # a server that can't say what it serves; the first request will
+        self.config, moved = self.config.fitted_to(settings.name, served, target.model)
+        if not moved:
+            return None
+        self.runtime.config = self.config
+        model = self.config.tiers[next(iter(moved))].model
+        same = [t.name for t in self.config.tiers.values() if (t.provider, t.model) == (settings.name, model)]
+        where = settings.base_url or settings.name
+        if len(served) == 1:
+            return f"{' = '.join(same)} = {short_model(model)}: the only model {where} serves"
+        unlisted = ", ".join(sorted(set(moved.values())))
+        return (
+            f"{' = '.join(same)} = {short_model(model)}: {where} doesn't serve {unlisted}; "
+            f"name its models in the config's [tiers] (models: {', '.join(map(short_model, served))})"
+        )
 
     def _system(self, logged: str | None = None) -> str:
         from hotloop.agent.prompt import system_prompt
@@ -362,8 +396,9 @@ class Session:
     def watch_server(self, report: Callable[[ServerReport | None], None]) -> None:
         """Report what the current provider's server says of itself: at once, then after each scrape of /metrics.
 
-        Scrapes come every second while a turn runs and every five otherwise; `None` means the
-        provider is not a server that describes itself (a hosted API).
+        Scrapes come every second while a turn runs or the server shows requests running, and
+        every five otherwise; `None` means the provider is not a server that describes itself
+        (a hosted API).
         """
         if self._server_task is None:
             self._server_task = asyncio.create_task(self._follow_server(report))
@@ -376,6 +411,7 @@ class Session:
         followed: Provider | None = None
         watch = ServerWatch()
         info: ServerInfo | None = None
+        running = False  # the last scrape showed requests running: a cancelled one may still be winding down
         while True:
             provider = self.agent.provider if self.agent is not None else None
             if provider is not followed and provider is not None:
@@ -385,9 +421,12 @@ class Session:
             if info is not None and info.has_metrics and followed is not None:
                 sample = await scrape(followed)
                 if sample is not None:
-                    report(ServerReport(info, followed.base_url, followed.model, watch.observe(sample)))
+                    stats = watch.observe(sample)
+                    running = bool(stats.running)
+                    report(ServerReport(info, followed.base_url, followed.model, stats))
             self._nudge.clear()
-            interval = SERVER_BUSY_INTERVAL if self.busy else SERVER_IDLE_INTERVAL
+            # While anything runs, a second apart: "running" drops to 0 within a second of the server's last request.
+            interval = SERVER_BUSY_INTERVAL if self.busy or running else SERVER_IDLE_INTERVAL
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._nudge.wait(), interval)
 

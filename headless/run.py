@@ -27,7 +27,8 @@ async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: b
         await session.close(SIDE_JOB_GRACE)
     if session.log_problem is not None:
         printer(Notice(level="warning", message=session.log_problem))
-    return 1 if failed else 0
+    # A step the output limit cut off did incomplete work, even if the turn then went on.
+    return 1 if failed or session.cut_off_steps else 0
 
 
 async def _run_prompts(session: Session, prompts: list[str | Slash]) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from hotloop import paths
 from hotloop.agent.events import AgentEvent
+from hotloop.agent.figures import short_model
 from hotloop.agent.text import inert
 from hotloop.sessions.store import (
     LoggedSession,
@@ -55,11 +56,12 @@ def list_command(limit: int, search: str | None) -> int:
     if not listing.sessions:
         _print(f"no sessions match {search!r}" if search else f"no sessions yet in {folder}")
         return 0
-    _print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<18} title")
+    _print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<28} title")
     for s in listing.sessions[:limit]:
         started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
         tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
-        _print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {s.provider + '/' + s.model:<18.18} {s.title}")
+        model = f"{s.provider}/{short_model(s.model)}"
+        _print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {model:<28.28} {s.title}")
     if len(listing.sessions) > limit:
         _print(f"… {len(listing.sessions) - limit} older (--limit N shows more)")
     return 0

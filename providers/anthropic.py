@@ -38,6 +38,7 @@ from hotloop.providers.events import (
     ReasoningSignature,
     RedactedReasoning,
     ServerToolUsed,
+    StreamStarted,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -167,17 +168,20 @@ class AnthropicProvider(SdkProvider):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
-        parser = MessageParser(self._where(), self._cache_min_tokens or min_cacheable_tokens(self.model))
-        mangled = False
+        parser = MessageParser(self.where, self._cache_min_tokens or min_cacheable_tokens(self.model))
+        mangled = started = False
         async with aclosing(self.server_events(body)) as stream:
             async for data in stream:
                 if isinstance(data, ProviderWarning):
                     yield data
                     continue
+                if not started:
+                    started = True
+                    yield StreamStarted()
                 data, replaced = utf8(data)
                 if replaced and not mangled:
                     mangled = True
-                    yield ProviderWarning(f"{self._where()} sent bytes that are not UTF-8; they show as �")
+                    yield ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
                 for event in parser.feed(self._event(data)):
                     yield event
         for event in parser.finish():
@@ -188,7 +192,7 @@ class AnthropicProvider(SdkProvider):
             return _decode_event(data)
         except msgspec.DecodeError as error:
             shown = data[:120].decode(errors="replace")
-            raise StreamInterrupted(f"{self._where()} sent a malformed event ({error}): {shown}") from None
+            raise StreamInterrupted(f"{self.where} sent a malformed event ({error}): {shown}") from None
 
 
 def render_blocks(message: Message) -> list[dict[str, Any]]:

@@ -21,6 +21,11 @@ class Provider(Protocol):
     def base_url(self) -> str: ...
 
     @property
+    def where(self) -> str:
+        """How a line names this provider, e.g. `local (http://host:8000/v1)`."""
+        ...
+
+    @property
     def server(self) -> ServerInfo | None:
         """What a self-hosted server said of itself when discovered; None for hosted APIs and mute servers."""
         ...

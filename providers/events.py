@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -25,6 +26,16 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="type
     """Base of every event hotloop emits. `ts` is seconds since the epoch."""
 
     ts: float = msgspec.field(default_factory=time.time)
+
+
+class UsagePart(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """One server-side iteration of a response (Anthropic's `usage.iterations`: a compaction, the message)."""
+
+    kind: str
+    uncached: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    output: int | None = None
 
 
 class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
@@ -44,6 +55,8 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     reasoning: int | None = None
     below_cache_min: int | None = None
     distrust: str | None = None  # what the server said that can't be true; every figure is then None
+    # The iterations the figures add up, when the server ran several (Anthropic's server-side compaction).
+    parts: tuple[UsagePart, ...] = ()
 
     @classmethod
     def from_openai(cls, usage: dict[str, Any]) -> UsageLedger:
@@ -75,8 +88,13 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
         """Read Anthropic's usage: `message_start`'s, overwritten by the cumulative values of `message_delta`.
 
         `input_tokens` is the uncached part only; the prompt is input + cache read + cache creation.
+        When the server ran several iterations (`usage.iterations`: a compaction, then the message),
+        the top-level figures describe only the last one: the ledger sums them all, and keeps each.
         """
         merged = {**(start or {}), **{key: value for key, value in (delta or {}).items() if value is not None}}
+        iterations = merged.get("iterations")
+        if isinstance(iterations, list) and iterations and all(isinstance(i, dict) for i in iterations):
+            return cls._from_iterations(iterations, merged)
         uncached = _int_or_none(merged.get("input_tokens"))
         cache_read = _int_or_none(merged.get("cache_read_input_tokens"))
         cache_write = _int_or_none(merged.get("cache_creation_input_tokens"))
@@ -89,6 +107,33 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
             uncached=uncached,
             output=_int_or_none(merged.get("output_tokens")),
             reasoning=reasoning,
+        )
+
+    @classmethod
+    def _from_iterations(cls, iterations: list[dict[str, Any]], merged: dict[str, Any]) -> UsageLedger:
+        parts = tuple(
+            UsagePart(
+                kind=str(item.get("type", "iteration")),
+                uncached=_int_or_none(item.get("input_tokens")),
+                cache_read=_int_or_none(item.get("cache_read_input_tokens")),
+                cache_write=_int_or_none(item.get("cache_creation_input_tokens")),
+                output=_int_or_none(item.get("output_tokens")),
+            )
+            for item in iterations
+        )
+        uncached, read, write, output = (
+            _total(getattr(part, name) for part in parts)
+            for name in ("uncached", "cache_read", "cache_write", "output")
+        )
+        details = merged.get("output_tokens_details")
+        return cls(
+            prompt_total=uncached + (read or 0) + (write or 0) if uncached is not None else None,
+            cache_read=read,
+            cache_write=write,
+            uncached=uncached,
+            output=output,
+            reasoning=_int_or_none(details.get("thinking_tokens")) if isinstance(details, dict) else None,
+            parts=parts,
         )
 
     def checked(self, streamed_chars: int) -> UsageLedger:
@@ -129,6 +174,12 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     @property
     def cache_reported(self) -> bool:
         return self.cache_read is not None
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    """The sum, or None if no value was reported."""
+    reported = [value for value in values if value is not None]
+    return sum(reported) if reported else None
 
 
 def _int_or_none(value: object) -> int | None:
@@ -184,9 +235,35 @@ class ServerToolUsed(Event, frozen=True):
     arguments: str
 
 
+class ServerTimings(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """What a server measured of a response itself (llama.cpp's `timings`): shown beside, or instead of, hotloop's."""
+
+    source: str  # the server that says so, e.g. "llama.cpp"
+    prefill: float | None = None  # seconds it took to process the uncached prompt
+    decode_tps: float | None = None  # output tokens per second while it generated
+    prompt: int | None = None  # prompt tokens it processed (the uncached part)
+    cached: int | None = None  # prompt tokens it took from its cache
+
+    @classmethod
+    def from_llama_cpp(cls, timings: dict[str, Any]) -> ServerTimings:
+        prompt_ms, rate = timings.get("prompt_ms"), timings.get("predicted_per_second")
+        return cls(
+            source="llama.cpp",
+            prefill=prompt_ms / 1000 if isinstance(prompt_ms, int | float) and prompt_ms >= 0 else None,
+            decode_tps=rate if isinstance(rate, int | float) and rate > 0 else None,
+            prompt=_int_or_none(timings.get("prompt_n")),
+            cached=_int_or_none(timings.get("cache_n")),
+        )
+
+
 class Usage(Event, frozen=True):
     ledger: UsageLedger
     raw: dict[str, Any] = msgspec.field(default_factory=dict)
+    timings: ServerTimings | None = None
+
+
+class StreamStarted(Event, frozen=True):
+    """The response's first byte of any kind arrived (before its first token, for a server that holds tokens back)."""
 
 
 class Finished(Event, frozen=True):
@@ -208,7 +285,8 @@ class ProviderWarning(Event, frozen=True):
 
 
 ModelEvent = (
-    TextDelta
+    StreamStarted
+    | TextDelta
     | ReasoningDelta
     | ReasoningSignature
     | RedactedReasoning

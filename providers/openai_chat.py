@@ -31,13 +31,15 @@ from hotloop.providers.conversation import (
     ToolSpec,
     portable_call_id,
 )
-from hotloop.providers.errors import RequestRejected, StreamInterrupted
+from hotloop.providers.errors import ProviderError, RequestRejected, StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
     ProviderWarning,
     ReasoningDelta,
     ServerHint,
+    ServerTimings,
+    StreamStarted,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -46,6 +48,7 @@ from hotloop.providers.events import (
     UsageLedger,
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
+from hotloop.providers.server_fixes import fix_for, truncated_prompt
 from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider, utf8
 from hotloop.providers.vllm import MissingDetails
 
@@ -79,6 +82,12 @@ class OpenAIChatProvider(SdkProvider):
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
         self.send_priority = False  # set for vLLM; cleared if the server rejects the field
         self._details = MissingDetails()
+        self._problem_said = False
+
+    @property
+    def official(self) -> bool:
+        """api.openai.com itself: a hosted API, billed per token, not a server someone runs."""
+        return self.base_url.startswith("https://api.openai.com")
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the messages, each as first serialized."""
@@ -109,8 +118,10 @@ class OpenAIChatProvider(SdkProvider):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
-        parser = ChunkParser(self._cache_min_tokens, self._where())
+        kind = self.server.kind if self.server is not None else None
+        parser = ChunkParser(self._cache_min_tokens, self.where)
         mangled = 0  # chunks with bytes that aren't UTF-8
+        started = False
         # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
         try:
             async with aclosing(self.server_events(body)) as stream:
@@ -120,36 +131,55 @@ class OpenAIChatProvider(SdkProvider):
                         continue
                     if data == b"[DONE]":
                         continue
+                    if not started:
+                        started = True
+                        yield StreamStarted()
+                        if self.server is not None and self.server.problem and not self._problem_said:
+                            self._problem_said = True
+                            yield ProviderWarning(self.server.problem)
                     data, replaced = utf8(data)
                     if replaced and not mangled:
-                        yield ProviderWarning(f"{self._where()} sent bytes that are not UTF-8; they show as �")
+                        yield ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
                     mangled += replaced
                     for event in parser.feed(self._chunk(data)):
                         yield event
         except RequestRejected as rejected:
             if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
-                raise
+                raise _with_fix(rejected, kind) from None
             # Started without priority scheduling: vLLM refuses a non-zero priority. Send none from now on.
             self.send_priority = False
             async for event in self.stream(request):
                 yield event
             return
+        except StreamInterrupted as interrupted:  # a refusal may come inside a 200 stream, by build
+            raise _with_fix(interrupted, kind) from None
         for event in parser.finish():
             yield event
-        hint = self._details.check(body, parser.usage, self.server.kind if self.server else None)
+        hint = self._details.check(body, parser.usage, kind)
         if hint is not None:
             yield ServerHint(hint)
+        prompt = parser.usage.get("prompt_tokens") if parser.usage else None
+        if isinstance(prompt, int) and (cut := truncated_prompt(kind, prompt, len(body))) is not None:
+            yield ProviderWarning(cut)
 
     def _chunk(self, data: bytes) -> Chunk:
         try:
             chunk = _decode_chunk(data)
         except msgspec.DecodeError as error:
             shown = data[:120].decode(errors="replace")
-            raise StreamInterrupted(f"{self._where()} sent a malformed chunk ({error}): {shown}") from None
+            raise StreamInterrupted(f"{self.where} sent a malformed chunk ({error}): {shown}") from None
         if chunk.error is not None:
             message = chunk.error.get("message") if isinstance(chunk.error, dict) else chunk.error
-            raise StreamInterrupted(f"{self._where()} stream failed: {message}")
+            raise StreamInterrupted(f"{self.where} stream failed: {message}")
         return chunk
+
+
+def _with_fix(error: ProviderError, kind: str | None) -> ProviderError:
+    """The error, with the launch flag that fixes it when the server's words name one."""
+    fix = fix_for(kind, error.status, str(error))
+    if fix is None:
+        return error
+    return type(error)(f"{error}; {fix}", status=error.status, retry_after=error.retry_after, retryable=error.retryable)
 
 
 def render_system(system: str) -> dict[str, Any]:
@@ -213,6 +243,7 @@ class Chunk(msgspec.Struct, gc=False):
 
     choices: list[Choice] = []
     usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None  # llama.cpp's own measurements, in its last chunk
     error: Any = None
 
 
@@ -262,7 +293,9 @@ class ChunkParser:
         if chunk.usage is not None:
             self.usage = chunk.usage
             ledger = UsageLedger.from_openai(chunk.usage).checked(self._streamed)
-            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=chunk.usage))
+            timings = ServerTimings.from_llama_cpp(chunk.timings) if chunk.timings else None
+            raw = {**chunk.usage, "timings": chunk.timings} if chunk.timings else chunk.usage
+            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=raw, timings=timings))
         return events
 
     def finish(self) -> list[ModelEvent]:

@@ -1,8 +1,8 @@
 """What a self-hosted server's Prometheus `/metrics` says, read with `prometheus_client`'s parser.
 
-vLLM and SGLang name the same things differently, and llama.cpp and Ollama report less or
-nothing. A `MetricsSample` is one scrape in common terms, `None` where the server has no
-such series. `ServerWatch` turns scrapes into the figures the server panel shows: the prefix
+vLLM, SGLang and llama.cpp name the same things differently (`SERIES`); Ollama has no
+/metrics at all. A `MetricsSample` is one scrape in common terms, `None` where the server has
+no such series. `ServerWatch` turns scrapes into the figures the server panel shows: the prefix
 cache's hit rate over the session and over the last minute, KV-cache use, the queue, TTFT
 percentiles from the histogram, and speculative decoding's acceptance.
 """
@@ -11,26 +11,67 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client.samples import Sample
 
 RECENT_SECONDS = 60.0
 
-# Counter and gauge names per server family, in common terms; every series is summed over its labels.
-_SUMS = {
-    "hits": ("vllm:prefix_cache_hits", "sglang:cached_tokens"),
-    "queries": ("vllm:prefix_cache_queries", "sglang:prompt_tokens"),
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
-    "drafts": ("vllm:spec_decode_num_drafts",),
-    "draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
-    "accepted": ("vllm:spec_decode_num_accepted_tokens",),
+# Per server family, the series (names without `_total`) behind each common term. A term with
+# several series adds them up; each series is summed over its labels, a ratio (`_RATIOS`) maxed.
+SERIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    "vllm": {
+        "hits": ("vllm:prefix_cache_hits",),
+        "queries": ("vllm:prefix_cache_queries",),
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "kv_usage": ("vllm:kv_cache_usage_perc",),
+        "drafts": ("vllm:spec_decode_num_drafts",),
+        "draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
+        "accepted": ("vllm:spec_decode_num_accepted_tokens",),
+        "ttft": ("vllm:time_to_first_token_seconds",),
+    },
+    "sglang": {
+        "hits": ("sglang:cached_tokens",),
+        "queries": ("sglang:prompt_tokens",),  # every prompt token, cached or not
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "kv_usage": ("sglang:token_usage",),
+        "hit_rate_gauge": ("sglang:cache_hit_rate",),
+        "accept_rate_gauge": ("sglang:spec_accept_rate",),
+        "accept_length_gauge": ("sglang:spec_accept_length",),
+        "ttft": ("sglang:time_to_first_token_seconds",),
+    },
+    "llama.cpp": {
+        "hits": ("llamacpp:prompt_tokens_cached",),
+        # llama.cpp's prompt_tokens counts only the tokens it computed; the cached ones complete the prompt.
+        "queries": ("llamacpp:prompt_tokens", "llamacpp:prompt_tokens_cached"),
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        "kv_usage": ("llamacpp:kv_cache_usage_ratio",),  # older builds; the recorded one has none
+        "drafts": ("llamacpp:spec_decode_num_drafts",),
+        "draft_tokens": ("llamacpp:spec_decode_num_draft_tokens",),
+        "accepted": ("llamacpp:spec_decode_num_accepted_tokens",),
+    },
 }
-_MAXIMA = {
-    "kv_usage": ("vllm:kv_cache_usage_perc", "sglang:token_usage", "llamacpp:kv_cache_usage_ratio"),
-    "hit_rate_gauge": ("sglang:cache_hit_rate",),
-    "accept_length_gauge": ("sglang:spec_accept_length",),
-}
-_TTFT = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
+# Ratios: the largest over labels (engines, models), never a sum.
+_RATIOS = frozenset({"kv_usage", "hit_rate_gauge", "accept_rate_gauge", "accept_length_gauge"})
+
+
+def _terms_of(series: Mapping[str, Mapping[str, tuple[str, ...]]]) -> dict[str, tuple[str, ...]]:
+    """Series name → the terms it adds to (one series can feed two: llama.cpp's cached tokens)."""
+    terms: dict[str, tuple[str, ...]] = {}
+    for family in series.values():
+        for term, names in family.items():
+            for name in names:
+                terms[name] = (*terms.get(name, ()), term)
+    return terms
+
+
+_TERMS = _terms_of(SERIES)
 
 
 @dataclass(frozen=True)
@@ -45,40 +86,53 @@ class MetricsSample:
     accepted: float | None = None
     kv_usage: float | None = None
     hit_rate_gauge: float | None = None
+    accept_rate_gauge: float | None = None
     accept_length_gauge: float | None = None
-    ttft_buckets: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count), summed over labels
+    # (upper bound, cumulative count), summed over labels; () when the histogram has no observation yet.
+    ttft_buckets: tuple[tuple[float, float], ...] | None = None
 
 
 def parse_metrics(text: str, at: float) -> MetricsSample:
-    """One scrape of Prometheus text; a malformed exposition raises ValueError."""
+    """One scrape of Prometheus text; a malformed exposition raises ValueError.
+
+    A family declared without samples reads 0: a labelled series shows none until its first
+    increment (SGLang's cached tokens before the first hit), yet the server has it.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
-    sums: dict[str, float] = {}
-    maxima: dict[str, float] = {}
-    buckets: dict[float, float] = {}
+    readings: dict[str, list[float]] = {}
+    buckets: dict[float, float] | None = None
     for family in text_string_to_metric_families(text):
-        name = family.name.removesuffix("_total")
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
-            value = sample.value
-            if not math.isfinite(value):
-                continue
-            if name in _TTFT and sample.name.endswith("_bucket"):
-                bound = float(sample.labels["le"])
-                buckets[bound] = buckets.get(bound, 0.0) + value
-            for field, names in _SUMS.items():
-                if name in names:
-                    sums[field] = sums.get(field, 0.0) + value
-            for field, names in _MAXIMA.items():
-                if name in names:
-                    maxima[field] = max(maxima.get(field, value), value)
-    return MetricsSample(at=at, **sums, **maxima, ttft_buckets=tuple(sorted(buckets.items())))
+        terms = _TERMS.get(family.name.removesuffix("_total"), ())
+        if "ttft" in terms:
+            buckets = _add_buckets(buckets or {}, family.samples)
+            continue
+        for term in terms:
+            readings.setdefault(term, []).extend(_values(family.samples))
+    values = {term: max(found, default=0.0) if term in _RATIOS else sum(found) for term, found in readings.items()}
+    return MetricsSample(at=at, **values, ttft_buckets=None if buckets is None else tuple(sorted(buckets.items())))
+
+
+def _values(samples: Iterable[Sample]) -> list[float]:
+    """A family's readings, one per label set; `_created` timestamps and NaNs left out."""
+    return [s.value for s in samples if not s.name.endswith("_created") and math.isfinite(s.value)]
+
+
+def _add_buckets(buckets: dict[float, float], samples: Iterable[Sample]) -> dict[float, float]:
+    for sample in samples:
+        if sample.name.endswith("_bucket") and math.isfinite(sample.value):
+            bound = float(sample.labels["le"])
+            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    return buckets
 
 
 @dataclass(frozen=True)
 class ServerStats:
-    """The server panel's figures; `None` means the server does not report it."""
+    """The server panel's figures; `None` means not reported, unless a `*_reported` flag says the series is there.
+
+    With the series there, `None` means nothing to show yet: no request since the server
+    started, none in the last minute (`hit_rate_recent`), or no draft (speculative decoding).
+    """
 
     hit_rate_session: float | None = None
     hit_rate_recent: float | None = None
@@ -89,50 +143,64 @@ class ServerStats:
     ttft_p95: float | None = None
     spec_acceptance: float | None = None
     spec_length: float | None = None
-    # The server has the series but nothing to show yet (no request since it started).
     cache_reported: bool = False
     ttft_reported: bool = False
+    spec_reported: bool = False
 
 
 class ServerWatch:
-    """Scrapes in, figures out: rates are differences from the first scrape (the session) and the last minute."""
+    """Scrapes in, figures out: rates are differences from the first scrape (the session) and within the last minute."""
 
     def __init__(self) -> None:
         self.first: MetricsSample | None = None
-        self._recent: deque[MetricsSample] = deque()
+        self._recent: deque[MetricsSample] = deque()  # the scrapes of the last minute, oldest first
 
     def observe(self, sample: MetricsSample) -> ServerStats:
         if self.first is None:
             self.first = sample
-        self._recent.append(sample)
-        while len(self._recent) > 2 and sample.at - self._recent[1].at >= RECENT_SECONDS:
+        while self._recent and sample.at - self._recent[0].at > RECENT_SECONDS:
             self._recent.popleft()
-        minute_ago = self._recent[0]
+        minute_ago = self._recent[0] if self._recent else None
+        self._recent.append(sample)
         return ServerStats(
-            hit_rate_session=_hit_rate(self.first, sample),
-            hit_rate_recent=_hit_rate(minute_ago, sample),
+            hit_rate_session=_session_hit_rate(self.first, sample),
+            hit_rate_recent=_window_hit_rate(minute_ago, sample),
+            # Gauges are read as this scrape has them, never held over: a request that ended is gone at once.
             kv_usage=sample.kv_usage,
             running=_count(sample.running),
             waiting=_count(sample.waiting),
             ttft_p50=_quantile(0.50, self.first, sample),
             ttft_p95=_quantile(0.95, self.first, sample),
-            spec_acceptance=_ratio(sample.accepted, sample.draft_tokens),
+            spec_acceptance=_spec_acceptance(sample),
             spec_length=_spec_length(sample),
-            cache_reported=(
-                (sample.queries is not None and sample.hits is not None) or sample.hit_rate_gauge is not None
-            ),
-            ttft_reported=bool(sample.ttft_buckets),
+            cache_reported=_has_cache_counters(sample) or sample.hit_rate_gauge is not None,
+            ttft_reported=sample.ttft_buckets is not None,
+            spec_reported=_has_spec_series(sample),
         )
 
 
-def _hit_rate(before: MetricsSample, now: MetricsSample) -> float | None:
+def _has_cache_counters(sample: MetricsSample) -> bool:
+    return sample.hits is not None and sample.queries is not None
+
+
+def _has_spec_series(sample: MetricsSample) -> bool:
+    series = (sample.drafts, sample.draft_tokens, sample.accepted, sample.accept_rate_gauge, sample.accept_length_gauge)
+    return any(value is not None for value in series)
+
+
+def _session_hit_rate(first: MetricsSample, now: MetricsSample) -> float | None:
     if now.hits is None or now.queries is None:
-        return now.hit_rate_gauge  # SGLang also keeps its own running rate
-    queries = now.queries - (before.queries or 0.0)
-    if queries <= 0:
-        # Nothing asked since `before`: the whole life of the server is the best figure there is.
-        return now.hits / now.queries if now.queries > 0 else None
-    return (now.hits - (before.hits or 0.0)) / queries
+        return _positive(now.hit_rate_gauge)  # an older SGLang without the counters keeps its own rate
+    rate = _window_hit_rate(first, now)
+    # Nothing asked since the first scrape: the whole life of the server is the best figure there is.
+    return rate if rate is not None else _ratio(now.hits, now.queries)
+
+
+def _window_hit_rate(before: MetricsSample | None, now: MetricsSample) -> float | None:
+    """Hits ÷ queries between two scrapes; None with no earlier scrape, no counters, or nothing asked in between."""
+    if before is None or before is now or now.hits is None or now.queries is None:
+        return None
+    return _ratio(now.hits - (before.hits or 0.0), now.queries - (before.queries or 0.0))
 
 
 def _count(value: float | None) -> int | None:
@@ -140,23 +208,35 @@ def _count(value: float | None) -> int | None:
 
 
 def _ratio(part: float | None, whole: float | None) -> float | None:
-    return part / whole if part is not None and whole else None
+    """part ÷ whole; None when either is missing or whole is not positive (nothing counted, or a reset server)."""
+    return part / whole if part is not None and whole is not None and whole > 0 else None
+
+
+def _positive(value: float | None) -> float | None:
+    # SGLang's gauges read 0 before any batch (and always, for speculative decoding that is off).
+    return value if value is not None and value > 0 else None
+
+
+def _spec_acceptance(sample: MetricsSample) -> float | None:
+    share = _ratio(sample.accepted, sample.draft_tokens)
+    return share if share is not None else _positive(sample.accept_rate_gauge)
 
 
 def _spec_length(sample: MetricsSample) -> float | None:
     # Each draft step yields its accepted tokens plus the one the target model samples itself.
-    if sample.accepted is not None and sample.drafts:
-        return 1.0 + sample.accepted / sample.drafts
-    return sample.accept_length_gauge
+    per_step = _ratio(sample.accepted, sample.drafts)
+    return 1.0 + per_step if per_step is not None else _positive(sample.accept_length_gauge)
 
 
 def _quantile(q: float, before: MetricsSample, now: MetricsSample) -> float | None:
     """Prometheus's histogram_quantile over the requests since `before` (all of them if none came since)."""
-    earlier = dict(before.ttft_buckets)
+    if not now.ttft_buckets:
+        return None
+    earlier = dict(before.ttft_buckets or ())
     buckets = [(bound, count - earlier.get(bound, 0.0)) for bound, count in now.ttft_buckets]
-    if not buckets or buckets[-1][1] <= 0:
+    if buckets[-1][1] <= 0:
         buckets = list(now.ttft_buckets)
-    if not buckets or buckets[-1][1] <= 0:
+    if buckets[-1][1] <= 0:
         return None
     rank = q * buckets[-1][1]
     lower_bound, lower_count = 0.0, 0.0

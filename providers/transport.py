@@ -31,6 +31,7 @@ from hotloop.providers.errors import (
     UnknownModel,
 )
 from hotloop.providers.events import ProviderWarning
+from hotloop.providers.server_fixes import fix_for
 
 if TYPE_CHECKING:
     import httpx2
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 10.0
 MAX_RETRY_WAIT = 60.0  # seconds: a longer `retry-after` is cut to this, and said
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx, unless the server says the request itself is bad
-# A 5xx whose message blames the request (llama.cpp answers 500 to arguments it can't parse) fails the same way again.
+# A 5xx whose message blames the request (llama.cpp answers 500 to arguments it can't parse), or names a launch flag
+# the server lacks, fails the same way again.
 _BAD_REQUEST = re.compile(r"\b(?:fail(?:ed)? to parse|invalid|malformed|bad request)\b", re.IGNORECASE)
 MASK = "[redacted]"
 
@@ -168,7 +170,8 @@ async def explain(
         return UnknownModel(f"unknown model {model!r} at {where}{await available()}", status=404)
     if isinstance(error, sdk.APIStatusError):
         status = error.status_code
-        retryable = status in RETRY_STATUSES or (status >= 500 and not _BAD_REQUEST.search(detail))
+        blamed = _BAD_REQUEST.search(detail) or fix_for(None, status, detail)  # a launch flag missing fails again
+        retryable = status in RETRY_STATUSES or (status >= 500 and not blamed)
         return RequestRejected(
             f"{where} answered {status}: {detail}",
             status=status,
@@ -325,12 +328,12 @@ class SdkProvider:
                     chunks += 1
                     yield data
             except httpx2.TransportError as error:
-                raise StreamInterrupted(f"{self._where()} stream broke off: {root_cause(error)}") from None
+                raise StreamInterrupted(f"{self.where} stream broke off: {root_cause(error)}") from None
             except asyncio.CancelledError:
                 if not watchdog.caused():
                     raise
                 raise StreamInterrupted(
-                    f"{self._where()} stalled: nothing for {self.timeout.idle:g} s after {chunks} chunks "
+                    f"{self.where} stalled: nothing for {self.timeout.idle:g} s after {chunks} chunks "
                     "(request_timeout.idle; raise it in the config, or with --timeout)"
                 ) from None
             finally:
@@ -355,7 +358,7 @@ class SdkProvider:
                 raise
             limit = self.timeout.first_byte
             raise Stalled(
-                f"{self._where()} sent nothing for {limit:g} s (request_timeout.first_byte; raise it in the config, "
+                f"{self.where} sent nothing for {limit:g} s (request_timeout.first_byte; raise it in the config, "
                 "or with --timeout)",
                 retryable=True,
             ) from None
@@ -395,7 +398,7 @@ class SdkProvider:
                 return json.loads(text)
         except ValueError:
             pass
-        raise ProviderError(f"{self._where()} answered {url} with {status}, not JSON")
+        raise ProviderError(f"{self.where} answered {url} with {status}, not JSON")
 
     async def list_models(self) -> list[str]:
         """The models the server serves, in its own order (vLLM lists the base model first)."""
@@ -408,12 +411,14 @@ class SdkProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
-    def _where(self) -> str:
+    @property
+    def where(self) -> str:
+        """How a line names this provider: `sim (the embedded simulator)`, `local (http://host:8000/v1)`."""
         return f"{self.name} ({self._location or self.base_url})"
 
     async def _explain(self, error: Exception, listing: bool = False) -> ProviderError:
         sdk = importlib.import_module(self.sdk)
-        explained = await explain(error, sdk, self._where(), self.model, None if listing else self._available_models)
+        explained = await explain(error, sdk, self.where, self.model, None if listing else self._available_models)
         # A server may echo the request's headers into its error, the key among them.
         explained.args = (self.masked(str(explained)),)
         return explained

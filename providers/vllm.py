@@ -1,18 +1,20 @@
 """Self-hosted servers behind the OpenAI-compatible provider: vLLM first, SGLang, llama.cpp and Ollama too.
 
 `discover` asks the server what it is and what it serves (`/v1/models` with each model's
-`max_model_len`, `/health`, `/metrics`), through the provider's own SDK client. `scrape`
-reads `/metrics` for the server panel. `MissingDetails` notices a server that never says
-how many prompt tokens came from its cache, and what to start it with so that it does.
+context size, `/health`, `/metrics`; llama.cpp's `/props`, Ollama's `/api/version` and
+`/api/ps`), through the provider's own SDK client. `scrape` reads `/metrics` for the server
+panel. `MissingDetails` notices a server that never says how many prompt tokens came from its
+cache, and what to start it with so that it does.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hotloop.providers.errors import ProviderError
+from hotloop.providers.server_fixes import template_fix
 from hotloop.providers.server_metrics import MetricsSample, parse_metrics
 
 if TYPE_CHECKING:
@@ -37,7 +39,8 @@ _DETAILS_FLAGS = {
 @dataclass(frozen=True)
 class ServedModel:
     id: str
-    max_model_len: int | None = None
+    # Tokens one request may hold: `max_model_len` (vLLM, SGLang), a llama.cpp slot's `n_ctx`, Ollama's loaded context.
+    context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class ServerInfo:
     models: tuple[ServedModel, ...]
     healthy: bool | None  # None: the server has no /health
     has_metrics: bool
+    problem: str | None = None  # a launch flag it lacks for agent work, said once at the first request
 
     @property
     def label(self) -> str:
@@ -56,8 +60,17 @@ class ServerInfo:
         """vLLM reads a request's `priority` (and rejects it unless started with priority scheduling)."""
         return self.kind == "vllm"
 
+    def served(self, model: str) -> ServedModel | None:
+        """The listed model a request for `model` reaches, if any."""
+        served = next((m for m in self.models if m.id == model), None)
+        if served is None and self.kind == "llama.cpp" and len(self.models) == 1:
+            return self.models[0]  # one llama-server answers every model name with the model it loaded
+        return served
+
     def max_model_len(self, model: str) -> int | None:
-        return next((m.max_model_len for m in self.models if m.id == model), None)
+        """The context size of the model a request for `model` reaches, if the server says."""
+        served = self.served(model)
+        return served.context if served is not None else None
 
 
 async def discover(provider: OpenAIChatProvider) -> ServerInfo:
@@ -66,7 +79,7 @@ async def discover(provider: OpenAIChatProvider) -> ServerInfo:
     cards = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(cards, list):
         raise ProviderError(f"{provider.name} ({provider.base_url}) answered /models with no model list")
-    models = tuple(_served(card) for card in cards if isinstance(card, dict) and isinstance(card.get("id"), str))
+    models = tuple(_card_model(card) for card in cards if isinstance(card, dict) and isinstance(card.get("id"), str))
     owners = {card.get("owned_by") for card in cards if isinstance(card, dict)}
     kind = next((_OWNERS[o] for o in owners if isinstance(o, str) and o in _OWNERS), "openai-compatible")
     root = server_root(provider.base_url)
@@ -76,7 +89,9 @@ async def discover(provider: OpenAIChatProvider) -> ServerInfo:
         kind = "sglang" if "sglang:" in metrics else "vllm" if "vllm:" in metrics else kind
     if kind == "openai-compatible" and await _answers(provider, root + "/api/version"):
         kind = "ollama"
-    return ServerInfo(kind, models, healthy, metrics is not None)
+    props = _dict(await _json(provider, root + "/props")) if kind == "llama.cpp" else {}
+    models = await _with_contexts(provider, root, kind, models, props)
+    return ServerInfo(kind, models, healthy, metrics is not None, template_fix(props))
 
 
 async def scrape(provider: Provider) -> MetricsSample | None:
@@ -95,9 +110,55 @@ def server_root(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1")
 
 
-def _served(card: dict[str, Any]) -> ServedModel:
-    length = card.get("max_model_len")
-    return ServedModel(card["id"], length if isinstance(length, int) and not isinstance(length, bool) else None)
+def _card_model(card: dict[str, Any]) -> ServedModel:
+    meta = card.get("meta")  # llama.cpp's: the server's whole context, `n_ctx`
+    whole = _tokens(meta.get("n_ctx")) if isinstance(meta, dict) else None
+    return ServedModel(card["id"], _tokens(card.get("max_model_len")) or whole)
+
+
+def _tokens(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+async def _with_contexts(
+    provider: OpenAIChatProvider, root: str, kind: str, models: tuple[ServedModel, ...], props: dict[str, Any]
+) -> tuple[ServedModel, ...]:
+    """The context sizes /v1/models leaves out or overstates: llama.cpp's per slot, Ollama's of loaded models."""
+    if kind == "llama.cpp" and len(models) == 1:
+        slot = _slot_context(props)
+        return (replace(models[0], context=slot),) if slot else models
+    if kind == "ollama":
+        loaded = _loaded_contexts(await _json(provider, root + "/api/ps"))
+        return tuple(replace(model, context=loaded.get(model.id, model.context)) for model in models)
+    return models
+
+
+def _slot_context(props: object) -> int | None:
+    """A llama.cpp slot's `n_ctx`: `meta.n_ctx` is the whole KV cache, which N slots share unless it is unified."""
+    settings = _dict(props).get("default_generation_settings")
+    return _tokens(_dict(settings).get("n_ctx"))
+
+
+def _loaded_contexts(listing: object) -> dict[str, int]:
+    """Ollama's /api/ps: each loaded model's name → the context it was loaded with (a model not loaded has none)."""
+    loaded = _dict(listing).get("models")
+    contexts: dict[str, int] = {}
+    for entry in loaded if isinstance(loaded, list) else ():
+        context = _tokens(_dict(entry).get("context_length"))
+        names = (_dict(entry).get("name"), _dict(entry).get("model"))
+        contexts.update({name: context for name in names if isinstance(name, str) and context})
+    return contexts
+
+
+async def _json(provider: OpenAIChatProvider, url: str) -> object:
+    try:
+        return await provider.fetch_json(url)
+    except ProviderError:
+        return None
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 async def _answers(provider: Provider, url: str) -> bool | None:

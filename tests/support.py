@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from aiohttp import web
@@ -97,6 +98,20 @@ def make_agent(
     return agent, recorder
 
 
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """`app` on a free loopback port, over real HTTP; yields its `/v1` base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        await runner.cleanup()
+
+
 async def serve_events(events: list[bytes], route: str) -> AsyncIterator[str]:
     """A one-route server that streams `events` at `route`, one write each, and yields its `/v1` base URL."""
 
@@ -110,15 +125,8 @@ async def serve_events(events: list[bytes], route: str) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post(route, handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 def killed_mid_answer(home: Path) -> Path:

@@ -147,3 +147,40 @@ async def test_a_prompt_below_the_minimum_is_not_a_miss() -> None:
     events = await stream_fixture([START, *stop], cache_min_tokens=512)
     [usage] = [e.ledger for e in events if isinstance(e, Usage)]
     assert usage.below_cache_min is None
+
+
+async def test_server_side_iterations_are_all_in_the_ledger() -> None:
+    """A compaction iteration read 55,096 tokens from the cache before the message's own iteration.
+
+    `message_delta`'s top-level figures describe only the last iteration: the ledger sums every one
+    (the recording's own numbers), shows the split, and the session totals count them all.
+    """
+    from hotloop.agent.events import StepFinished
+    from hotloop.agent.figures import SessionTotals, prompt_breakdown
+
+    events = await stream_fixture(sse_bytes("anthropic_compaction.sse"))
+    [usage] = [e for e in events if isinstance(e, Usage)]
+    ledger = usage.ledger
+    assert (ledger.uncached, ledger.cache_read, ledger.cache_write, ledger.output) == (100 + 181, 55096, 0, 83 + 8)
+    assert ledger.prompt_total == 100 + 181 + 55096
+    assert [part.kind for part in ledger.parts] == ["compaction", "message"]
+    assert prompt_breakdown(ledger) == (
+        "prompt 55,377 (cache read 55,096 · write 0 · uncached 281) · compaction: read 55,096 · uncached 100 · out 83"
+    )
+    totals = SessionTotals()
+    step = StepFinished(
+        turn=1,
+        step=1,
+        usage=ledger,
+        ttft=0.1,
+        decode_tps=None,
+        model_time=1.0,
+        wall=1.0,
+        tool_count=0,
+        tool_sum=0.0,
+        tool_wall=0.0,
+        finish_reason="stop",
+    )
+    totals.add(step)
+    assert (totals.prompt, totals.output) == (55_377, 91)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello! \U0001f44b"

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from hotloop import __version__
-from hotloop.agent.events import Notice, SessionTitled, StepFinished, ToolFinished, TurnFinished, decode
+from hotloop.agent.events import SessionTitled, StepFinished, ToolFinished, TurnFinished, decode
 from hotloop.cli import main
+from hotloop.providers.sim.engine import TIERS, SimConfig
 
 from support import scenario_file, start_sim
 
@@ -141,10 +142,9 @@ def test_unknown_model(workspace, isolated_home, capsys) -> None:
     assert main(["run", "--model", "gpt-9", "hi"]) == 1
     line = one_line_error(capsys.readouterr().err)
     assert line == (
-        "error: unknown model 'gpt-9' at sim (the embedded simulator) (available: sim-balanced, sim-fast, sim-strong)"
+        "hotloop: unknown model 'gpt-9' at sim (the embedded simulator) (available: sim-balanced, sim-fast, sim-strong)"
     )
-    (log,) = session_lines(isolated_home)
-    assert isinstance(decode(log[-2]), Notice)
+    assert session_lines(isolated_home) == []  # refused before the session starts, not at its first request
 
 
 def test_model_is_discovered_when_none_is_configured(workspace, capsys) -> None:
@@ -154,6 +154,26 @@ def test_model_is_discovered_when_none_is_configured(workspace, capsys) -> None:
     finally:
         server.stop()
     assert server.server.requests[0].model == "sim-fast"
+
+
+def test_a_one_model_server_gets_every_request_on_its_model(workspace, isolated_home, capsys) -> None:
+    """Tiers, titles and auto's classifier all go to the one model a server lists, and the run says so."""
+    server = start_sim(SimConfig(models={"/models/SmolLM2-135M-Instruct-Q8_0.gguf": TIERS["sim-balanced"]}))
+    url = server.base_url
+    try:
+        assert main(["run", "--provider", "openai", "--base-url", url, "--tier", "auto", "hi", "Read README.md"]) == 0
+        assert main(["run", "--provider", "openai", "--base-url", url, "--tier", "strong", "hello"]) == 0
+        assert main(["run", "--provider", "openai", "--base-url", url, "--model", "sim-strong", "hello"]) == 1
+    finally:
+        server.stop()
+    err = capsys.readouterr().err
+    assert f"fast = balanced = strong = SmolLM2-135M-Instruct-Q8_0.gguf: the only model {url} serves" in err
+    assert f"unknown model 'sim-strong' at openai ({url}) (available: /models/SmolLM2-135M-Instruct-Q8_0.gguf)" in err
+    asked = [r for r in server.server.requests if r.path.endswith("/chat/completions")]
+    assert len(asked) >= 5  # two turns with a classifier request and a title, and one more turn
+    assert {r.model for r in asked} == {"/models/SmolLM2-135M-Instruct-Q8_0.gguf"}
+    assert main(["sessions", "list"]) == 0
+    assert "openai/SmolLM2-135M-" in capsys.readouterr().out
 
 
 def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isolated_home, tmp_path, capsys) -> None:

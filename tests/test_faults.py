@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from hotloop.agent.events import Notice, ResponseFinished, StepFinished, ToolFinished, fan_out
-from hotloop.agent.figures import SessionTotals
+from hotloop.agent.figures import SessionTotals, step_summary
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
@@ -288,3 +288,17 @@ async def test_a_call_that_finished_before_the_drop_keeps_its_result_across_resu
     resumed = Resumption.load(log.path, [])
     resumed.log.close()
     assert resumed.conversation.messages == agent.messages
+
+
+async def test_an_answer_cut_off_by_the_output_limit_does_not_look_finished(
+    sims: list[EmbeddedSimulator], tmp_path: Path, workspace: Path
+) -> None:
+    sim = start(sims, tmp_path, [{"text": "word " * 50}])
+    agent, recorder = agent_on(sim, "openai", workspace)
+    agent.max_tokens = 8
+    finished = await agent.run_turn("go")
+    await agent.provider.aclose()
+    assert finished.reason == "cut_off"
+    [step] = recorder.of(StepFinished)
+    assert step.finish_reason == "length" and "cut off by the output limit" in step_summary(step)
+    assert "the answer is incomplete: cut off by the output limit" in warnings(recorder)

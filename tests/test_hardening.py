@@ -25,7 +25,7 @@ from hotloop.providers.openai_chat import Chunk, ChunkParser, OpenAIChatProvider
 from hotloop.sessions.log import SessionInUse
 from hotloop.sessions.store import find_session, read_session
 
-from support import start_sim
+from support import serving, start_sim
 
 FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 
@@ -77,15 +77,8 @@ async def echoing_server(status: int) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_an_error_line_never_holds_the_key() -> None:
@@ -207,3 +200,14 @@ async def test_mcp_lists_the_servers_and_restarts_one_in_the_app(home: Path) -> 
         await wait_until(lambda: "restarted" in " ".join(said()), what="the restart")
         assert "MCP server 'dies-after-init' restarted: echo" in said()
         await idle(app, pilot)
+
+
+def test_hotloop_run_fails_when_a_step_was_cut_off(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A call cut off mid-arguments: the turn goes on and answers, but the work was incomplete: exit 1."""
+    scenario = home / "cut.json"
+    cut = {"tool_calls": [{"name": "read_file", "arguments": {"path": "README.md"}}], "cut_arguments": 5}
+    scenario.write_text(json.dumps([cut, {"text": "I could not read it."}]))
+    (home / "config.toml").write_text(FAST_SIM + f'scenario = "{scenario}"\n')
+    assert main(["run", "read README.md"]) == 1
+    err = capsys.readouterr().err
+    assert "step 1 · " in err and "cut off by the output limit" in err

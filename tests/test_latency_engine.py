@@ -263,7 +263,8 @@ async def test_a_repeated_workload_is_served_from_prefetch(tmp_path: Path) -> No
         sim.stop()
     assert all(reused == "" for _, reused, _ in served[0])  # nothing to go on the first time
     assert all(reused == "prefetch" for _, reused, _ in served[1] + served[2]) and len(served[1]) == 5
-    assert [(n, r) for n, _, r in served[1]] == [(n, r) for n, _, r in served[0]]  # the same results, served early
+    # The same results, served early (prefetched calls finish in either order).
+    assert sorted((n, r) for n, _, r in served[1]) == sorted((n, r) for n, _, r in served[0])
     assert walls[1] < 0.8 * walls[0] and walls[2] < 0.8 * walls[0]
     assert agent.prefetcher.stats.misses == 0 and agent.prefetcher.stats.hits == 10
 

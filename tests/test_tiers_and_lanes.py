@@ -14,14 +14,15 @@ from hotloop.agent.events import Notice, SessionTitled, StepFinished, ToolFinish
 from hotloop.agent.loop import Agent
 from hotloop.cli import main
 from hotloop.config import Choice, Config, RoutingSettings, SimSettings, resolve
-from hotloop.core.routing import Router
+from hotloop.core.routing import CLASSIFY_ASK, TITLE, TITLE_ASK, Router
 from hotloop.core.runtime import Runtime
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.server_metrics import ServerWatch, parse_metrics
+from hotloop.providers.sim.cache import PrefixCache
 from hotloop.providers.sim.engine import SimConfig
-from hotloop.providers.vllm import discover, scrape
+from hotloop.providers.vllm import discover
 from hotloop.sessions.store import list_sessions, read_session
 
 from support import Recorder, scenario_file, start_sim, wait_until
@@ -70,6 +71,14 @@ async def test_auto_sends_a_greeting_to_fast_and_a_multi_part_task_to_strong(tmp
     models = [r.model for r in requests]
     assert models[:2] == ["sim-fast", "sim-fast"] and models[2] == "sim-fast"  # classify, answer, classify
     assert set(models[3:]) >= {"sim-strong"}
+    # Turn 1's classifier asks afresh (the agent was on sim-balanced). Turn 2's extends the conversation turn 1 had
+    # on sim-fast with one message, the prompt as the turn sends it and the ask, and reads that conversation.
+    first, second = (json.loads(requests[n].body) for n in (0, 2))
+    assert "tools" not in first and "tools" in second
+    ask = second["messages"][-1]["content"]
+    assert ask.startswith("Read README.md and notes.txt, then grep for TODO\n\n<context>")
+    assert ask.endswith(CLASSIFY_ASK)
+    assert requests[2].cached_tokens >= requests[1].prompt_tokens - 16
 
 
 async def test_the_fast_tier_titles_the_session_after_its_first_turn(tmp_path: Path, workspace: Path) -> None:
@@ -86,6 +95,75 @@ async def test_the_fast_tier_titles_the_session_after_its_first_turn(tmp_path: P
     assert titled.title == "Read README.md" and titled.model == "sim-fast"
     assert [r.model for r in titler] == ["sim-fast"]
     assert b'"priority":10' in titler[0].body  # the simulator schedules by priority: background goes last
+    # The conversation is on sim-balanced: sim-fast shares no cache with it, so the title gets a short fresh prompt.
+    sent = json.loads(titler[0].body)
+    assert "tools" not in sent and [m["role"] for m in sent["messages"]] == ["system", "user"]
+    assert sent["messages"][0]["content"] == TITLE and sent["messages"][1]["content"].startswith("User: Please read")
+
+
+class OneSlot(PrefixCache):
+    """llama.cpp with one slot: it keeps the last request's tokens only, and a request reuses what it shares."""
+
+    def insert(self, hashes) -> None:
+        self.clear()
+        super().insert(hashes)
+
+
+def without(body: bytes, options: bytes) -> bytes:
+    """A request body without its options (they come before the prompt, so they would hide a byte prefix)."""
+    assert options in body
+    return body.replace(options, b"", 1)
+
+
+async def test_a_title_on_the_conversations_model_extends_its_request_and_evicts_nothing(
+    tmp_path: Path, workspace: Path
+) -> None:
+    agent, router, recorder = await agent_and_router(config_with(tmp_path), workspace, Choice(tier="fast"))
+    server = router.runtime.simulator.server
+    server.engine.cache = OneSlot()  # any prompt that isn't the conversation's would evict it
+    try:
+        await router.turn(agent, "Please read README.md, then grep for TODO")
+        conversation = list(agent.messages)
+        await router.settle(5)
+        assert agent.messages == conversation  # the title job leaves the conversation as it was
+        requests = list(server.requests)
+        await router.turn(agent, "and notes.txt too")
+        next_step = server.requests[len(requests)]
+    finally:
+        await router.runtime.aclose()
+    *_, answered, title = requests
+    assert [titled.title for titled in recorder.of(SessionTitled)] == ["Read README.md"]
+    # The conversation's request, byte for byte, then its answer and one user message with the ask.
+    prompt = without(title.body, b',"max_tokens":24,"priority":10')
+    assert prompt.startswith(answered.body[:-2] + b",")
+    sent, before = json.loads(prompt)["messages"], json.loads(answered.body)["messages"]
+    assert len(sent) == len(before) + 2 and sent[-2]["content"] == conversation[-1].text  # the answer
+    assert sent[-1] == {"role": "user", "content": TITLE_ASK}
+    # It reads the conversation (the last request and its answer); it computes the ask (33 tokens with its markup)
+    # and the answer's last partial block. The turn after reads the conversation too: the title evicted nothing.
+    assert title.cached_tokens >= answered.prompt_tokens and title.prompt_tokens - title.cached_tokens <= 33 + 15
+    assert next_step.body.startswith(answered.body[:-2] + b",")
+    assert next_step.cached_tokens >= title.cached_tokens
+
+
+async def test_a_summary_on_the_conversations_model_extends_the_request_that_asked_for_the_call(
+    tmp_path: Path, workspace: Path
+) -> None:
+    (workspace / "big.log").write_text("".join(f"line {n}: all systems nominal\n" for n in range(400)))
+    config = config_with(tmp_path, routing=RoutingSettings(summarize_over_tokens=200, titles=False))
+    agent, router, recorder = await agent_and_router(config, workspace, Choice(tier="fast"))
+    try:
+        await router.turn(agent, "Read big.log and README.md")
+        asked, summary, *_ = router.runtime.simulator.server.requests
+    finally:
+        await router.runtime.aclose()
+    assert b"Summarize this tool result" in summary.body
+    assert without(summary.body, b',"max_tokens":200,"priority":10').startswith(asked.body[:-2] + b",")
+    ask = json.loads(summary.body)["messages"][-1]["content"]
+    assert ask.startswith('read_file({"path": "big.log"}) returned:\nline 0:') and ask.endswith("summary only.")
+    assert summary.cached_tokens >= asked.prompt_tokens - 16
+    big = next(e.result for e in recorder.of(ToolFinished) if "line 0" in e.result)
+    assert big.startswith("[summary of a ") and "(400 lines" in big
 
 
 def test_hotloop_run_lists_the_session_under_its_title(workspace: Path, isolated_home: Path, capsys) -> None:
@@ -217,35 +295,6 @@ async def test_a_server_without_priority_scheduling_stops_getting_the_field(tmp_
     assert provider.send_priority is False
     bodies = [r.body for r in sim.server.requests]
     assert len(bodies) == 1 and b'"priority"' not in bodies[0]  # the rejected try never reached the engine
-
-
-async def test_discovery_and_the_panel_figures_come_from_the_servers_own_endpoints(tmp_path: Path) -> None:
-    sim = start_sim(SimConfig(max_model_len=32_768))
-    provider = OpenAIChatProvider(name="local", model="sim-balanced", base_url=sim.base_url, max_retries=0)
-    try:
-        info = await discover(provider)
-        watch = ServerWatch()
-        watch.observe(await scrape(provider))
-        messages = [{"role": "user", "content": "tell me about caches " * 20}]
-        api = openai.AsyncOpenAI(base_url=sim.base_url, api_key="-", max_retries=0)
-        for _ in range(3):
-            await api.chat.completions.create(model="sim-balanced", messages=messages)
-        await api.close()
-        stats = watch.observe(await scrape(provider))
-        _, raw = await provider.fetch(sim.url + "/metrics")
-    finally:
-        await provider.aclose()
-        sim.stop()
-    assert (info.kind, info.label, info.healthy, info.has_metrics) == ("vllm", "vLLM", True, True)
-    assert info.max_model_len("sim-balanced") == 32_768
-    totals = {
-        name: sum(float(line.split()[-1]) for line in raw.splitlines() if line.startswith(name + "{"))
-        for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
-    }
-    assert stats.hit_rate_session == totals["vllm:prefix_cache_hits_total"] / totals["vllm:prefix_cache_queries_total"]
-    assert 0.5 < stats.hit_rate_session < 1
-    assert stats.running == 0 and stats.waiting == 0 and stats.ttft_p50 is not None and stats.ttft_p95 >= stats.ttft_p50
-    assert stats.spec_acceptance is None  # the simulator does no speculative decoding: not reported, not 0
 
 
 def test_sglang_and_llama_cpp_report_what_they_have() -> None:

@@ -35,7 +35,7 @@ from hotloop.agent.events import (
     StepStarted,
     TurnFinished,
 )
-from hotloop.agent.figures import SessionTotals
+from hotloop.agent.figures import SessionTotals, short_model
 from hotloop.agent.text import inert
 from hotloop.config import Choice, Config
 from hotloop.core.markdown_blocks import code_blocks
@@ -255,7 +255,7 @@ class HotloopApp(App[None]):
             self.status.tier = self.session.tier_label(event.provider, event.model)
         elif isinstance(event, SessionTitled):
             self.sub_title = inert(event.title)
-            self.say(f"session titled “{event.title}” by {event.model}", timeout=4)
+            self.say(f"session titled “{event.title}” by {short_model(event.model)}", timeout=4)
         elif isinstance(event, Notice) and event.level != "info":
             self.say(event.message, severity="error" if event.level == "error" else "warning", timeout=8)
         elif isinstance(event, TurnFinished):

@@ -19,7 +19,7 @@ from textual.color import Color
 from textual.strip import Strip
 
 from hotloop.agent.events import ResponseFinished, StepFinished
-from hotloop.agent.figures import NOT_REPORTED, seconds, tokens
+from hotloop.agent.figures import CUT_OFF, NOT_REPORTED, iterations, seconds, timing, tokens
 from hotloop.agent.text import inert
 from hotloop.core.markdown_blocks import block_starts, parser
 from hotloop.providers.events import UsageLedger
@@ -200,6 +200,9 @@ def usage_text(usage: UsageLedger | None, palette: Palette) -> Text:
     """`prompt 2,351 ▕███░▏ read 2,320 · write – · uncached 31 · out 117`, never 0 for "not reported"."""
     muted = Style.parse(palette.muted)
     line = Text()
+    if usage is not None and usage.distrust is not None:
+        line.append(f"usage not trustworthy (server said {usage.distrust})", Style.parse(palette.warning))
+        return line
     if usage is None or usage.prompt_total is None:
         line.append(f"prompt {NOT_REPORTED}", muted)
         if usage is not None and usage.output is not None:
@@ -218,6 +221,7 @@ def usage_text(usage: UsageLedger | None, palette: Palette) -> Text:
         line.append(f" · uncached {tokens(usage.uncached)}")
     line.append(" · out ")
     line.append(tokens(usage.output), muted if usage.output is None else "")
+    line.append(iterations(usage), muted)
     return line
 
 
@@ -241,9 +245,10 @@ def response_text(response: ResponseFinished | StepFinished, palette: Palette) -
     line = usage_text(response.usage, palette)
     if response.route:
         line = Text.assemble((f"{response.route} · ", palette.accent), line)
-    line.append(f" · ttft {seconds(response.ttft)}" if response.ttft is not None else f" · ttft {NOT_REPORTED}")
-    if response.decode_tps is not None:
-        line.append(f" · {response.decode_tps:,.0f} tok/s")
+    if response.ttft is None:
+        line.append(f" · ttft {NOT_REPORTED}")
+    for part in timing(response):
+        line.append(f" · {part}", Style.parse(palette.warning) if part == CUT_OFF else "")
     if response.cache_note:
         line.append(f" · {response.cache_note}", palette.warning)
     return line

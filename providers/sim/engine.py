@@ -213,7 +213,7 @@ class SimEngine:
         return generation
 
     def _prefix_cache_use(self, tokens: list[int], model: str) -> CacheUse:
-        blocks = block_hashes(tokens, root=_model_root(model))
+        blocks = block_hashes(tokens, self.cache.block_size, _model_root(model))
         # Blocks count as computed once the request is scheduled, as in vLLM.
         cached = self.cache.lookup(blocks, len(tokens))
         self.cache.insert(blocks)
@@ -251,7 +251,8 @@ class SimEngine:
             output = [*encode(generation.generated)]
             if generation.finish_reason != "length":
                 output += encode(END)[:1]
-            self.cache.insert(block_hashes([*generation.prompt_ids, *output], root=_model_root(generation.model)))
+            tokens = [*generation.prompt_ids, *output]
+            self.cache.insert(block_hashes(tokens, self.cache.block_size, _model_root(generation.model)))
         self.metrics.finished(generation.model, generation.output_tokens, generation.finish_reason, self.cache)
 
     def abort(self, generation: Generation) -> None:

@@ -386,15 +386,26 @@ _SUMMARY_WORDS = re.compile(r"at most (\d+) words")
 
 
 def _side_job(turns: list[Turn]) -> Reply | None:
+    """A side job asked by its system prompt, or as the last paragraph of the request's last message (a user's)."""
     system = turns[0].text if turns and turns[0].role == "system" else ""
-    user = next((turn.text for turn in turns if turn.role == "user"), "")
-    if "Reply with one word: simple" in system:
-        return Reply(text=classify(_strip_context(user)))
-    if system.startswith("Write a title"):
-        return Reply(text=title_for(user))
-    if system.startswith("Summarize this tool result"):
-        words = _SUMMARY_WORDS.search(system)
-        return Reply(text=summary_of(user, int(words.group(1)) if words else 60))
+    first_user = next((turn.text for turn in turns if turn.role == "user"), "")
+    fresh = _job(system, first_user)
+    if fresh is not None or not turns or turns[-1].role != "user":
+        return fresh
+    # Asked at the end of the conversation it is about, to read its cached prefix: a title is about all of it.
+    about, _, instruction = turns[-1].text.rpartition("\n\n")
+    return _job(instruction, about or first_user)
+
+
+def _job(instruction: str, about: str) -> Reply | None:
+    """The answer to a side job's `instruction` about a task, a transcript or a tool result; None if it is none."""
+    if "Reply with one word: simple" in instruction:
+        return Reply(text=classify(_strip_context(about)))
+    if instruction.startswith(("Write a title", "Reply with only a title")):
+        return Reply(text=title_for(about))
+    if instruction.startswith("Summarize this tool result"):
+        words = _SUMMARY_WORDS.search(instruction)
+        return Reply(text=summary_of(about, int(words.group(1)) if words else 60))
     return None
 
 

@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from hotloop.agent.figures import short_model
 from hotloop.agent.text import inert
 from hotloop.sessions.store import LoggedSession
 from hotloop.tui.render import Palette
@@ -32,7 +33,7 @@ class SessionView(Screen[None]):
         started = datetime.fromtimestamp(header.started).strftime("%Y-%m-%d %H:%M")
         skipped = len(self.session.warnings)
         note = f" · {skipped} unreadable line{'s' if skipped != 1 else ''} skipped" if skipped else ""
-        title = f"session {header.id} · {started} · {header.provider} · {header.model} · read-only{note}"
+        title = f"session {header.id} · {started} · {header.provider} · {short_model(header.model)} · read-only{note}"
         yield Static(inert(title), id="title", markup=False)
         # A finished session's time stands still: its last event is "now".
         last = self.session.events[-1].ts if self.session.events else header.started

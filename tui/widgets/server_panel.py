@@ -1,9 +1,10 @@
 """`ServerPanel`: what a self-hosted server says about itself, beside the transcript.
 
-It draws the `ServerReport`s the session sends (the session scrapes `/metrics`): the prefix
-cache's hit rate (this session's and the last minute's), KV-cache use, the queue, TTFT
-percentiles and speculative decoding's acceptance. A figure the server does not report
-reads "not reported".
+It draws the `ServerReport`s the session sends (the session scrapes `/metrics`): the model and
+its context size, the prefix cache's hit rate (this session's and the last minute's), KV-cache
+use, the queue, TTFT percentiles and speculative decoding's acceptance. A figure reads "not
+reported" only when the server has no such series, "no requests yet" when it has one but
+nothing was asked, and the last minute's hit rate "–" when that minute holds no request.
 """
 
 from __future__ import annotations
@@ -14,13 +15,21 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from hotloop.agent.figures import short_model
 from hotloop.agent.text import inert
 
 if TYPE_CHECKING:
     from hotloop.core.session import ServerReport
+    from hotloop.providers.server_metrics import ServerStats
 
 NOT_REPORTED = "not reported"
 NONE_YET = "no requests yet"
+QUIET = "–"  # the last minute's hit rate, with no request (or no scrape) in that minute
+NO_DRAFTS = "no drafts"
+EMPTY = (NOT_REPORTED, NONE_YET, QUIET, NO_DRAFTS)
+# A path, absolute, relative or Windows', or a .gguf file: not an `org/model` name.
+# The flag that turns a server's /metrics on, where it is off by default.
+_METRICS_FLAGS = {"llama.cpp": "llama-server --metrics", "sglang": "--enable-metrics"}
 
 
 class ServerPanel(Static):
@@ -37,12 +46,15 @@ class ServerPanel(Static):
         info = report.info
         text = Text()
         text.append(f"{info.label}", "bold")
-        # The address is the config's, and the model a server's name for it.
+        # The address is the config's, and the model the server's name for it.
         text.append(inert(f" · {report.base_url.split('//')[-1].removesuffix('/v1')}\n"), "dim")
-        length = info.max_model_len(report.model)
-        text.append(inert(report.model) + (f" · {length:,} ctx" if length else "") + "\n\n")
+        served = info.served(report.model)
+        name = short_model(served.id if served is not None else report.model)
+        context = f" · {served.context:,} ctx" if served is not None and served.context else ""
+        text.append(inert(name) + context + "\n\n")
         if not info.has_metrics:
-            text.append(f"no /metrics: every figure {NOT_REPORTED}", "dim")
+            flag = _METRICS_FLAGS.get(info.kind)
+            text.append(f"no /metrics: every figure {NOT_REPORTED}" + (f" (start with {flag})" if flag else ""), "dim")
             return text
         stats = report.stats
         if stats is None:
@@ -51,23 +63,37 @@ class ServerPanel(Static):
         cache_empty = NONE_YET if stats.cache_reported else NOT_REPORTED
         ttft_empty = NONE_YET if stats.ttft_reported else NOT_REPORTED
         _row(text, "hit rate, session", _percent(stats.hit_rate_session, cache_empty))
-        _row(text, "hit rate, 1 min", _percent(stats.hit_rate_recent, cache_empty))
+        _row(text, "hit rate, 1 min", _percent(stats.hit_rate_recent, _quiet_minute(stats)))
         _row(text, "KV cache used", _percent(stats.kv_usage))
         _row(text, "running", _number(stats.running))
         _row(text, "waiting", _number(stats.waiting))
         _row(text, "TTFT p50", _seconds(stats.ttft_p50, ttft_empty))
         _row(text, "TTFT p95", _seconds(stats.ttft_p95, ttft_empty))
-        if stats.spec_acceptance is not None or stats.spec_length is not None:
-            _row(text, "spec accepted", _percent(stats.spec_acceptance))
-            _row(
-                text, "spec mean length", f"{stats.spec_length:.2f}" if stats.spec_length is not None else NOT_REPORTED
-            )
+        _spec_rows(text, stats)
         return text
+
+
+def _quiet_minute(stats: ServerStats) -> str:
+    """Why the last minute has no hit rate: no such series, no request ever, or none within the minute."""
+    if not stats.cache_reported:
+        return NOT_REPORTED
+    return NONE_YET if stats.hit_rate_session is None else QUIET
+
+
+def _spec_rows(text: Text, stats: ServerStats) -> None:
+    # No rows for a server without the series: vLLM has them only when speculative decoding is on.
+    if not stats.spec_reported:
+        return
+    if stats.spec_acceptance is None and stats.spec_length is None:
+        _row(text, "spec decoding", NO_DRAFTS)
+        return
+    _row(text, "spec accepted", _percent(stats.spec_acceptance, NO_DRAFTS))
+    _row(text, "spec mean length", f"{stats.spec_length:.2f}" if stats.spec_length is not None else NO_DRAFTS)
 
 
 def _row(text: Text, label: str, value: str) -> None:
     text.append(f"{label:<18}", "dim")
-    text.append(value + "\n", "dim" if value in (NOT_REPORTED, NONE_YET) else "bold")
+    text.append(value + "\n", "dim" if value in EMPTY else "bold")
 
 
 def _percent(value: float | None, empty: str = NOT_REPORTED) -> str:

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from hotloop.agent.figures import short_model
 from hotloop.agent.text import inert
 
 if TYPE_CHECKING:
@@ -73,7 +74,9 @@ class SessionsSidebar(Vertical):
         for session in shown:
             started = datetime.fromtimestamp(session.started).strftime("%b %d %H:%M")
             # Everything but the time comes from the log: a model's title, a prompt.
-            label = Text(inert(f"{started} · {session.id} · {session.turns} turns · {session.model}\n"), style="dim")
+            label = Text(
+                inert(f"{started} · {session.id} · {session.turns} turns · {short_model(session.model)}\n"), style="dim"
+            )
             label.append(inert(session.title or "(no prompt)"))
             options.add_option(Option(label, id=str(session.path)))
         if shown:

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from hotloop.agent.figures import SessionTotals
+from hotloop.agent.figures import SessionTotals, short_model
 from hotloop.agent.text import inert
 
 
@@ -28,7 +28,7 @@ class StatusBar(Static):
         line.append("  │  ", "dim")
         if self.provider:
             line.append(inert(self.provider), "bold")
-            line.append(inert(f" · {self.model}"))  # a server's name for it
+            line.append(inert(f" · {short_model(self.model)}"))  # a server's name for it
             if self.tier:
                 line.append(inert(f" · {self.tier}"), "italic")
             line.append("  │  ", "dim")

@@ -9,7 +9,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from hotloop.agent.events import ResponseFinished, StepStarted
-from hotloop.agent.figures import seconds
+from hotloop.agent.figures import seconds, short_model
 from hotloop.agent.text import inert
 from hotloop.tui.render import Palette, inert_text, response_text
 
@@ -81,7 +81,7 @@ class UsageStrip(Static):
             return
         if self._first_token is None:
             waited = seconds(max(self.clock() - step.ts, 0))
-            line.append(f"{inert(step.model)} · waiting for the first token · {waited}")
+            line.append(f"{inert(short_model(step.model))} · waiting for the first token · {waited}")
         else:
             line.append(f"ttft {seconds(self._first_token - step.ts)} · streaming · {self._tokens:,} chunks")
         # These short lines tick ten times a second and never wrap: no layout pass for them.
