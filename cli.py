@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from hotloop.core.slash import Slash
 
 
+_LATEST = "the session last used in this folder, else the latest anywhere"
+
+
 class UsageError(InputError):
     """Bad command-line input; the message is shown as one line."""
 
@@ -49,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = commands.add_parser("replay", help="redraw a saved session as it happened (never calls a provider)")
     replay.add_argument(
-        "session", nargs="?", metavar="SESSION", help="a session id or its prefix (default: the latest)"
+        "session", nargs="?", metavar="SESSION", help=f"a session id or its prefix (default: {_LATEST})"
     )
     replay.add_argument(
         "--speed", type=_non_negative, default=1.0, metavar="N", help="pace × N (default 1; 0 draws it all at once)"
@@ -121,14 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=_positive_int, default=50, metavar="N")
     listing.add_argument("--search", metavar="TEXT", help="only sessions whose prompts, id or model contain TEXT")
     show = session_commands.add_parser("show", help="print a session's conversation")
-    show.add_argument("session", metavar="ID", help="a session id or a unique prefix")
+    show.add_argument("session", nargs="?", metavar="ID", help=f"a session id or a unique prefix (default: {_LATEST})")
     show.add_argument("--waterfall", action="store_true", help="where each turn's time went: model and tool bars")
     export = session_commands.add_parser("export", help="write a session as Markdown, JSON or HTML")
-    export.add_argument("session", metavar="ID", help="a session id or a unique prefix")
+    export.add_argument(
+        "session", nargs="?", metavar="ID", help=f"a session id or a unique prefix (default: {_LATEST})"
+    )
     export.add_argument("--format", choices=("md", "json", "html"), default="md")
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
-    delete = session_commands.add_parser("delete", help="delete a session's log")
+    delete = session_commands.add_parser("delete", help="delete a session's log (asks first)")
     delete.add_argument("session", metavar="ID", help="a session id or a unique prefix")
+    delete.add_argument("-y", "--yes", action="store_true", help="don't ask (needed when stdin is not a terminal)")
     return parser
 
 
@@ -223,7 +229,12 @@ def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
         "--resume", dest=f"{prefix}resume", metavar="ID", help="continue a saved session (an id or a unique prefix)"
     )
     group.add_argument(
-        "-c", "--continue", dest=f"{prefix}resume", action="store_const", const="", help="continue the latest session"
+        "-c",
+        "--continue",
+        dest=f"{prefix}resume",
+        action="store_const",
+        const="",
+        help=f"continue {_LATEST}",
     )
 
 
@@ -339,25 +350,33 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _app(args: argparse.Namespace) -> int:
     """Open the TUI; a bad config, provider, tier or missing key fails here, before the screen takes over."""
     from hotloop.config import load_config
+    from hotloop.headless.session_commands import saved_line
     from hotloop.tui.app import HotloopApp
 
-    HotloopApp(load_config(), _options(args, "app_")).run()
+    options = _options(args, "app_")
+    app = HotloopApp(load_config(), options)
+    app.run()
+    log = app.session.last_log
+    line = saved_line(log.path, options.workspace) if log is not None else None
+    if line is not None:
+        print(line, file=sys.stderr)
     return 0
 
 
 def _session_to_resume(reference: str | None) -> Path | None:
-    """The log of the session to continue (`""`: the latest), checked before the screen takes over."""
+    """The log of the session to continue (`""`: the one written to last here), checked before the screen takes over."""
     if reference is None:
         return None
-    from hotloop import paths
+    from hotloop.headless.session_commands import pick_session, say_note
     from hotloop.sessions.log import SessionInUse, is_in_use
-    from hotloop.sessions.store import find_session, read_header, session_id_of
+    from hotloop.sessions.store import read_header, session_id_of
 
-    path = find_session(paths.sessions_dir(), reference or None)
-    read_header(path)
-    if is_in_use(path):
-        raise SessionInUse(f"session {session_id_of(path)} is open in another hotloop process")
-    return path
+    pick = pick_session(reference or None, "continuing")
+    read_header(pick.path)
+    if is_in_use(pick.path):
+        raise SessionInUse(f"session {session_id_of(pick.path)} is open in another hotloop process")
+    say_note(pick)
+    return pick.path
 
 
 def _run(args: argparse.Namespace) -> int:

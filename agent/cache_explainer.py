@@ -2,10 +2,11 @@
 
 Every request is fingerprinted by segment: the system prompt, each tool schema, each message.
 The fingerprint goes into the session log with its step. When a step's cache read falls short
-of the previous request's prompt (allowing for block granularity and the last token a server
-always recomputes), the explainer compares the two requests and names the first segment that
-changed, or another cause: a switch of provider or model, an expired entry (Anthropic's TTL),
-or an eviction (nothing changed, yet it missed).
+of what the previous request left in the cache (allowing for block granularity and the last
+token a server always recomputes), the explainer compares the two requests and names the first
+segment that changed, or another cause: a switch of provider or model, an expired entry
+(Anthropic's TTL), or an eviction (nothing changed, yet it missed). A prompt below the
+provider's cache minimum is never cached, so neither it nor the step after it is a miss.
 """
 
 from __future__ import annotations
@@ -46,6 +47,31 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
+class CacheReads:
+    """A step's cache read, as far as it is known, by the provider and model that answered it.
+
+    vLLM (and the simulator, speaking as it) leaves the figure out of a total miss, so once a
+    provider and model have reported a read in this session, a step they answer without one read
+    nothing; until then, a missing figure is unknown.
+    """
+
+    def __init__(self) -> None:
+        self._reporting: set[tuple[str, str]] = set()
+
+    def read(self, usage: UsageLedger | None, using: tuple[str, str]) -> int | None:
+        """The tokens read from the cache: as reported, 0 if left out by a server that reports reads, else None."""
+        if usage is None:
+            return None
+        if usage.cache_read is not None:
+            self._reporting.add(using)
+            return usage.cache_read
+        return 0 if usage.prompt_total is not None and self.reports(using) else None
+
+    def reports(self, using: tuple[str, str]) -> bool:
+        """Whether this provider and model have reported a cache read in this session."""
+        return using in self._reporting
+
+
 class CacheExplainer:
     """Keeps the previous request of a conversation and explains the next step's shortfall, if any."""
 
@@ -55,7 +81,7 @@ class CacheExplainer:
         self._previous: tuple[Fingerprint, str, list[str], float] | None = None  # fingerprint, system, digests, time
         self._current: tuple[Fingerprint, str, list[str], float] | None = None
         self._previous_usage: UsageLedger | None = None
-        self._reports_reads = False
+        self._reads = CacheReads()
 
     def fingerprint(self, request: ChatRequest, provider: str, model: str, now: float) -> Fingerprint:
         """Fingerprint the request about to be sent; the last one becomes the previous."""
@@ -74,15 +100,19 @@ class CacheExplainer:
     def explain(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool) -> str:
         """`cache miss: … (N tokens re-prefilled)` when this step read less than the unchanged prefix; else ""."""
         previous_usage, self._previous_usage = self._previous_usage, usage
-        read = usage.cache_read if usage is not None else None
-        if read is None and self._reports_reads:
-            read = 0  # vLLM leaves the details out of a total miss; this server has shown it reports them
-        self._reports_reads = self._reports_reads or read is not None
-        if self._previous is None or self._current is None or usage is None or read is None:
+        using = (self._current[0].provider, self._current[0].model) if self._current is not None else ("", "")
+        read = self._reads.read(usage, using)
+        if self._previous is None or usage is None or usage.prompt_total is None or read is None:
             return ""
-        if previous_usage is None or previous_usage.prompt_total is None or usage.below_cache_min is not None:
+        if previous_usage is None or previous_usage.prompt_total is None:
             return ""
-        expected = min(previous_usage.prompt_total, usage.prompt_total or 0) // BLOCK * BLOCK
+        # Below the minimum nothing is written: such a step read nothing, and left nothing for the next to read.
+        if usage.below_cache_min is not None or previous_usage.below_cache_min is not None:
+            return ""
+        expected = min(previous_usage.prompt_total, usage.prompt_total) // BLOCK * BLOCK
+        if previous_usage.cache_write is not None:
+            # A server that reports writes (Anthropic) holds only what the previous step read and wrote.
+            expected = min(expected, (previous_usage.cache_read or 0) + previous_usage.cache_write)
         missed = expected - read
         if missed <= SLACK_TOKENS:
             return ""

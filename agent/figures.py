@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 
-from hotloop.agent.events import ResponseFinished, StepFinished
+from hotloop.agent.cache_explainer import CacheReads
+from hotloop.agent.events import ResponseFinished, StepFinished, StepStarted
 from hotloop.providers.events import UsageLedger
 
 NOT_REPORTED = "not reported"
@@ -19,6 +20,11 @@ def short_model(model: str) -> str:
     if model.startswith(("/", "~", ".")) or model.endswith(".gguf"):
         return re.split(r"[/\\]", model)[-1]
     return model
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 turn`, `2 turns`, `1,024 tokens`: a count and its noun, singular or plural as the count asks."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def tokens(count: int | None) -> str:
@@ -88,49 +94,92 @@ def timing(response: ResponseFinished | StepFinished) -> list[str]:
     return parts
 
 
+def tool_phase(count: int, ran: float, summed: float, wrote: float | None = None) -> str:
+    """`3 tools ran for 1.02 s (sum 3.01 s, 3.0× from parallelism) · the model wrote for 0.84 s`.
+
+    `ran` is the time during which at least one tool ran, and `wrote` the model's streaming: named
+    apart, because early-dispatched tools run while the model still writes the calls after them,
+    and one figure spanning both read as tools that had become slower by running together.
+    """
+    said = f"{counted(count, 'tool')} ran for {seconds(ran)}"
+    if count > 1:
+        # Below 1.05× the calls did not overlap in any way worth a figure (they were instant, or one was).
+        overlap = f", {summed / ran:.1f}× from parallelism" if ran > 0 and summed / ran >= 1.05 else ""
+        said += f" (sum {seconds(summed)}{overlap})"
+    return said if wrote is None else f"{said} · the model wrote for {seconds(wrote)}"
+
+
+def model_writing(step: StepFinished) -> float | None:
+    """Seconds from the response's first byte to its end: the model writing; None if nothing arrived."""
+    return max(step.model_time - step.ttft, 0.0) if step.ttft is not None else None
+
+
 def step_summary(step: StepFinished) -> str:
     """One line for a finished step.
 
     e.g. `step 2 · prompt 2,351 (cache read 2,320 · uncached 31) · out 117 · ttft 0.04 s · 96 tok/s ·
-    tools 3 in 1.01 s (sum 3.02 s)`.
+    3 tools ran for 1.01 s (sum 3.02 s, 3.0× from parallelism) · the model wrote for 0.84 s`.
     """
     parts = [f"step {step.step}", *([step.route] if step.route else []), prompt_breakdown(step.usage)]
     if step.usage is not None and step.usage.distrust is None:
         parts.append(f"out {tokens(step.usage.output)}")
     parts += timing(step)
     if step.tool_count:
-        plural = "s" if step.tool_count != 1 else ""
-        parts.append(f"tool{plural} {step.tool_count} in {seconds(step.tool_wall)} (sum {seconds(step.tool_sum)})")
+        parts.append(tool_phase(step.tool_count, step.tool_wall, step.tool_sum, model_writing(step)))
     if step.cache_note:
         parts.append(step.cache_note)
     return " · ".join(parts)
 
 
 class SessionTotals:
-    """Running totals over a session's steps, for the status bar."""
+    """Running totals over a session's steps, for the status bar.
+
+    The cache-hit rate counts every step whose hit or miss is known: once a provider and model
+    have reported a cache read (`CacheReads`), their steps without the figure read nothing,
+    those before the first report included, since the server left the figure out of a miss
+    then too. A step below the cache minimum could not be cached, so it is left out.
+    """
 
     def __init__(self) -> None:
         self.steps = 0
         self.prompt = 0
         self.output = 0
         self.unreported = 0  # steps whose usage was missing
+        self._reads = CacheReads()
+        self._using = ("", "")  # the provider and model of the step in progress
         self._cache_read = 0
-        self._cache_prompt = 0  # prompt tokens of the steps that reported a cache figure
+        self._cache_prompt = 0  # prompt tokens of the steps whose cache read is known
+        self._waiting: dict[
+            tuple[str, str], list[int]
+        ] = {}  # prompts without a cache figure, until their server reports
 
-    def add(self, step: StepFinished) -> None:
+    def add(self, event: StepStarted | StepFinished) -> None:
+        """Count a finished step; a started one says which provider and model answer it."""
+        if isinstance(event, StepStarted):
+            self._using = (event.provider, event.model)
+            return
         self.steps += 1
-        usage = step.usage
+        usage = event.usage
         if usage is None or usage.prompt_total is None:
             self.unreported += 1
             return
         self.prompt += usage.prompt_total
         self.output += usage.output or 0
-        # A prompt below the cache minimum could not be cached at all: it is not a miss.
-        if usage.cache_read is not None and usage.below_cache_min is None:
-            self._cache_read += usage.cache_read
-            self._cache_prompt += usage.prompt_total
+        read = self._reads.read(usage, self._using)
+        if usage.below_cache_min is not None:
+            return
+        if read is None:
+            self._waiting.setdefault(self._using, []).append(usage.prompt_total)
+            return
+        self._cache_read += read
+        self._cache_prompt += usage.prompt_total + sum(self._waiting.pop(self._using, []))
 
     @property
     def cache_hit(self) -> float | None:
-        """cache-read ÷ prompt total over the steps that reported it and could be cached; None if none."""
+        """cache-read ÷ prompt total over the steps whose read is known and could be cached; None if none."""
         return self._cache_read / self._cache_prompt if self._cache_prompt else None
+
+    @property
+    def cache_unknown(self) -> int:
+        """Steps the hit rate leaves out unknown: no usage, or no read from a server not known to give one."""
+        return self.unreported + sum(len(prompts) for prompts in self._waiting.values())

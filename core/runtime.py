@@ -21,7 +21,7 @@ from hotloop.agent.tools.mcp_config import server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.config import Choice, Config, ConfigError, ProviderSettings, Target, resolve
 from hotloop.providers.base import Provider
-from hotloop.providers.errors import ProviderError, UnknownModel
+from hotloop.providers.errors import ConnectionFailed, ProviderError, UnknownModel
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import SimConfig
@@ -47,7 +47,7 @@ class Runtime:
         self._helpers: dict[tuple[str, str | None, str | None], Provider] = {}
         self._discoveries: dict[int, asyncio.Task[None]] = {}
         self._bridge: McpBridge | None = None
-        self._served: dict[tuple[str, str | None], list[str] | None] = {}
+        self._served: dict[tuple[str, str | None], list[str]] = {}
         self.lanes = Lanes(config.routing.lanes, config.routing.max_background)
 
     async def connect(self, target: Target) -> Provider:
@@ -98,9 +98,13 @@ class Runtime:
             return
         try:
             provider.server = await asyncio.wait_for(discover(provider), PROBE_TIMEOUT)
+        except ConnectionFailed:
+            del self._discoveries[id(provider)]  # not up yet: asked again when the provider is next wanted
+            return
         except (ProviderError, TimeoutError):
             return  # not a server that describes itself; requests work all the same
-        provider.send_priority = provider.server.takes_priority and self.config.routing.lanes
+        if provider.server is not None:
+            provider.send_priority = provider.server.takes_priority and self.config.routing.lanes
 
     async def switch(self, agent: Agent, choice: Choice) -> ProviderSwitched:
         """Move `agent`'s conversation to the provider, model or tier chosen; the event says what it costs."""
@@ -112,11 +116,13 @@ class Runtime:
             # An SDK takes a second or more to import here: off the event loop, so a screen stays live.
             await asyncio.to_thread(importlib.import_module, settings.protocol)  # each SDK is named after its protocol
             if key not in self._providers:
-                provider = self._providers[key] = self._open(settings)
-                # In the background: the first request need not wait for the server to describe itself, and
-                # finds the connection open (discovery's requests, or a bare one, pay the connect and TLS cost).
-                self._discoveries[id(provider)] = asyncio.create_task(self._discover(provider))
-        return self._providers[key]
+                self._providers[key] = self._open(settings)
+        provider = self._providers[key]
+        if id(provider) not in self._discoveries:
+            # In the background: the first request need not wait for the server to describe itself, and
+            # finds the connection open (discovery's requests, or a bare one, pay the connect and TLS cost).
+            self._discoveries[id(provider)] = asyncio.create_task(self._discover(provider))
+        return provider
 
     def _open(self, settings: ProviderSettings) -> Provider:
         base_url, location, sim_minimum = settings.base_url, None, None
@@ -184,11 +190,13 @@ class Runtime:
                 agent.prefetcher.predictor.learn_from(events)
 
     async def served(self, settings: ProviderSettings) -> list[str] | None:
-        """The models a provider's server lists, asked once; None when it can't say (no answer, no key)."""
+        """The models a provider's server lists, asked until it answers; None when it can't say (no answer, no key)."""
         key = (settings.name, settings.base_url)
         if key not in self._served:
             listing = await self.probe(settings)
-            self._served[key] = listing if isinstance(listing, list) else None
+            if not isinstance(listing, list):
+                return None
+            self._served[key] = listing
         return self._served[key]
 
     async def probe(self, settings: ProviderSettings) -> list[str] | str:

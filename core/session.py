@@ -30,6 +30,7 @@ from hotloop import InputError
 from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepFinished, TurnFinished
 from hotloop.agent.figures import short_model
 from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, Target, resolve
+from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallStarted
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from hotloop.sessions.log import SessionLog
     from hotloop.sessions.store import LoggedSession
 
+# What shows a provider answered: a session with none of these is only an unanswered prompt.
+_ANSWERS = (TextDelta, ReasoningDelta, ToolCallStarted, StepFinished)
+DISCOVERY_WAIT = 1.0  # seconds open() waits for the server to say what it is
 SIDE_JOB_GRACE = 10.0  # seconds a headless run waits at the end for a title still being written
 SERVER_BUSY_INTERVAL = 1.0  # seconds between /metrics scrapes while a turn runs
 SERVER_IDLE_INTERVAL = 5.0
@@ -118,6 +122,8 @@ class Session:
         self.log_problem: str | None = None  # why a log stopped early (a failing disk), once it is closed
         self.cut_off_steps = 0  # steps the output limit ended: the work they did is incomplete
         self._unlogged: list[AgentEvent] = []  # said before the log exists; written when it opens
+        self._unanswered = False  # a log this session created that no step has finished in yet
+        self.last_log: SessionLog | None = None  # the log closed last: the one to name on exit
         self._turns = 0  # turns in flight
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
         self._server_task: asyncio.Task[None] | None = None
@@ -142,6 +148,8 @@ class Session:
             self.log.write(event)
         else:
             self._unlogged.append(event)
+        if isinstance(event, _ANSWERS):
+            self._unanswered = False
         if isinstance(event, StepFinished) and event.finish_reason == "length":
             self.cut_off_steps += 1
         self._sink(event)
@@ -156,13 +164,15 @@ class Session:
 
         path = self.options.resume
         resumed = await asyncio.to_thread(Resumption.load, path, self.config.secrets()) if path is not None else None
+        if self.runtime is None:
+            self.runtime = Runtime(self.config)
         try:
             notes: list[str] = []
             if resumed is not None:
                 self.config, target, notes = resumed.target(self.config, self.choice)
             else:
                 target = resolve(self.config, self.choice)
-            self.runtime = Runtime(self.config)
+            self.runtime.config = self.config
             fitted = await self._fit_tiers(target)
             if fitted is not None and resumed is None:
                 target = resolve(self.config, self.choice)  # a tier now names a model the server lists
@@ -171,7 +181,13 @@ class Session:
         except BaseException:
             if resumed is not None:
                 resumed.log.close()  # its lock: the session is free again
+            if self._probes is None:  # the switch menu's list: another provider may be picked meanwhile
+                self._probes = asyncio.create_task(self._probe_all())
             raise
+        with contextlib.suppress(TimeoutError):
+            # What the server is decides the first requests' `priority` and the flag a hint names; a
+            # local server says in milliseconds, and a slow one doesn't hold the session up for long.
+            await asyncio.wait_for(self.runtime.server_of(provider), DISCOVERY_WAIT)
         self.agent = self._new_agent(provider, self._system())
         for warning in self.config.warnings:
             self.emit(Notice(level="warning", message=warning))
@@ -181,12 +197,21 @@ class Session:
             self._continue(resumed, notes)
         await self.runtime.start_mcp(list(self.options.mcp), self.emit)
         await self.runtime.learn_from_past(self.agent, self.workspace)
+        if self._probes is not None:
+            self._probes.cancel()
         self._probes = asyncio.create_task(self._probe_all())
         self._ready = True
         # The startup heap never dies: keep the collector off it, and collect old objects rarely.
         gc.collect()
         gc.freeze()
         gc.set_threshold(700, 10, 1_000_000)
+
+    def retarget(self, choice: Choice) -> None:
+        """Open on `choice` instead (a provider, model or tier), while the session couldn't open yet."""
+        if self._ready:
+            raise RuntimeError("retarget() is for a session that isn't open; switch() moves an open one")
+        resolve(self.config, choice)  # a bad provider, tier or missing key fails here, as at the start
+        self.choice = choice
 
     async def _fit_tiers(self, target: Target) -> str | None:
         """Tiers (and so titles, summaries and auto's classifier) only on models the session's server lists.
@@ -261,6 +286,7 @@ class Session:
         if self.log is None:
             log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
             self._open_log(log)
+            self._unanswered = True
             self.agent.cache_key = log.id
         self._turns += 1
         self._nudge.set()
@@ -308,11 +334,19 @@ class Session:
         self._nudge.set()
 
     def _close_log(self) -> None:
+        from hotloop.sessions.summary import summary_path
+
         if self.log is not None:
             self.log.close()
             if self.log.error is not None:
                 self.log_problem = f"the session log stopped at {self.log.path}: {self.log.error.strerror}"
+            elif self._unanswered:
+                # Nothing but a prompt no provider answered: not a session to find, continue or replay.
+                for file in (self.log.path, summary_path(self.log.path)):
+                    file.unlink(missing_ok=True)
+            self.last_log = self.log
             self.log = None
+        self._unanswered = False
         self._unlogged.clear()
 
     # -- MCP servers ---------------------------------------------------------------------

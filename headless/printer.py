@@ -4,7 +4,10 @@ The answer streams to stdout, rendered as Markdown on a terminal and raw when pi
 `hotloop run "..." > answer.md` keeps only the answer. Tool calls, the per-step line and
 notices go to stderr. With `json_lines`, stdout carries every event as a JSON line instead,
 as the session log stores it: key values masked (`secrets`), and DEL and C1 controls, which
-JSON may carry raw, escaped so that a terminal reading the lines can't act on them.
+JSON may carry raw, escaped so that a terminal reading the lines can't act on them. The first
+line carries the session's id (`"session":"3f2a91c0"`, after its type); the id exists once the
+log does, at the first turn, so lines said before that (config warnings, MCP notices) are held
+until then, never reordered.
 
 Everything else printed is inert (`agent/text.py`): a model, a tool or a server can put escape
 sequences in what it says, and they are shown, never obeyed.
@@ -16,6 +19,7 @@ import re
 import sys
 from typing import TextIO
 
+import msgspec
 from rich.console import Console
 from rich.text import Text
 
@@ -59,12 +63,14 @@ class Printer:
         self.json_lines = json_lines
         self._masker = Masker(secrets or [])
         self._open: str | None = None  # "text" or "reasoning" while a stream is mid-line
+        self.session_id: str | None = None  # set by the caller once the session's log exists
+        self._held: list[str] | None = [] if json_lines else None  # JSON lines waiting for the id; None once it's out
 
     def __call__(self, event: AgentEvent) -> None:
         if self.json_lines:
-            for masked in self._masker.events(event):
-                self.out.write(_escaped(self._masker.masked(encode(masked)).decode()) + "\n")
-            self.out.flush()
+            self._json(
+                [_escaped(self._masker.masked(encode(masked)).decode()) for masked in self._masker.events(event)]
+            )
             if isinstance(event, Notice) and event.level != "info":
                 self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
             return
@@ -79,7 +85,7 @@ class Printer:
         elif isinstance(event, ServerToolUsed):
             self._status(f"  ⚙ {event.name} (run by the provider) {_clip(event.arguments, 120)}", "dim")
         elif isinstance(event, StepFinished):
-            self._status(step_summary(event), "cyan")
+            self._status(_step_line(event), "cyan")
         elif isinstance(event, ProviderSwitched):
             self._status(describe_switch(event), "cyan")
         elif isinstance(event, Notice):
@@ -90,8 +96,25 @@ class Printer:
             self._end_stream()
 
     def close(self) -> None:
-        """End a stream left open (a replay of a session that stopped mid-answer)."""
+        """End a stream left open (a replay of a session that stopped mid-answer); write JSON lines still held."""
         self._end_stream()
+        if self._held:
+            self._write_lines(self._held)  # no log was ever opened: there is no id to give
+        self._held = None
+
+    def _json(self, lines: list[str]) -> None:
+        if self._held is not None:
+            self._held += lines
+            if self.session_id is None or not self._held:
+                return
+            lines, self._held = self._held, None
+            lines[0] = _with_session(lines[0], self.session_id)
+        self._write_lines(lines)
+
+    def _write_lines(self, lines: list[str]) -> None:
+        if lines:
+            self.out.write("".join(line + "\n" for line in lines))
+            self.out.flush()
 
     def _stream(self, kind: str, text: str) -> None:
         if self._open != kind:
@@ -133,6 +156,11 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _step_line(step: StepFinished) -> str:
+    """The step's summary led by its turn (`turn 2 · step 1 · …`): a run of several prompts starts each at step 1."""
+    return f"turn {step.turn} · {step_summary(step)}"
+
+
 def _tool_line(event: ToolFinished) -> tuple[str, str]:
     mark, style = _STATUS_MARK[event.status]
     line = f"  {mark} {event.name} {seconds(event.duration)}" + (f" ({event.reused})" if event.reused else "")
@@ -142,6 +170,14 @@ def _tool_line(event: ToolFinished) -> tuple[str, str]:
 
 
 _RAW_IN_JSON = re.compile("[\x7f-\x9f]")
+
+
+def _with_session(line: str, session_id: str) -> str:
+    """`{"type":"turn_started","session":"3f2a91c0",…}`: the id after the tag, which the encoder writes first."""
+    tag, comma, rest = line.partition('",')
+    if not comma:
+        return line  # not an event line as the encoder writes them: left as it is
+    return f'{tag}","session":{msgspec.json.encode(session_id).decode()},{rest}'
 
 
 def _escaped(line: str) -> str:

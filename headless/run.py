@@ -1,32 +1,48 @@
 """`hotloop run`: prompts as consecutive turns of one session, printed as they stream.
 
 A `Slash` among the prompts (`/provider`, `/model`, `/tier`) switches before the next turn;
-every switch is checked before the first turn runs, so a typo fails at once.
+every switch is checked before the first turn runs, so a typo fails at once. At the end, a
+line on stderr names the session saved and how to continue it.
 """
 
 from __future__ import annotations
 
-from hotloop.agent.events import Notice
+import sys
+
+from hotloop.agent.events import AgentEvent, Notice
 from hotloop.config import Config, load_config, resolve
 from hotloop.core.session import SIDE_JOB_GRACE, Session, SessionOptions
 from hotloop.core.slash import Slash
 from hotloop.headless.printer import Printer
+from hotloop.headless.session_commands import saved_line
 
 
 async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: bool = False) -> int:
     """Run the prompts as consecutive turns; 0 if every turn ended normally, else 1."""
     config = load_config()
     printer = Printer(json_lines=json_lines, secrets=config.secrets())
-    session = Session(config, options, printer)
+
+    def show(event: AgentEvent) -> None:
+        # The log exists from the first turn (or a resume) on: --json's first line carries its id.
+        if session.log is not None:
+            printer.session_id = session.log.id
+        printer(event)
+
+    session = Session(config, options, show)
     if options.resume is None:
         check_switches(session.config, resolve(session.config, session.choice).settings.name, prompts)
     try:
         await session.open()
         failed = await _run_prompts(session, prompts)
     finally:
+        log = session.log
         await session.close(SIDE_JOB_GRACE)
-    if session.log_problem is not None:
-        printer(Notice(level="warning", message=session.log_problem))
+        if session.log_problem is not None:
+            printer(Notice(level="warning", message=session.log_problem))
+        printer.close()
+        line = saved_line(log.path, options.workspace) if log is not None else None
+        if line is not None:
+            print(line, file=sys.stderr)
     # A step the output limit cut off did incomplete work, even if the turn then went on.
     return 1 if failed or session.cut_off_steps else 0
 

@@ -1,7 +1,9 @@
 """`hotloop sessions list|show|export|delete` and `hotloop replay`.
 
-Every command takes a session id or a unique prefix of one; a problem with a session is one
-line on stderr (`SessionError`), shown by the CLI. What a log holds (prompts, answers, titles,
+Every command takes a session id or a unique prefix of one; `show`, `export` and `replay`
+default to the session written to last in this workspace (the latest anywhere if none ran
+here, said on stderr). A problem with a session is one line on stderr (`SessionError`),
+shown by the CLI. What a log holds (prompts, answers, titles,
 model and tool names) and file names are printed inert (`agent/text.py`); Markdown and HTML
 exports are inert already.
 """
@@ -11,23 +13,26 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from hotloop import paths
 from hotloop.agent.events import AgentEvent
-from hotloop.agent.figures import short_model
+from hotloop.agent.figures import counted, short_model
 from hotloop.agent.text import inert
 from hotloop.sessions.store import (
     LoggedSession,
     SessionError,
+    check_not_in_use,
     delete_session,
     find_session,
+    last_written,
     list_sessions,
     read_session,
     session_id_of,
+    summarize,
 )
 
 if TYPE_CHECKING:
@@ -38,14 +43,86 @@ def run(args: argparse.Namespace) -> int:
     command = args.sessions_command
     if command == "list":
         return list_command(args.limit, args.search)
-    path = find_session(paths.sessions_dir(), args.session)
     if command == "show":
-        return waterfall(path) if args.waterfall else show(path)
+        pick = pick_session(args.session, "showing")
+        return waterfall(pick) if args.waterfall else show(pick)
     if command == "export":
-        return export(path, args.format, args.output)
+        return export(pick_session(args.session, "exporting"), args.format, args.output)
+    return delete(find_session(paths.sessions_dir(), args.session), args.yes)
+
+
+@dataclass(frozen=True)
+class Pick:
+    path: Path
+    note: str | None  # said on stderr once the session is read: it is not from this folder
+
+
+def pick_session(reference: str | None, doing: str) -> Pick:
+    """The session `reference` names; without one, the one written to last here, else anywhere.
+
+    `doing` names what happens to it (`continuing`), for the note about a session from elsewhere.
+    """
+    folder = paths.sessions_dir()
+    if reference is not None:
+        return Pick(find_session(folder, reference), None)
+    workspace = Path.cwd()
+    latest = last_written(folder, workspace)
+    if latest.here:
+        return Pick(latest.path, None)
+    return Pick(
+        latest.path,
+        f"hotloop: no session has run in {workspace} yet; {doing} {session_id_of(latest.path)},"
+        f" the latest anywhere (it ran in {latest.workspace})",
+    )
+
+
+def say_note(pick: Pick) -> None:
+    if pick.note is not None:
+        _print(pick.note, file=sys.stderr)
+
+
+def saved_line(path: Path, workspace: Path) -> str | None:
+    """`session 3f2a91c0 saved · hotloop -c`, naming the session by id when `-c` here would pick another.
+
+    None when the log is gone (a session whose only prompt no provider answered is not kept).
+    """
+    if not path.exists():
+        return None
+    session_id = session_id_of(path)
+    try:
+        latest: Path | None = last_written(path.parent, workspace).path
+    except SessionError:
+        latest = None
+    again = "hotloop -c" if latest == path else f"hotloop --resume {session_id}"
+    return inert(f"session {session_id} saved · {again}")
+
+
+def delete(path: Path, yes: bool) -> int:
+    """Delete a session, asking first on a terminal; without one, only with `--yes`."""
+    session_id = session_id_of(path)
+    check_not_in_use(path)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise SessionError(f"not deleting session {session_id} unasked: stdin is not a terminal (add --yes)")
+        if not _confirmed(path):
+            _print(f"kept session {session_id}", file=sys.stderr)
+            return 1
     delete_session(path)
-    _print(f"deleted session {session_id_of(path)} ({path})")
+    _print(f"deleted session {session_id} ({path})")
     return 0
+
+
+def _confirmed(path: Path) -> bool:
+    """`delete session 3f2a91c0 (12 turns, “title”)? [y/N]`, answered on stdin."""
+    try:
+        summary = summarize(path)
+        title = f", “{summary.title}”" if summary.title else ""
+        about = f" ({counted(summary.turns, 'turn')}{title})"
+    except SessionError:
+        about = ""  # not a readable session: it can still be deleted
+    sys.stderr.write(inert(f"delete session {session_id_of(path)}{about}? [y/N] "))
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def list_command(limit: int, search: str | None) -> int:
@@ -63,17 +140,18 @@ def list_command(limit: int, search: str | None) -> int:
         model = f"{s.provider}/{short_model(s.model)}"
         _print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {model:<28.28} {s.title}")
     if len(listing.sessions) > limit:
-        _print(f"… {len(listing.sessions) - limit} older (--limit N shows more)")
+        _print(f"… {counted(len(listing.sessions) - limit, 'older session')} (--limit N shows more)")
     return 0
 
 
-def show(path: Path) -> int:
+def show(pick: Pick) -> int:
     from rich.console import Console
     from rich.markdown import Markdown
 
     from hotloop.sessions.export import export as render
 
-    session = read_session(path)
+    session = read_session(pick.path)
+    say_note(pick)
     _warn(session.warnings)
     text = render(session, "md")
     if sys.stdout.isatty():
@@ -83,12 +161,13 @@ def show(path: Path) -> int:
     return 0
 
 
-def waterfall(path: Path) -> int:
+def waterfall(pick: Pick) -> int:
     from rich.console import Console
 
     from hotloop.sessions.waterfall import prefill_cost, render, waterfalls
 
-    session = read_session(path)
+    session = read_session(pick.path)
+    say_note(pick)
     _warn(session.warnings)
     console = Console(highlight=False)
     cost = prefill_cost(session.events)
@@ -102,10 +181,11 @@ def _inert(turn: TurnWaterfall) -> TurnWaterfall:
     return replace(turn, prompt=inert(turn.prompt), bars=[replace(bar, label=inert(bar.label)) for bar in turn.bars])
 
 
-def export(path: Path, fmt: str, output: Path | None) -> int:
+def export(pick: Pick, fmt: str, output: Path | None) -> int:
     from hotloop.sessions.export import export as render
 
-    session = read_session(path)
+    session = read_session(pick.path)
+    say_note(pick)
     _warn(session.warnings)
     text = render(session, fmt)
     if output is None:
@@ -124,7 +204,9 @@ def export(path: Path, fmt: str, output: Path | None) -> int:
 
 def replay_session(reference: str | None) -> LoggedSession:
     """The session `hotloop replay` redraws (the latest by default), its unreadable lines said on stderr."""
-    session = read_session(find_session(paths.sessions_dir(), reference))
+    pick = pick_session(reference, "replaying")
+    session = read_session(pick.path)
+    say_note(pick)
     _warn(session.warnings)
     return session
 

@@ -118,7 +118,6 @@ class OpenAIChatProvider(SdkProvider):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
-        kind = self.server.kind if self.server is not None else None
         parser = ChunkParser(self._cache_min_tokens, self.where)
         mangled = 0  # chunks with bytes that aren't UTF-8
         started = False
@@ -145,22 +144,27 @@ class OpenAIChatProvider(SdkProvider):
                         yield event
         except RequestRejected as rejected:
             if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
-                raise _with_fix(rejected, kind) from None
+                raise _with_fix(rejected, self._kind) from None
             # Started without priority scheduling: vLLM refuses a non-zero priority. Send none from now on.
             self.send_priority = False
             async for event in self.stream(request):
                 yield event
             return
         except StreamInterrupted as interrupted:  # a refusal may come inside a 200 stream, by build
-            raise _with_fix(interrupted, kind) from None
+            raise _with_fix(interrupted, self._kind) from None
         for event in parser.finish():
             yield event
+        kind = self._kind  # read late: discovery runs beside the first requests
         hint = self._details.check(body, parser.usage, kind)
         if hint is not None:
             yield ServerHint(hint)
         prompt = parser.usage.get("prompt_tokens") if parser.usage else None
         if isinstance(prompt, int) and (cut := truncated_prompt(kind, prompt, len(body))) is not None:
             yield ProviderWarning(cut)
+
+    @property
+    def _kind(self) -> str | None:
+        return self.server.kind if self.server is not None else None
 
     def _chunk(self, data: bytes) -> Chunk:
         try:

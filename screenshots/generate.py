@@ -91,6 +91,16 @@ async def shoot(workspace: Path) -> None:
         await turn(app, pilot, "Read app.py and cache.py, then grep for TODO")
         app.save_screenshot("usage-and-status.svg", str(HERE))
 
+        await pilot.press("f3")  # where this session's time went, three turns of it
+        await pilot.pause(0.8)
+        app.save_screenshot("waterfall.svg", str(HERE))
+        await pilot.press("escape")
+
+        await pilot.press("f1")
+        await pilot.pause(0.5)
+        app.save_screenshot("help.svg", str(HERE))
+        await pilot.press("escape")
+
         await pilot.press("ctrl+p")
         for key in "tier":
             await pilot.press(key)

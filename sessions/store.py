@@ -1,4 +1,8 @@
-"""Saved sessions: finding them by id prefix, listing and searching them, reading and deleting them.
+"""Saved sessions: finding them by id prefix or by last use, listing and searching them, reading and deleting them.
+
+"Latest" means the log written to last (its mtime), not the one started last: continuing an
+old session makes it the latest again. The mtime costs one `stat` a session, where a time kept
+in the summary would cost reading every summary, and lag the log by up to a turn.
 
 Reading never fails on one bad line: a torn or corrupt line is skipped, with a warning that
 names the file and the line, and everything else loads.
@@ -13,6 +17,7 @@ import msgspec
 
 from hotloop import InputError
 from hotloop.agent.events import AgentEvent, decode
+from hotloop.agent.figures import counted
 from hotloop.sessions.log import FORMAT_VERSION, SessionHeader, is_in_use
 from hotloop.sessions.summary import read_summary, summary_path
 
@@ -30,7 +35,7 @@ class SessionSummary:
     id: str
     path: Path
     started: float
-    provider: str
+    provider: str  # the provider and model of the session's last step (its header's before any step)
     model: str
     title: str
     turns: int
@@ -97,8 +102,8 @@ def summarize(path: Path) -> SessionSummary:
         header.id,
         path,
         header.started,
-        header.provider,
-        header.model,
+        summary.provider or header.provider,
+        summary.model or header.model,
         summary.title,
         summary.turns,
         summary.tokens,
@@ -194,25 +199,69 @@ def _lines_said(path: Path, numbers: list[int], problem: str, more: str) -> list
 
 
 def find_session(folder: Path, reference: str | None = None) -> Path:
-    """The session whose id starts with `reference`, or the newest one when it is None."""
+    """The session whose id starts with `reference`, or the one written to last when it is None."""
+    if reference is None:
+        return last_written(folder).path
     paths = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
     if not paths:
         raise SessionError(f"no sessions yet in {folder}")
-    if reference is None:
-        return max(paths, key=lambda path: (path.name.split("_", 1)[0], path.stat().st_mtime))
     matches = [path for path in paths if session_id_of(path).startswith(reference.lower())]
     if not matches:
         raise SessionError(f"no session id starts with {reference!r} (hotloop sessions list shows them)")
     if len(matches) > 1:
         ids = ", ".join(session_id_of(path) for path in matches[:5])
-        raise SessionError(f"{reference!r} matches {len(matches)} sessions ({ids}); give more of the id")
+        raise SessionError(f"{reference!r} matches {counted(len(matches), 'session')} ({ids}); give more of the id")
     return matches[0]
+
+
+@dataclass(frozen=True)
+class Latest:
+    path: Path
+    workspace: str  # where the session ran, from its header
+    here: bool  # False: no session ran in the workspace asked for, and this is the latest anywhere
+
+
+def last_written(folder: Path, workspace: Path | None = None) -> Latest:
+    """The readable session written to last: in `workspace` if one ran there, else anywhere.
+
+    Headers are read newest first and only until one matches, so a workspace used lately costs
+    a few reads; one never used costs a header read per session.
+    """
+    fallback: Latest | None = None
+    paths = _by_last_write(folder)
+    for path in paths:
+        try:
+            header = read_header(path)[0]
+        except SessionError:
+            continue
+        if workspace is None or header.workspace == str(workspace):
+            return Latest(path, header.workspace, here=True)
+        fallback = fallback or Latest(path, header.workspace, here=False)
+    if fallback is None:
+        raise SessionError(f"no readable session in {folder}" if paths else f"no sessions yet in {folder}")
+    return fallback
+
+
+def _by_last_write(folder: Path) -> list[Path]:
+    """The logs in `folder`, the one written to last first; equal times go to the one started later."""
+    stamped = []
+    for path in folder.glob("*.jsonl") if folder.is_dir() else []:
+        try:
+            stamped.append((path.stat().st_mtime_ns, path.name, path))
+        except OSError:
+            continue  # deleted while we looked
+    return [path for _, _, path in sorted(stamped, reverse=True)]
+
+
+def check_not_in_use(path: Path) -> None:
+    """A SessionError if another process is writing the session."""
+    if is_in_use(path):
+        raise SessionError(f"session {session_id_of(path)} is open in another hotloop process; close it first")
 
 
 def delete_session(path: Path) -> None:
     """Remove a session's log and summary; a session another process is writing is left alone."""
-    if is_in_use(path):
-        raise SessionError(f"session {session_id_of(path)} is open in another hotloop process; close it first")
+    check_not_in_use(path)
     try:
         path.unlink()
         summary_path(path).unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """A session's summary, kept beside its log so that listing sessions never reads whole logs.
 
 The log writes `<log name>.summary.json` at every turn end: the log's size at that moment,
-the turns, their prompts and the tokens used. A reader takes the summary and scans only
+the turns, their prompts, the tokens used and the model the last step ran on. A reader takes the summary and scans only
 what the log gained since (a turn in flight, or a process killed mid-turn); a log without
 a summary is scanned whole.
 """
@@ -15,16 +15,27 @@ from typing import BinaryIO
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, SessionTitled, StepFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, SessionTitled, StepFinished, StepStarted, TurnStarted
 
 TITLE_LENGTH = 60
 # The encoder writes the tag first, so a line's kind can be told from its first bytes.
 _TURN_PREFIX = b'{"type":"turn_started"'
 _STEP_PREFIX = b'{"type":"step_finished"'
 _TITLE_PREFIX = b'{"type":"session_titled"'
+_STARTED_PREFIX = b'{"type":"step_started"'
+
+
+class _Used(msgspec.Struct, gc=False):
+    """The part of a `step_started` line a summary keeps: its fingerprint is left undecoded."""
+
+    provider: str
+    model: str
+
+
 _turn = msgspec.json.Decoder(TurnStarted)
 _step = msgspec.json.Decoder(StepFinished)
 _titled = msgspec.json.Decoder(SessionTitled)
+_used = msgspec.json.Decoder(_Used)
 
 
 class Summary(msgspec.Struct, gc=False):
@@ -35,6 +46,9 @@ class Summary(msgspec.Struct, gc=False):
     tokens: int | None = None  # prompt + output over the steps that reported usage
     prompts: list[str] = msgspec.field(default_factory=list)
     titled: str | None = None  # written by the helper tier after the first turn
+    # The provider and model of the last step; None in summaries older than these fields, or before a step.
+    provider: str | None = None
+    model: str | None = None
 
     @property
     def title(self) -> str:
@@ -50,6 +64,8 @@ class Summary(msgspec.Struct, gc=False):
         if isinstance(event, TurnStarted):
             self.turns += 1
             self.prompts.append(event.prompt)
+        elif isinstance(event, StepStarted):
+            self.provider, self.model = event.provider, event.model
         elif isinstance(event, SessionTitled):
             self.titled = event.title
         elif isinstance(event, StepFinished):
@@ -58,7 +74,7 @@ class Summary(msgspec.Struct, gc=False):
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
 
     def scan(self, data: bytes) -> None:
-        """Take in whole lines of a log; only turn and step lines are decoded. A torn line is passed over."""
+        """Take in whole lines of a log; only turn, step and title lines are decoded. A torn line is passed over."""
         for raw in data.splitlines():
             # A byte that isn't UTF-8 costs a replacement character, not the line.
             line = raw if raw.isascii() else raw.decode("utf-8", errors="replace").encode()
@@ -67,6 +83,9 @@ class Summary(msgspec.Struct, gc=False):
                     self.observe(_turn.decode(line))
                 elif line.startswith(_STEP_PREFIX):
                     self.observe(_step.decode(line))
+                elif line.startswith(_STARTED_PREFIX):
+                    used = _used.decode(line)
+                    self.provider, self.model = used.provider, used.model
                 elif line.startswith(_TITLE_PREFIX):
                     self.observe(_titled.decode(line))
             except msgspec.DecodeError:

@@ -28,7 +28,8 @@ class Bar:
     end: float
     first_token: float | None = None  # model bars: where decode begins
     connect: float = 0.0  # model bars: opening the connection, when the request paid for it
-    done: bool = False  # False while it runs (a waterfall drawn mid-turn)
+    done: bool = False  # False while it runs (a waterfall drawn mid-turn) or if the turn's end cut it short
+    cut: str = ""  # why it stopped before it finished: the turn's end ("cancelled", "error", …) or its call's
     critical: bool = False
     kind: str = "model"  # or "tool"
 
@@ -75,13 +76,23 @@ def _turn(record: TurnRecord) -> TurnWaterfall:
             tool = Bar(f"  {call.name}", start, start, kind="tool")
             if call.ended is not None:
                 tool.end, tool.done = call.ended - origin, True
+                tool.cut = "cancelled" if call.status == "cancelled" else ""
                 turn.saved_prefetch += call.ahead
             tools.append(tool)
         turn.bars += [bar, *tools]
         steps.append(_Step(bar, tools))
     wall = record.wall if record.wall is not None else max((bar.end for bar in turn.bars), default=0.0)
+    if record.end:
+        _cut_at_the_end(turn.bars, wall, record.end)
     _close(turn, steps, wall)
     return turn
+
+
+def _cut_at_the_end(bars: list[Bar], wall: float, reason: str) -> None:
+    """The turn ended (cancelled, failed, killed) with these bars unfinished: they stopped then, for that reason."""
+    for bar in bars:
+        if not bar.done:
+            bar.end, bar.cut = max(wall, bar.start), reason
 
 
 def _close(turn: TurnWaterfall, steps: list[_Step], wall: float) -> None:
@@ -119,6 +130,14 @@ def prefill_cost(events: list[AgentEvent]) -> float | None:
 LABEL_WIDTH = 26
 
 
+def _said(bar: Bar) -> str:
+    """`0.42 s`, `0.42 s (connect 0.05 s)`, `0.42 s cancelled`, or `running` for a bar still open."""
+    if not bar.done and not bar.cut:
+        return "running"
+    connect = f" (connect {bar.connect:.2f} s)" if bar.connect else ""
+    return f"{bar.end - bar.start:.2f} s{connect}" + (f" {bar.cut}" if bar.cut else "")
+
+
 def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
     """The turn as rich text: a label and a bar per line, the critical path in bold, then what was saved."""
     from rich.text import Text
@@ -136,8 +155,7 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
             text.append("█" * round((bar.end - split) * scale), f"cyan {style}")
         else:
             text.append("▒" * max(round((bar.end - bar.start) * scale), 1), f"green {style}")
-        connect = f" (connect {bar.connect:.2f} s)" if bar.connect else ""
-        text.append(f" {bar.end - bar.start:.2f} s{connect}\n" if bar.done else " running\n", "dim")
+        text.append(f" {_said(bar)}\n", "dim")
     cache = (
         f"~{turn.cache_read * cost:.2f} s from the cache ({turn.cache_read:,} tokens read × "
         f"{cost * 1e6:.0f} µs a token, fitted over this session)"

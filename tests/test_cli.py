@@ -65,8 +65,8 @@ def test_run_streams_the_answer_and_logs_the_session(workspace: Path, isolated_h
     out, err = capsys.readouterr()
     assert "First lines of `README.md`" in out and "# Demo project" in out
     assert "step 1 ·" not in out  # status goes to stderr, the answer alone to stdout
-    steps = [line for line in err.splitlines() if line.startswith("step ")]
-    assert len(steps) == 2 and "tool 1 in" in steps[0] and "cache read" in steps[1]
+    steps = [line for line in err.splitlines() if line.startswith("turn 1 · step ")]
+    assert len(steps) == 2 and "1 tool ran for" in steps[0] and "cache read" in steps[1]
     assert "✓ read_file" in err
     (log,) = session_lines(isolated_home)
     finished, titled = decode(log[-2]), decode(log[-1])  # the fast tier titles the session after its first turn
@@ -126,16 +126,15 @@ def test_an_unusable_data_folder(workspace, isolated_home, capsys, monkeypatch) 
     assert line == f"hotloop: cannot create a session log in {isolated_home / 'a-file' / 'sessions'}: Not a directory"
 
 
-def test_unreachable_base_url_keeps_the_log_valid(workspace, isolated_home, capsys) -> None:
+def test_unreachable_base_url_leaves_no_session(workspace, isolated_home, capsys) -> None:
+    """A prompt no provider answered is not a session: nothing to find, continue or replay."""
     write_config(isolated_home, FAST_SIM + "[providers.openai]\nmax_retries = 0\n")  # no back-off between tries
     assert (
         main(["run", "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "hi", "again"]) == 1
     )
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith("error: cannot reach openai (http://127.0.0.1:9/v1): ")
-    (log,) = session_lines(isolated_home)
-    assert decode(log[-1]).reason == "error"
-    assert sum(b'"type":"turn_started"' in line for line in log) == 1  # "again" was not attempted
+    assert list((isolated_home / "data" / "sessions").iterdir()) == []  # no log, no summary
 
 
 def test_unknown_model(workspace, isolated_home, capsys) -> None:

@@ -266,7 +266,7 @@ def test_sessions_commands_list_search_show_export_and_delete(isolated_home: Pat
     out = capsys.readouterr().out
     assert hello.id in out and readme.id not in out and "Say <b>hello</b> to the cache" in out  # its title
     assert main(["sessions", "list", "--limit", "1"]) == 0
-    assert "… 1 older (--limit N shows more)" in capsys.readouterr().out
+    assert "… 1 older session (--limit N shows more)" in capsys.readouterr().out
 
     assert main(["sessions", "show", readme.id[:5]]) == 0
     shown = capsys.readouterr().out
@@ -288,7 +288,7 @@ def test_sessions_commands_list_search_show_export_and_delete(isolated_home: Pat
     with SessionLog.reopen(hello.path, hello.id, read_session(hello.path).header_size):
         assert main(["sessions", "delete", hello.id]) == 2
         assert "is open in another hotloop process" in capsys.readouterr().err
-    assert main(["sessions", "delete", hello.id]) == 0
+    assert main(["sessions", "delete", "--yes", hello.id]) == 0
     assert not hello.path.exists() and [s.id for s in list_sessions(hello.path.parent).sessions] == [readme.id]
 
 
@@ -302,8 +302,8 @@ def test_headless_replay_prints_what_run_printed(isolated_home: Path, capsys) ->
     assert main(["replay", "--headless", "--speed", "0"]) == 0
     replayed = capsys.readouterr()
     assert replayed.out == ran.out
-    assert [line for line in replayed.err.splitlines() if line.startswith("step ")] == [
-        line for line in ran.err.splitlines() if line.startswith("step ")
+    assert [line for line in replayed.err.splitlines() if line.startswith("turn ")] == [
+        line for line in ran.err.splitlines() if line.startswith("turn ")
     ]
 
 

@@ -20,7 +20,11 @@ from hotloop.agent.events import (
 from hotloop.config import load_config
 from hotloop.providers.events import TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted, UsageLedger
 from hotloop.tui.app import HotloopApp
+from hotloop.tui.screens.help import HelpScreen
+from hotloop.tui.screens.waterfall import WaterfallScreen
+from hotloop.tui.widgets.new_output import NewOutput
 from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.queued_prompts import QueuedPrompts
 
 from tui_support import connected, wait_until, write_config
 
@@ -178,25 +182,11 @@ def test_three_tool_panes_mid_flight(snap_compare, isolated_home: Path) -> None:
 
 def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
     """A two-step turn, finished. Step 1 missed the cache ("cache not reported", never 0); its
-    three tools collapsed to one line each, with the summary "3 tools · wall 1.02 s · sum 3.01 s ·
-    3.0× from parallelism". Step 2's strip shows the cache bar, read 1,296 · uncached 98. The
-    status bar totals both steps: prompt 1,916 · out 244 · cache hit 93% (1,296 ÷ 1,394: only the
-    step that reported a cache figure counts)."""
-    events = [
-        TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
-        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
-        *tool_call_events(READS),
-        *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
-        *[
-            ToolFinished(call_id=c, name=n, status="ok", duration=d, result="…", ts=T + d)
-            for (c, n, _), d in zip(READS, (1.01, 0.98, 1.02), strict=True)
-        ],
-        *step_events(1, usage(522, None, 84), (3, 1.02, 3.01)),
-        StepStarted(turn=1, step=2, provider="sim", model="sim-balanced", ts=T + 2),
-        TextDelta("All three are done; nothing to fix.", ts=T + 2),
-        *step_events(2, usage(1_394, 1_296, 160)),
-        TurnFinished(turn=1, reason="answer", steps=2, wall=4.0, ts=T + 4),
-    ]
+    three tools collapsed to one line each, with the summary "3 tools ran for 1.02 s (sum 3.01 s,
+    3.0× from parallelism)". Step 2's strip shows the cache bar, read 1,296 · uncached 98. The
+    status bar totals both steps: prompt 1,916 · out 244 · cache hit 68% (1,296 ÷ 1,916: step 1
+    reported no cache figure, which from a server that reports reads is a miss)."""
+    events = two_step_turn()
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
@@ -257,3 +247,91 @@ def test_a_switch_to_anthropic_and_its_cache(snap_compare, isolated_home: Path) 
         TurnFinished(turn=1, reason="answer", steps=3, wall=4.0, ts=T + 4),
     ]
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
+
+
+def two_step_turn() -> list:
+    return [
+        TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        *tool_call_events(READS),
+        *[ToolStarted(call_id=c, name=n, arguments=a, ts=T + 0.9) for c, n, a in READS],
+        *[
+            ToolFinished(call_id=c, name=n, status="ok", duration=d, result="…", ts=T + 0.9 + d)
+            for (c, n, _), d in zip(READS, (1.01, 0.98, 1.02), strict=True)
+        ],
+        *step_events(1, usage(522, None, 84), (3, 1.02, 3.01)),
+        StepStarted(turn=1, step=2, provider="sim", model="sim-balanced", ts=T + 2),
+        TextDelta("All three are done; nothing to fix.", ts=T + 2),
+        *step_events(2, usage(1_394, 1_296, 160)),
+        TurnFinished(turn=1, reason="answer", steps=2, wall=4.0, ts=T + 4),
+    ]
+
+
+def test_a_queued_prompt_under_the_input(snap_compare, isolated_home: Path) -> None:
+    """A turn streams its answer; under the prompt box, two prompts typed meanwhile wait their turn:
+    "⏵ queued: now fix the failing test" and "⏵ queued: then update the README", and a dim line
+    saying they go when the turn ends and that ↑ in an empty box takes the last one back."""
+    events = [
+        TurnStarted(turn=1, prompt="Why does the cache miss after a tool call?", ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        TextDelta("The tool result changes the prompt after the", ts=T),
+    ]
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await showing(events)(pilot)
+        pilot.app.query_one(QueuedPrompts).prompts = ("now fix the failing test", "then update the README")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=run_before)
+
+
+def test_new_output_below_the_view_shows_the_marker(snap_compare, isolated_home: Path) -> None:
+    """The user scrolled to the top of a long answer while it streams: the view stays on its
+    first lines, and a bold "↓ new output · ctrl+end" marker sits at the foot of the transcript."""
+    long = "".join(f"Paragraph {n} of a long answer.\n\n" for n in range(40))
+    events = [
+        TurnStarted(turn=1, prompt="Explain it at length", ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        TextDelta(long, ts=T),
+    ]
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await showing(events)(pilot)
+        transcript = pilot.app.transcript
+        transcript.answer.flush(everything=True)
+        await pilot.pause()
+        transcript.scroll_to_start()
+        await wait_until(lambda: not transcript.following)
+        pilot.app.show(TextDelta("More arrives below.", ts=T + 1))
+        await wait_until(lambda: pilot.app.query_one(NewOutput).display)
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=run_before)
+
+
+def test_the_waterfall(snap_compare, isolated_home: Path) -> None:
+    """F3 over a two-step turn: turn 1's prompt, then a bar per step (sim-balanced) and one per
+    tool (read_file app.py, read_file cache.py, grep TODO) laid out on one time axis, the three
+    tool bars side by side, and what parallel tools and the cache saved."""
+    events = two_step_turn()
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await showing(events)(pilot)
+        await pilot.app.push_screen(WaterfallScreen(events))  # F3 reads the log; these events have none
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=run_before)
+
+
+def test_the_help_screen(snap_compare, isolated_home: Path) -> None:
+    """F1: the keys of the prompt (Enter sends or queues, ctrl+s sends now, shift+enter or ctrl+j a
+    new line, ↑/↓ history) and of the whole app (Esc, ctrl+n, ctrl+b, ctrl+o, F2, F3, F1, page keys,
+    ctrl+p, ctrl+q), read from the bindings, in a bordered box over the app."""
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("f1")
+        await wait_until(lambda: isinstance(pilot.app.screen, HelpScreen))
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=(100, 40), run_before=run_before)

@@ -370,7 +370,7 @@ def test_a_server_that_hides_cached_tokens_gets_one_hint(
     err = capsys.readouterr().err
     hints = [line for line in err.splitlines() if "--enable-prompt-tokens-details" in line]
     assert len(hints) == 1 and hints[0].startswith("info: vLLM reports no cached-token counts")
-    steps_shown = [line for line in err.splitlines() if line.startswith("step ")]
+    steps_shown = [line for line in err.splitlines() if line.startswith("turn 1 · step ")]
     assert len(steps_shown) == 4 and all("cache not reported" in line for line in steps_shown)
     (path,) = (isolated_home / "data" / "sessions").glob("*.jsonl")
     assert sum(isinstance(e, Notice) and "prompt-tokens-details" in e.message for e in read_session(path).events) == 1

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.command import CommandInput, CommandList, CommandPalette
+from textual.widgets import Input, OptionList
 
 from hotloop.agent.events import TextDelta, decode
 from hotloop.agent.tools.registry import Tool, ToolContext
@@ -103,7 +104,7 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
         # All three waited at the gate together: the wall is the longest, not the sum (at most 0.04 / 0.09 of it).
         assert tools.wall < 0.6 * sum(call.duration for call in tools.calls)
         rendered = [strip.text for strip in tools.render(app.transcript.context(96)).lines]
-        assert rendered[-1].startswith("3 tools · wall ") and "from parallelism" in rendered[-1]
+        assert rendered[-1].startswith("3 tools ran for ") and "from parallelism" in rendered[-1]
         assert not app.query(ToolPane)  # finished panes collapse into one line each
 
 
@@ -202,7 +203,7 @@ async def test_copy_keys_expand_entries_and_walk_history(isolated_home: Path) ->
         assert tools.calls[0].call_id in tools.expanded
         lines = [s.text for s in tools.render(app.transcript.context(96)).lines]
         assert any("no such file: x.md" in line for line in lines)
-        await pilot.press("down", "down", "C")
+        await pilot.press("down", "down", "ctrl+y")
         assert app.clipboard == "print('hi')\n"
 
         prompt = app.query_one(PromptInput)
@@ -217,16 +218,19 @@ async def test_sessions_open_read_only_and_help_opens(isolated_home: Path) -> No
         await send(app, pilot, "remember this")
         await idle(app, pilot)
         press(app, "ctrl+b")
-        # The sidebar lists the sessions from a thread; Enter opens the one highlighted in the focused list.
+        # The sidebar lists the sessions from a thread, its search box focused; Enter there goes to the list,
+        # and Enter on the list opens the session highlighted.
+        await wait_until(lambda: bool(app.query("SessionsSidebar OptionList")))
+        listed = app.query_one("SessionsSidebar OptionList", OptionList)
         await wait_until(
             lambda: (
-                bool(app.query("SessionsSidebar OptionList"))
-                and app.focused is app.query_one("SessionsSidebar OptionList")
-                and app.focused.option_count == 1
-                and app.focused.highlighted == 0
-                and app.focused.get_option_at_index(0).id is not None
+                isinstance(app.focused, Input)
+                and listed.option_count == 1
+                and listed.get_option_at_index(0).id is not None
             )
         )
+        press(app, "enter")
+        await wait_until(lambda: app.focused is listed and listed.highlighted == 0)
         press(app, "enter")
         await wait_until(lambda: app.screen.__class__.__name__ == "SessionView")
 

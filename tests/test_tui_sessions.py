@@ -231,3 +231,25 @@ async def test_f3_shows_the_waterfall_of_the_session_and_of_a_replay(parallel_se
         await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
         shown = app.screen.plain
         assert "turn 1 · " in shown and shown.count("  pause") == 3 and "by parallel tools" in shown
+
+
+async def test_typing_rc_in_the_sidebar_only_fills_its_search_box(isolated_home: Path) -> None:
+    """The sidebar opens on its search box: letters that are the list's keys elsewhere start nothing."""
+    (isolated_home / "ws").mkdir()
+    write_config(isolated_home)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "a session to find")
+        await idle(app, pilot)
+        log = app.session.log
+        press(app, "ctrl+b")
+        await wait_until(lambda: bool(app.query(SessionsSidebar)))
+        sidebar = app.query_one(SessionsSidebar)
+        await wait_until(lambda: sidebar.query_one("OptionList").option_count == 1)
+        press(app, "r", "c")
+        await wait_until(lambda: sidebar.query_one("Input").value == "rc")
+        await pilot.pause()
+        assert app.focused is sidebar.query_one("Input")
+        assert not isinstance(app.screen, ReplayScreen) and app.session.log is log  # no replay, no continue
+        press(app, "ctrl+b")
+        await wait_until(lambda: not sidebar.has_class("-open"))
+        assert sidebar.query_one("Input").value == ""  # closed: the search is gone

@@ -16,13 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen, ScreenResultType
 from textual.theme import Theme
-from textual.widgets import Footer, OptionList
+from textual.widgets import Footer, Input, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
 from hotloop import InputError
@@ -46,6 +46,7 @@ from hotloop.tui.items import AnswerItem
 from hotloop.tui.render import Palette, theme_palette
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.queued_prompts import QueuedPrompts
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 
 
 SERVER_PANEL_MIN_WIDTH = 120
+RECONNECT_FIRST = 2.0  # seconds before a start provider that can't be reached is asked again, doubling
+RECONNECT_MAX = 30.0
 
 
 def _import_engine() -> None:
@@ -80,14 +83,24 @@ class HotloopApp(App[None]):
     TITLE = "hotloop"
     COMMANDS = App.COMMANDS | {SwitchCommands}
     BINDINGS = [
-        Binding("escape", "cancel_turn", "Cancel turn"),
-        Binding("ctrl+n", "new_conversation", "New"),
-        Binding("ctrl+b", "toggle_sessions", "Sessions"),
-        Binding("ctrl+o", "copy_answer", "Copy answer"),
-        Binding("f2", "toggle_server", "Server"),
-        Binding("f3", "waterfall", "Waterfall"),
-        Binding("f1", "help", "Help"),
-        Binding("question_mark", "help", "Help", show=False),
+        Binding(
+            "escape",
+            "cancel_turn",
+            "Cancel turn",
+            tooltip="Cancel the turn in flight; queued prompts go back to the box",
+        ),
+        Binding("ctrl+n", "new_conversation", "New", tooltip="A new conversation, in a new session log"),
+        Binding("ctrl+b", "toggle_sessions", "Sessions", tooltip="The saved sessions: search, continue, replay, view"),
+        Binding("ctrl+o", "copy_answer", "Copy answer", tooltip="Copy the last answer's Markdown"),
+        Binding("f2", "toggle_server", "Server", tooltip="The server panel (vLLM, SGLang, llama.cpp, the simulator)"),
+        Binding("f3", "waterfall", "Waterfall", tooltip="Where each turn's time went, for the session on screen"),
+        Binding("f1", "help", "Help", tooltip="This help"),
+        Binding("pageup", "scroll_transcript('page_up')", "Page up", show=False, priority=True),
+        Binding("pagedown", "scroll_transcript('page_down')", "Page down", show=False, priority=True),
+        Binding("ctrl+home", "scroll_transcript('start')", "Transcript start", show=False, priority=True),
+        Binding(
+            "ctrl+end", "scroll_transcript('end')", "Transcript end", show=False, priority=True, tooltip="Follow again"
+        ),
     ]
 
     def __init__(
@@ -109,11 +122,14 @@ class HotloopApp(App[None]):
         self.totals = SessionTotals()
         self._palette: Palette | None = None
         self._pending_switch: Choice | None = None
+        self._queue: list[str] = []  # prompts typed while a turn ran (or before the session opened)
+        self._interrupting: str | None = None  # a prompt sent now: the turn it cancels gives way to it
 
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
         yield Transcript(self.clock, self.palette, id="transcript")
         yield PromptInput(id="prompt")
+        yield QueuedPrompts(id="queued")
         yield StatusBar(id="status")
         yield Footer()
 
@@ -159,18 +175,49 @@ class HotloopApp(App[None]):
 
     @work(exclusive=True, group="connect", exit_on_error=False)
     async def connect(self) -> None:
+        """Open the session; a server that can't be reached yet is asked again, the wait shown, until it answers.
+
+        Meanwhile /provider, /model, /tier and the palette pick another target, which starts this again.
+        """
+        from hotloop.providers.errors import ProviderError
+
         await asyncio.to_thread(_import_engine)
-        # Any error here is shown by on_worker_state_changed, and the app stays open.
-        await self.session.open()
+        wait = RECONNECT_FIRST
+        while True:
+            try:
+                # Any other error is shown by on_worker_state_changed, and the app stays open.
+                await self.session.open()
+                break
+            except ProviderError as error:
+                if not error.retryable:
+                    raise
+                if wait == RECONNECT_FIRST:
+                    self.say(f"{error}: trying again · /provider or ctrl+p picks another", "warning", timeout=10)
+                for left in range(int(wait), 0, -1):
+                    self.status.state = f"connecting… retry in {left} s"
+                    await asyncio.sleep(1)
+                self.status.state = "connecting…"
+                wait = min(wait * 2, RECONNECT_MAX)
         self._show_provider()
         self.session.watch_server(self._server_report)
         self.status.state = "ready"
+        self._next_prompt()
+
+    def _retarget(self, choice: Choice) -> None:
+        """The session isn't open (its server unreachable): open it on `choice` instead."""
+        try:
+            self.session.retarget(choice)
+        except InputError as error:
+            self.say(str(error), severity="error")
+            return
+        self.status.state = "connecting…"
+        self.connect()
 
     def _restored(self, session: LoggedSession) -> None:
         """A saved session is being continued: its history on screen, its totals in the status bar."""
         self.transcript.fast_forward(session.events)
         for event in session.events:
-            if isinstance(event, StepFinished):
+            if isinstance(event, (StepStarted, StepFinished)):
                 self.totals.add(event)
         self.status.totals = self.totals
         self.say(f"continuing session {session.header.id}")
@@ -199,12 +246,12 @@ class HotloopApp(App[None]):
         panel.display = wanted if wanted is not None else self.size.width >= SERVER_PANEL_MIN_WIDTH
         self.mount(panel, before=self.transcript)
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         from hotloop.tui.widgets.server_panel import ServerPanel
 
         if self._server_panel_wanted is None:  # the user hasn't chosen: follow the room there is
             for panel in self.query(ServerPanel):
-                panel.display = self.size.width >= SERVER_PANEL_MIN_WIDTH
+                panel.display = event.size.width >= SERVER_PANEL_MIN_WIDTH
 
     def action_waterfall(self) -> None:
         """Where this session's time went, from its log (so it shows what a replay would)."""
@@ -230,11 +277,19 @@ class HotloopApp(App[None]):
             if event.worker.group == "connect":
                 self.status.state = "not connected"
             self.say(message, severity="error", timeout=10)
-        elif event.worker.group == "turn" and event.state in (WorkerState.SUCCESS, WorkerState.CANCELLED):
+        if event.worker.group == "turn" and event.state in (
+            WorkerState.SUCCESS,
+            WorkerState.CANCELLED,
+            WorkerState.ERROR,
+        ):
             self.status.state = "ready"
+            if event.state is not WorkerState.SUCCESS and self._interrupting is None:
+                self._queue_back_to_box()  # Esc stops what was queued after the turn too
             if self._pending_switch is not None:
                 choice, self._pending_switch = self._pending_switch, None
-                self.switch_to(choice)
+                self.switch_to(choice)  # the next prompt goes once it has switched
+            else:
+                self._next_prompt()
 
     def say(self, message: str, severity: SeverityLevel = "information", timeout: float | None = None) -> None:
         """A notification shown as it reads: its text may come from outside, so it is inert and never markup."""
@@ -247,6 +302,7 @@ class HotloopApp(App[None]):
         self.transcript.apply(event)
         if isinstance(event, StepStarted):
             self.status.state = f"step {event.step}"
+            self.totals.add(event)
         elif isinstance(event, StepFinished):
             self.totals.add(event)
             self.status.totals = self.totals
@@ -274,15 +330,75 @@ class HotloopApp(App[None]):
             return
         if slash is not None:
             self.run_slash(slash)
-        elif not self.session.ready:
-            self.query_one(PromptInput).load_text(message.text)
-            self.say("not connected yet: the prompt is still in the box", severity="warning")
-        elif self.turn_running:
-            self.query_one(PromptInput).load_text(message.text)
-            self.say("a turn is running: Esc cancels it", severity="warning")
+        elif message.now and self.turn_running:
+            self._interrupting = message.text
+            self.workers.cancel_group(self, "turn")
+        elif self.turn_running or not self.session.ready or self._pending_switch is not None:
+            self._queue.append(message.text)
+            self._show_queue()
         else:
-            self.status.state = "running"
-            self.run_turn(message.text)
+            self._send(message.text)
+
+    def _send(self, prompt: str) -> None:
+        self.status.state = "running"
+        self.transcript.follow()  # whatever the user scrolled to, the answer to their prompt is what they want
+        self.run_turn(prompt)
+
+    def _next_prompt(self) -> None:
+        """Send the prompt that interrupted a turn, or the first queued one, if the session can take it."""
+        if not self.session.ready or self.turn_running:
+            return
+        if self._interrupting is not None:
+            prompt, self._interrupting = self._interrupting, None
+            self._send(prompt)
+        elif self._queue:
+            self._send(self._queue.pop(0))
+            self._show_queue()
+
+    def _show_queue(self) -> None:
+        self.query_one(QueuedPrompts).prompts = tuple(self._queue)
+        self.query_one(PromptInput).queued = len(self._queue)
+
+    def _queue_back_to_box(self) -> None:
+        """The queued prompts, back in the box above what it holds, to edit or drop."""
+        if not self._queue:
+            return
+        box = self.query_one(PromptInput)
+        box.load_text("\n\n".join([*self._queue, box.text] if box.text.strip() else self._queue))
+        box.move_cursor(box.document.end)
+        self.say(f"{'the queued prompt is' if len(self._queue) == 1 else 'the queued prompts are'} back in the box")
+        self._queue.clear()
+        self._show_queue()
+
+    def on_prompt_input_recall(self, message: PromptInput.Recall) -> None:
+        if self._queue:
+            box = self.query_one(PromptInput)
+            box.load_text(self._queue.pop())
+            box.move_cursor(box.document.end)
+            self._show_queue()
+
+    def on_key(self, event: events.Key) -> None:
+        """A printable key typed outside a text box goes to the prompt, never to a command.
+
+        A list keeps its own keys (the sessions list's `c` and `r`; it sends other letters to its search).
+        """
+        if self.screen is not self.screen_stack[0] or not (event.is_printable and event.character):
+            return
+        if isinstance(self.focused, (TextArea, Input, OptionList)):
+            return
+        box = self.query_one(PromptInput)
+        box.focus()
+        box.insert(event.character)
+        event.stop()
+
+    def action_scroll_transcript(self, where: str) -> None:
+        transcript = self.transcript
+        {
+            "page_up": transcript.page_up,
+            "page_down": transcript.page_down,
+            "start": transcript.scroll_to_start,
+            "end": transcript.follow,
+        }[where]()
 
     @work(exclusive=True, group="turn", exit_on_error=False)
     async def run_turn(self, prompt: str) -> None:
@@ -293,10 +409,13 @@ class HotloopApp(App[None]):
             self.action_new_conversation()
         elif slash.name == "/help":
             self.action_help()
-        elif self.agent is None:
-            self.say("not connected yet", severity="warning")
         elif slash.name == "/mcp":
-            self.mcp(slash.args[1] if slash.args else None)
+            if self.agent is None:
+                self.say("not connected yet", severity="warning")
+            else:
+                self.mcp(slash.args[1] if slash.args else None)
+        elif self.agent is None:
+            self._retarget(slash.choice(self.session.choice.provider or self.session.config.default_provider))
         else:
             self.switch_to(slash.choice(self.agent.provider.name))
 
@@ -319,7 +438,7 @@ class HotloopApp(App[None]):
         from hotloop.providers.errors import ProviderError
 
         if self.agent is None:
-            self.say("not connected yet", severity="warning")
+            self._retarget(choice)
             return
         if self.turn_running:
             self._pending_switch = choice
@@ -331,6 +450,7 @@ class HotloopApp(App[None]):
             self._show_provider()
         except (InputError, ProviderError) as error:
             self.say(str(error), severity="error")
+        self._next_prompt()
 
     async def switch_options(self) -> list[SwitchOption]:
         """Every tier, provider and model, each with what switching to it would cost now."""
@@ -404,8 +524,9 @@ class HotloopApp(App[None]):
         sidebar.toggle_class("-open")
         if sidebar.has_class("-open"):
             self.load_sessions()
-            sidebar.query_one(OptionList).focus()
+            sidebar.opened()
         else:
+            sidebar.closed()
             self.query_one(PromptInput).focus()
 
     @work(exclusive=True, group="sessions", thread=True)

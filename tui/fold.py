@@ -17,6 +17,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
+from hotloop.agent.figures import counted
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import TextDelta
 from hotloop.sessions.projection import CUT_SHORT, FINAL, CallRecord, Projection, StepRecord
@@ -82,11 +83,7 @@ class TranscriptFold:
         stopped = sum(call.status not in FINAL for call in step.calls.values()) if step is not None else 0
         items = self._close(step, None)
         if event.reason == "cancelled":
-            calls = (
-                f"; {stopped} unfinished tool call{'s' if stopped != 1 else ''} got a cancelled result"
-                if stopped
-                else ""
-            )
+            calls = f"; {counted(stopped, 'unfinished tool call')} got a cancelled result" if stopped else ""
             items.append((NoticeItem("warning", f"turn cancelled{calls}"), 1))
         return items
 

@@ -19,7 +19,7 @@ from textual.color import Color
 from textual.strip import Strip
 
 from hotloop.agent.events import ResponseFinished, StepFinished
-from hotloop.agent.figures import CUT_OFF, NOT_REPORTED, iterations, seconds, timing, tokens
+from hotloop.agent.figures import CUT_OFF, NOT_REPORTED, iterations, timing, tokens, tool_phase
 from hotloop.agent.text import inert
 from hotloop.core.markdown_blocks import block_starts, parser
 from hotloop.providers.events import UsageLedger
@@ -254,11 +254,6 @@ def response_text(response: ResponseFinished | StepFinished, palette: Palette) -
     return line
 
 
-def tools_summary(count: int, wall: float, total: float) -> str:
-    """`3 tools · wall 1.02 s · sum 3.01 s · 2.9× from parallelism`."""
-    plural = "s" if count != 1 else ""
-    summary = f"{count} tool{plural} · wall {seconds(wall)} · sum {seconds(total)}"
-    # Below 1.05× the calls did not overlap in any way worth a figure (they were instant, or one was).
-    if count > 1 and wall > 0 and total / wall >= 1.05:
-        summary += f" · {total / wall:.1f}× from parallelism"
-    return summary
+# A step's tool phase on its strip, in the headless line's words:
+# `3 tools ran for 1.02 s (sum 3.01 s, 3.0× from parallelism)`.
+tools_summary = tool_phase

@@ -1,49 +1,80 @@
-"""`HelpScreen`: the keys and slash commands."""
+"""`HelpScreen`: every key and slash command, read from the bindings and the command table themselves.
+
+Nothing here lists a key by hand: a binding added, changed or removed anywhere shows here as it is.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Markdown
+from textual.widgets import Static
 
 from hotloop.agent.text import inert
 from hotloop.core.slash import COMMANDS
-
-KEYS = """\
-| key | what it does |
-|---|---|
-| Enter | send the prompt |
-| shift+enter, ctrl+j | new line in the prompt |
-| ↑ / ↓ in the prompt | walk the prompt history |
-| Esc | cancel the turn in flight (every issued tool call gets a cancelled result) |
-| ctrl+p | command palette: providers, models, tiers, copy, new conversation |
-| tab | move between the prompt and the transcript |
-| ↑ / ↓ in the transcript | move between items |
-| Enter / click | expand or collapse a tool call or the reasoning |
-| c / C | copy the item / its last code block |
-| ctrl+o | copy the last answer |
-| mouse drag, then ctrl+c | copy the selected text |
-| ctrl+b | saved sessions |
-| F2 | the server panel (vLLM, SGLang, … and the simulator) |
-| F3 | the waterfall: where each turn's time went |
-| ctrl+n | new conversation |
-| F1, ? | this help |
-| ctrl+q | quit |
-"""
 
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 90; max-width: 95%; height: 80%; background: $panel; border: round $accent; padding: 0 1;
+        width: 96; max-width: 95%; height: 85%; background: $panel; border: round $accent; padding: 0 1;
     }
+    HelpScreen Static { margin-bottom: 1; }
     """
-    BINDINGS = [Binding("escape,f1,q,question_mark", "app.pop_screen", "Close")]
+    BINDINGS = [Binding("escape,f1,q", "app.pop_screen", "Close")]
 
     def compose(self) -> ComposeResult:
-        commands = inert("\n".join(f"| `{name}` | {text} |" for name, text in COMMANDS.items()))
         with VerticalScroll():
-            yield Markdown(f"# hotloop\n\n## Keys\n\n{KEYS}\n## Commands\n\n| command | |\n|---|---|\n{commands}\n")
+            for title, table in self.sections():
+                yield Static(Text(title, "bold"))
+                yield Static(table)
+
+    def sections(self) -> list[tuple[str, Table]]:
+        """Each part of the app with its keys, then the slash commands."""
+        from hotloop.tui.screens.replay import ReplayScreen
+        from hotloop.tui.screens.session_view import SessionView
+        from hotloop.tui.screens.waterfall import WaterfallScreen
+        from hotloop.tui.widgets.history_view import HistoryView
+        from hotloop.tui.widgets.prompt_input import PromptInput
+        from hotloop.tui.widgets.sessions_sidebar import SessionList, SessionsSidebar
+
+        app = type(self.app)
+        anywhere = [
+            *app.BINDINGS,
+            Binding(self.app.COMMAND_PALETTE_BINDING, "command_palette", "Providers, models, tiers, copy, sessions"),
+            Binding("ctrl+q", "quit", "Quit"),
+        ]
+        commands = Table.grid(padding=(0, 2))
+        commands.add_column(style="bold", no_wrap=True)
+        commands.add_column()
+        for name, text in COMMANDS.items():
+            commands.add_row(name, Text(inert(text)))  # Text: `[restart NAME]` is not markup
+        return [
+            ("The prompt", self._keys(PromptInput.BINDINGS)),
+            ("Anywhere", self._keys(anywhere)),
+            ("The transcript (Tab to it; click an entry to expand it)", self._keys(HistoryView.BINDINGS)),
+            (
+                "Saved sessions (ctrl+b; typing searches)",
+                self._keys([*SessionsSidebar.BINDINGS, *SessionList.BINDINGS]),
+            ),
+            ("A saved session, read-only (Enter in the sessions)", self._keys(SessionView.BINDINGS)),
+            ("A replay (hotloop replay, or r in the sessions)", self._keys(ReplayScreen.BINDINGS)),
+            ("The waterfall (F3)", self._keys(WaterfallScreen.BINDINGS)),
+            ("Commands, typed as a prompt", commands),
+        ]
+
+    def _keys(self, bindings: Iterable[BindingType]) -> Table:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True, min_width=18)
+        table.add_column()
+        for entry in bindings:
+            binding = entry if isinstance(entry, Binding) else Binding(*entry)
+            keys = " / ".join(self.app.get_key_display(Binding(key.strip(), "")) for key in binding.key.split(","))
+            table.add_row(Text(keys), Text(binding.tooltip or binding.description))
+        return table

@@ -21,7 +21,7 @@ class SessionView(Screen[None]):
     DEFAULT_CSS = """
     SessionView > #title { dock: top; height: 1; background: $panel; padding: 0 1; color: $text-muted; }
     """
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("f3", "waterfall", "Waterfall")]
 
     def __init__(self, session: LoggedSession, palette: Callable[[], Palette]) -> None:
         super().__init__()
@@ -42,3 +42,9 @@ class SessionView(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(Transcript).fast_forward(self.session.events, finished=True)
+
+    def action_waterfall(self) -> None:
+        """Where the time of the session on screen went (not the live one's)."""
+        from hotloop.tui.screens.waterfall import WaterfallScreen
+
+        self.app.push_screen(WaterfallScreen(self.session.events))

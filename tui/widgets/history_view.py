@@ -48,7 +48,10 @@ class _Place:
 
 
 class HistoryView(Widget, can_focus=True):
-    """The finished transcript. Click or Enter expands an entry; c copies the item under the cursor."""
+    """The finished transcript. Click or Enter expands an entry; ctrl+c copies the item under the cursor.
+
+    Its keys are never printable: a letter typed here goes to the prompt.
+    """
 
     DEFAULT_CSS = """
     HistoryView { height: auto; }
@@ -59,9 +62,11 @@ class HistoryView(Widget, can_focus=True):
     BINDINGS = [
         Binding("up", "cursor(-1)", "Previous", show=False),
         Binding("down", "cursor(1)", "Next", show=False),
-        Binding("enter", "toggle_entry", "Expand", show=True),
-        Binding("c", "copy_item", "Copy", show=True),
-        Binding("C", "copy_code", "Copy code", show=True),
+        Binding("home", "app.scroll_transcript('start')", "First", show=False, tooltip="The transcript's start"),
+        Binding("end", "app.scroll_transcript('end')", "Follow", show=False, tooltip="The bottom, following again"),
+        Binding("enter", "toggle_entry", "Expand", show=True, tooltip="Expand or fold the tool call or reasoning"),
+        Binding("ctrl+c", "copy_item", "Copy", show=True, tooltip="Copy the selected text, else the item"),
+        Binding("ctrl+y", "copy_code", "Copy code", show=True, tooltip="Copy the item's last code block"),
     ]
 
     cursor: reactive[int] = reactive(-1, layout=False)
@@ -278,8 +283,16 @@ class HistoryView(Widget, can_focus=True):
                 parent.scroll_to(y=max(top - parent.size.height // 2, 0), animate=False)
 
     def on_focus(self) -> None:
+        places = self._places()
         if self.cursor < 0:
-            self.cursor = len(self._places()) - 1
+            self.set_reactive(HistoryView.cursor, len(places) - 1)  # not watched: that would show its first line
+        parent = self.parent
+        if 0 <= self.cursor < len(places) and isinstance(parent, Widget):
+            # The view stays where it is if the cursor's item shows in it at all.
+            slot = places[self.cursor].slot
+            top = self.virtual_region.y + self._starts[slot]
+            if not parent.scroll_y - self._slots[slot].height < top < parent.scroll_y + parent.size.height:
+                self.scroll_visible_line(self._starts[slot] + places[self.cursor].line)
         self._drawn.clear()
         self.refresh()
 
@@ -322,6 +335,9 @@ class HistoryView(Widget, can_focus=True):
             self.cursor = next((n for n, p in enumerate(positions) if p.slot == index and p.key == key), self.cursor)
 
     def action_copy_item(self) -> None:
+        if self.screen.get_selected_text():
+            self.screen.action_copy_text()
+            return
         places = self._places()
         if not 0 <= self.cursor < len(places):
             return

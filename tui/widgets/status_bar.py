@@ -6,8 +6,12 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from hotloop.agent.figures import SessionTotals, short_model
+from hotloop.agent.figures import SessionTotals, counted, short_model
 from hotloop.agent.text import inert
+
+SEPARATOR = "  │  "
+# What the status bar gives up as it narrows, first to last; the state and the cache figure always stay.
+NARROWING = ("tier", "model", "provider", "totals")
 
 
 class StatusBar(Static):
@@ -22,20 +26,57 @@ class StatusBar(Static):
     totals: reactive[SessionTotals] = reactive(SessionTotals, always_update=True)
 
     def render(self) -> Text:
-        """`● ready  │  sim · sim-balanced · balanced  │  prompt 1,927 · out 143 · cache hit 92%`."""
-        line = Text()
-        line.append(f"● {self.state}", "" if self.state == "ready" else "bold")
-        line.append("  │  ", "dim")
-        if self.provider:
-            line.append(inert(self.provider), "bold")
-            line.append(inert(f" · {short_model(self.model)}"))  # a server's name for it
-            if self.tier:
-                line.append(inert(f" · {self.tier}"), "italic")
-            line.append("  │  ", "dim")
+        """`● ready  │  sim · sim-balanced · balanced  │  prompt 1,927 · out 143 · cache hit 92%`.
+
+        Where the width is short, the tier goes first, then the model, the provider and the
+        prompt and output totals: the state and the cache figure are what a glance looks for.
+        """
+        width = self.content_size.width
+        parts = self._parts()
+        for dropped in range(len(NARROWING) + 1):
+            line = _joined({name: part for name, part in parts.items() if name not in NARROWING[:dropped]})
+            if not width or line.cell_len <= width:
+                break
+        return line  # where even the shortest doesn't fit, it is cropped
+
+    def _parts(self) -> dict[str, Text]:
+        """The line's parts by name; an empty one is left out of the line."""
         totals = self.totals
-        line.append(f"prompt {totals.prompt:,} · out {totals.output:,} · cache hit ")
-        hit = totals.cache_hit
-        line.append(f"{hit:.0%}" if hit is not None else "not reported", "" if hit is not None else "dim")
+        counts = Text(f"prompt {totals.prompt:,} · out {totals.output:,}")
         if totals.unreported:
-            line.append(f" · {totals.unreported} without usage", "dim")
+            counts.append(f" · {counted(totals.unreported, 'step')} without usage", "dim")
+        cache = Text("cache hit ")
+        hit = totals.cache_hit
+        if hit is None:
+            cache.append("not reported", "dim")
+        else:
+            cache.append(f"{hit:.0%}")
+            if totals.cache_unknown:
+                cache.append(f" · {counted(totals.cache_unknown, 'step')} unknown", "dim")
+        return {
+            "state": Text(f"● {self.state}", "" if self.state == "ready" else "bold"),
+            "provider": Text(inert(self.provider), "bold"),
+            "model": Text(inert(short_model(self.model)) if self.provider else ""),  # a server's name for it
+            "tier": Text(inert(self.tier) if self.provider and self.tier else "", "italic"),
+            "totals": counts,
+            "cache": cache,
+        }
+
+
+def _joined(parts: dict[str, Text]) -> Text:
+    """`● ready  │  sim · model · tier  │  totals · cache`: a group's parts joined by dots, the groups by bars."""
+
+    def joined(pieces: list[Text], separator: Text) -> Text:
+        # Not `separator.join`: its result takes the separator's style as the style of the whole line.
+        line = Text()
+        for n, piece in enumerate(pieces):
+            if n:
+                line.append_text(separator)
+            line.append_text(piece)
         return line
+
+    def group(*names: str) -> Text:
+        return joined([part for name in names if (part := parts.get(name, Text())).plain], Text(" · "))
+
+    groups = [group("state"), group("provider", "model", "tier"), group("totals", "cache")]
+    return joined([part for part in groups if part.plain], Text(SEPARATOR, "dim"))

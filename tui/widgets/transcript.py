@@ -2,17 +2,24 @@
 
 Finished steps live in one `HistoryView`. The step in flight has live widgets: the
 streaming answer, the tool panes and the usage strip. `TranscriptFold` turns each finished
-step into history items, drawn by the same renderers as the live widgets, so nothing jumps. The transcript follows
-the stream while the user is at the bottom, and stops when they scroll up.
+step into history items, drawn by the same renderers as the live widgets, so nothing jumps.
+
+The transcript follows the stream whenever the view is at the bottom. Scrolling up by any means (keys,
+wheel, scrollbar, the history's cursor) stops following, and "↓ new output" shows while more arrives
+below; a prompt sent, End (ctrl+end) or scrolling back to the bottom follows again. The transcript
+itself never takes the focus: Tab goes from the prompt straight to the history's items.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.geometry import Offset, Region
+from textual.reactive import var
 from textual.widgets import Static
 
 from hotloop.agent.events import (
@@ -31,6 +38,7 @@ from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem
 from hotloop.tui.render import Palette, RenderContext
 from hotloop.tui.widgets.history_view import HistoryView
+from hotloop.tui.widgets.new_output import NewOutput
 from hotloop.tui.widgets.streaming_text import StreamingText
 from hotloop.tui.widgets.tool_panes import ToolPanes
 from hotloop.tui.widgets.usage_strip import UsageStrip
@@ -42,9 +50,10 @@ WELCOME = (
 )
 
 
-class Transcript(VerticalScroll):
+class Transcript(VerticalScroll, can_focus=False):
     DEFAULT_CSS = """
     Transcript {
+        layers: default marker;
         height: 1fr;
         padding: 0 1;
         /* Always there: lines are pre-rendered for a width, which a scrollbar appearing would change. */
@@ -90,7 +99,10 @@ class Transcript(VerticalScroll):
             TurnFinished: self._step_or_turn_finished,
         }
 
+    following: var[bool] = var(True)
+
     def compose(self) -> ComposeResult:
+        yield NewOutput(id="new-output")
         yield Static(WELCOME, id="welcome")
         yield HistoryView(self.context, id="history")
         with Vertical(id="live"):
@@ -101,6 +113,45 @@ class Transcript(VerticalScroll):
 
     def on_mount(self) -> None:
         self.anchor()
+
+    # -- following ---------------------------------------------------------------------
+
+    def follow(self) -> None:
+        """Go to the bottom and stay there as the transcript grows."""
+        self.following = True
+        self.anchor()
+
+    def page_up(self) -> None:
+        self.scroll_page_up(animate=False)
+
+    def page_down(self) -> None:
+        self.scroll_page_down(animate=False)
+
+    def scroll_to_start(self) -> None:
+        self.scroll_home(animate=False)
+
+    def watch_following(self, following: bool) -> None:
+        if following:
+            self.query_one(NewOutput).remove_class("-shown")
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value >= self.max_scroll_y:
+            self.following = True
+        elif new_value < old_value:
+            self.following = False
+            self.release_anchor()
+
+    def scroll_to_region(self, region: Region, **options: Any) -> Offset:
+        # Textual shows a widget that takes the focus from its top; the history is taller than the view,
+        # so that would jump to the first turn. The history shows its own cursor's line instead.
+        if region.height > self.scrollable_content_region.height:
+            return Offset()
+        return super().scroll_to_region(region, **options)
+
+    def on_new_output_pressed(self, message: NewOutput.Pressed) -> None:
+        message.stop()
+        self.follow()
 
     def context(self, width: int) -> RenderContext:
         return RenderContext(self.app.console, width, self.palette())
@@ -149,6 +200,8 @@ class Transcript(VerticalScroll):
 
     def apply(self, event: AgentEvent) -> None:
         """Show one event of the agent's stream."""
+        if not self.following:
+            self.query_one(NewOutput).add_class("-shown")
         if isinstance(event, (StepFinished, TurnFinished)):
             self.answer.flush(everything=True)
         for item, gap in self.fold.apply(event):

@@ -1,0 +1,137 @@
+"""Following the stream: on at the bottom, off when the user scrolls up by any means, back on when they ask."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widget import Widget
+
+from hotloop.tui.app import HotloopApp
+from hotloop.tui.items import AnswerItem
+from hotloop.tui.widgets.history_view import HistoryView
+from hotloop.tui.widgets.new_output import NewOutput
+from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.transcript import Transcript
+
+from tui_support import idle, press, running_app, send, wait_until, write_config
+
+LONG = {"text": "A line of the answer.\n\n" * 60}
+SLOW = {"text": "streaming " * 200}  # at 5 ms a token: a second of output arriving below the view
+
+
+def at_bottom(transcript: Transcript) -> bool:
+    return transcript.max_scroll_y > 0 and transcript.scroll_y >= transcript.max_scroll_y
+
+
+def marker(app: HotloopApp) -> NewOutput:
+    return app.query_one(NewOutput)
+
+
+async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(isolated_home: Path) -> None:
+    write_config(isolated_home, [LONG, LONG, {"text": "The newest answer."}])
+    async with running_app() as (app, pilot):
+        for prompt in ("one", "two"):
+            await send(app, pilot, prompt)
+            await idle(app, pilot)
+        transcript = app.transcript
+        await wait_until(lambda: at_bottom(transcript))
+        press(app, "pageup", "pageup")
+        await wait_until(lambda: not transcript.following and transcript.scroll_y < transcript.max_scroll_y - 20)
+        await send(app, pilot, "three")
+        await idle(app, pilot)
+        await wait_until(lambda: at_bottom(transcript) and transcript.following)
+        assert not marker(app).has_class("-shown")
+        history = transcript.history
+        last = history.items[-2]  # the answer, then its usage line
+        assert isinstance(last, AnswerItem) and last.text == "The newest answer."
+        top = history.virtual_region.y + history._starts[-2]
+        assert transcript.scroll_y <= top < transcript.scroll_y + transcript.size.height
+
+
+async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_again(isolated_home: Path) -> None:
+    write_config(isolated_home, [LONG, SLOW], decode_ms=5)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "one")
+        await idle(app, pilot)
+        transcript = app.transcript
+        await send(app, pilot, "two")
+        await wait_until(lambda: app.turn_running and transcript.answer.text)
+        press(app, "ctrl+home")
+        await wait_until(lambda: transcript.scroll_y == 0 and not transcript.following)
+        await wait_until(lambda: marker(app).has_class("-shown") and marker(app).display)
+        assert transcript.scroll_y == 0  # the stream did not pull the view down
+        press(app, "ctrl+end")
+        await wait_until(lambda: transcript.following and not marker(app).has_class("-shown"))
+        await idle(app, pilot)
+        await wait_until(lambda: at_bottom(transcript))
+
+
+async def test_the_marker_follows_when_clicked_and_scrolling_to_the_bottom_follows(isolated_home: Path) -> None:
+    write_config(isolated_home, [LONG, SLOW], decode_ms=5)
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "one")
+        await idle(app, pilot)
+        transcript = app.transcript
+        await send(app, pilot, "two")
+        await wait_until(lambda: app.turn_running and transcript.answer.text)
+        transcript.scroll_up(animate=False, immediate=True)  # the mouse wheel's way
+        await wait_until(lambda: not transcript.following and marker(app).has_class("-shown"))
+        shown = marker(app)
+        # Drawn where a click lands (the screen's map is rebuilt on the next refresh).
+        await wait_until(lambda: shown.region and app.get_widget_at(*shown.region.offset)[0] is shown)
+        await pilot.click(NewOutput)
+        await wait_until(lambda: transcript.following and not marker(app).has_class("-shown"))
+        await idle(app, pilot)
+        transcript.scroll_page_up(animate=False)
+        await wait_until(lambda: not transcript.following)
+        transcript.scroll_end(animate=False, immediate=True)  # back at the bottom by scrolling
+        await wait_until(lambda: transcript.following)
+
+
+async def test_tab_goes_from_the_prompt_to_the_history_and_back_with_no_invisible_stop(
+    isolated_home: Path,
+) -> None:
+    write_config(isolated_home, [LONG])
+    async with running_app() as (app, pilot):
+        await send(app, pilot, "one")
+        await idle(app, pilot)
+        focused: list[Widget] = []
+        for _ in range(4):
+            press(app, "tab")
+            await pilot.pause()
+            assert app.focused is not None
+            focused.append(app.focused)
+        assert [type(w) for w in focused] == [HistoryView, PromptInput, HistoryView, PromptInput]
+        assert all(w.display and w.region.height > 0 for w in focused)
+
+
+async def test_tab_into_a_long_history_does_not_jump_to_its_top(isolated_home: Path) -> None:
+    write_config(isolated_home, [LONG, LONG, LONG])
+    async with running_app() as (app, pilot):
+        for prompt in ("one", "two", "three"):
+            await send(app, pilot, prompt)
+            await idle(app, pilot)
+        transcript = app.transcript
+        await wait_until(lambda: at_bottom(transcript))
+        bottom = transcript.max_scroll_y
+        press(app, "tab")
+        await wait_until(lambda: isinstance(app.focused, HistoryView))
+        await pilot.pause()
+        await pilot.pause()
+        # The cursor is on the last item: the view shows it, near the bottom, not turn 1.
+        assert transcript.scroll_y > bottom - transcript.size.height
+
+
+async def test_end_in_the_history_follows_again(isolated_home: Path) -> None:
+    write_config(isolated_home, [LONG, LONG])
+    async with running_app() as (app, pilot):
+        for prompt in ("one", "two"):
+            await send(app, pilot, prompt)
+            await idle(app, pilot)
+        transcript = app.transcript
+        press(app, "tab")
+        await wait_until(lambda: isinstance(app.focused, HistoryView))
+        press(app, "home")
+        await wait_until(lambda: transcript.scroll_y == 0 and not transcript.following)
+        press(app, "end")
+        await wait_until(lambda: at_bottom(transcript) and transcript.following)
