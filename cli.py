@@ -118,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     config_commands.add_parser("path", help="print the config file's path")
     config_commands.add_parser("show", help="print the effective configuration (keys masked)")
 
+    mcp = commands.add_parser("mcp", help="MCP servers")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)
+    mcp_import = mcp_commands.add_parser(
+        "import", help="print a Claude Code or Claude Desktop config's MCP servers as [mcp.NAME] tables"
+    )
+    mcp_import.add_argument(
+        "file", type=Path, metavar="FILE", help=".mcp.json, ~/.claude.json or claude_desktop_config.json"
+    )
+    mcp_import.add_argument("--write", action="store_true", help="also append them to hotloop's config file")
+
     sessions = commands.add_parser("sessions", help="saved sessions")
     session_commands = sessions.add_subparsers(dest="sessions_command", metavar="COMMAND", required=True)
     listing = session_commands.add_parser("list", help="list sessions, newest first")
@@ -224,6 +234,25 @@ def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
         metavar="S[,IDLE]",
         help="seconds a request may wait for its first byte, then between chunks (one figure: both)",
     )
+    acting = parser.add_mutually_exclusive_group()
+    acting.add_argument(
+        "--yes", "-y", dest=f"{prefix}yes", action="store_true", help="allow every call that edits, writes or runs"
+    )
+    acting.add_argument(
+        "--read-only",
+        dest=f"{prefix}read_only",
+        action="store_true",
+        help="offer the model no tool that edits, writes or runs",
+    )
+    parser.add_argument(
+        "--allow",
+        dest=f"{prefix}allow",
+        action="append",
+        default=[],
+        type=_rule,
+        metavar="RULE",
+        help="allow calls like this without asking: TOOL or TOOL:PATTERN, e.g. 'run_shell:pytest*' (repeatable)",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--resume", dest=f"{prefix}resume", metavar="ID", help="continue a saved session (an id or a unique prefix)"
@@ -261,7 +290,21 @@ def _options(args: argparse.Namespace, prefix: str) -> SessionOptions:
         max_steps=given("max_steps"),
         timeout=given("timeout"),
         resume=_session_to_resume(given("resume")),
+        yes=given("yes"),
+        allow=tuple(given("allow")),
+        read_only=given("read_only"),
     )
+
+
+def _rule(text: str) -> str:
+    """`run_shell:pytest*`: a tool's name, then what its command, path or arguments must match."""
+    import re
+
+    from hotloop.agent.approvals import RULE
+
+    if not re.match(RULE, text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not TOOL or TOOL:PATTERN (e.g. 'run_shell:pytest*')")
+    return text
 
 
 def _timeout(text: str) -> tuple[float, float]:
@@ -328,6 +371,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sim_serve(args)
     if args.command == "config":
         return _config(args)
+    if args.command == "mcp":
+        return _mcp_import(args)
     if args.command in ("recipe", "vllm"):
         from hotloop.core import recipes
 
@@ -474,6 +519,23 @@ def _sim_serve(args: argparse.Namespace) -> int:
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
+    return 0
+
+
+def _mcp_import(args: argparse.Namespace) -> int:
+    from hotloop.agent.text import inert
+    from hotloop.agent.tools.mcp_import import append_to, imported, to_toml
+    from hotloop.config import load_config
+
+    config = load_config()
+    result = imported(args.file, taken={server.name for server in config.mcp})
+    tables = to_toml(result)
+    print(tables, end="")
+    for note in result.notes:
+        print(f"hotloop: {inert(note)}", file=sys.stderr)
+    if args.write and result.servers:
+        append_to(config.path, tables)
+        print(f"hotloop: added {len(result.servers)} MCP server(s) to {config.path}", file=sys.stderr)
     return 0
 
 

@@ -21,8 +21,11 @@ import msgspec
 from msgspec import Meta, Struct, structs
 
 from hotloop import InputError, paths
+from hotloop.agent.approvals import ApprovalRules
+from hotloop.agent.hooks import Hook
 from hotloop.agent.loop import MAX_STEPS, TOOL_TIMEOUT
 from hotloop.agent.tools.mcp_config import McpServer
+from hotloop.agent.tools.shell import ShellSettings
 from hotloop.providers.anthropic import ANTHROPIC_URL as ANTHROPIC_URL
 from hotloop.providers.anthropic import BREAKPOINT_LIMIT, DEFAULT_MAX_TOKENS
 from hotloop.providers.errors import MissingApiKey
@@ -187,6 +190,9 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
     tiers: dict[str, Tier] = msgspec.field(default_factory=lambda: dict(DEFAULT_TIERS))
     routing: RoutingSettings = RoutingSettings()
     latency: LatencySettings = LatencySettings()
+    approvals: ApprovalRules = ApprovalRules()
+    hooks: tuple[Hook, ...] = ()
+    shell: ShellSettings = ShellSettings()  # [shell]: run_shell's timeout, output limit and sandbox
     warnings: tuple[str, ...] = ()  # settings that were adjusted to something usable
 
     def provider(self, name: str | None = None) -> ProviderSettings:
@@ -254,8 +260,9 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         return [value for name in self.key_env_names() if (value := os.environ.get(name))]
 
     def key_env_names(self) -> set[str]:
-        """Every environment variable that holds a provider key, configured or default."""
-        return set(DEFAULT_KEY_ENVS) | {p.api_key_env for p in self.providers.values() if p.api_key_env}
+        """Every environment variable that holds a secret: a provider key, configured or default, or an MCP header's."""
+        keys = set(DEFAULT_KEY_ENVS) | {p.api_key_env for p in self.providers.values() if p.api_key_env}
+        return keys | {variable for server in self.mcp for variable in server.headers_env.values()}
 
     def to_toml(self) -> str:
         """Every setting, as a config file that loads back to the same text; no secret in it.

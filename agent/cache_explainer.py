@@ -1,10 +1,11 @@
 """Why a step read less from the provider's cache than its unchanged prefix should have given.
 
-Every request is fingerprinted by segment: the system prompt, each tool schema, each message.
+Every request is fingerprinted by segment: the system prompt, the project instructions at its
+end (AGENTS.md), each tool schema, each message.
 The fingerprint goes into the session log with its step. When a step's cache read falls short
 of what the previous request left in the cache (allowing for block granularity and the last
 token a server always recomputes), the explainer compares the two requests and names the first
-segment that changed, or another cause: a switch of provider or model, an expired entry
+segment that changed (an instruction file by name), or another cause: a switch of provider or model, an expired entry
 (Anthropic's TTL), or an eviction (nothing changed, yet it missed). A prompt below the
 provider's cache minimum is never cached, so neither it nor the step after it is a miss.
 """
@@ -15,6 +16,7 @@ import hashlib
 
 import msgspec
 
+from hotloop.agent.instructions import split
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -37,10 +39,11 @@ class Fingerprint(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 
     provider: str
     model: str
-    system: str
+    system: str  # the system prompt up to the project instructions
     tools: dict[str, str] = {}
     messages: int = 0
     history: str = ""  # one digest over every message's digest, in order
+    instructions: str = ""  # the project instructions ending the system prompt, if any
 
 
 def _digest(data: bytes) -> str:
@@ -86,13 +89,15 @@ class CacheExplainer:
     def fingerprint(self, request: ChatRequest, provider: str, model: str, now: float) -> Fingerprint:
         """Fingerprint the request about to be sent; the last one becomes the previous."""
         digests = [self._message_digest(message) for message in request.messages]
+        base, sections = split(request.system)
         fingerprint = Fingerprint(
             provider=provider,
             model=model,
-            system=_digest(request.system.encode()),
+            system=_digest(base.encode()),
             tools=self._tools_digest(request.tools),
             messages=len(digests),
             history=_digest("".join(digests).encode()),
+            instructions=_digest("".join(sections.values()).encode()) if sections else "",
         )
         self._previous, self._current = self._current, (fingerprint, request.system, digests, now)
         return fingerprint
@@ -126,6 +131,8 @@ class CacheExplainer:
             return f"switched from {before.provider} · {before.model}, whose cache this was"
         if before.system != now.system:
             return f"system prompt changed at line {_first_changed_line(system_before, system_now)}"
+        if before.instructions != now.instructions:
+            return _instructions_changed(system_before, system_now)
         changed_tool = _first_changed_tool(before.tools, now.tools)
         if changed_tool:
             return changed_tool
@@ -153,6 +160,18 @@ class CacheExplainer:
 def _first_changed_line(before: str, now: str) -> int:
     old, new = before.splitlines(), now.splitlines()
     return next((n for n, (a, b) in enumerate(zip(old, new, strict=False), 1) if a != b), min(len(old), len(new)) + 1)
+
+
+def _instructions_changed(before: str, now: str) -> str:
+    """Which instruction files changed, and the first system prompt byte that differs."""
+    old, new = split(before)[1], split(now)[1]
+    files = [name for name in dict.fromkeys([*old, *new]) if old.get(name) != new.get(name)]
+    encoded_before, encoded_now = before.encode(), now.encode()
+    same = next(
+        (n for n, (a, b) in enumerate(zip(encoded_before, encoded_now, strict=False)) if a != b),
+        min(len(encoded_before), len(encoded_now)),
+    )
+    return f"{' and '.join(files)} changed since the last step: the system prompt differs from byte {same:,}"
 
 
 def _first_changed_tool(before: dict[str, str], now: dict[str, str]) -> str:

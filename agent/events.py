@@ -143,6 +143,36 @@ class SessionTitled(Event, frozen=True):
     model: str
 
 
+class ApprovalAsked(Event, frozen=True):
+    """A call with side effects waits for the user: `preview` is what it would do (a diff, a command)."""
+
+    call_id: str
+    name: str
+    subject: str  # what rules match against: the command, the path, or the arguments
+    preview: str = ""
+
+
+class ApprovalDecided(Event, frozen=True):
+    """Whether a call with side effects may run, and who said so (a rule, the user, a flag, a hook)."""
+
+    call_id: str
+    name: str
+    allowed: bool
+    by: str
+    reason: str = ""  # a denial's, passed on to the model
+    preview: str = ""  # what the call does, where no question carried it
+
+
+class HookRan(Event, frozen=True):
+    """A configured hook ran (`ts` is its end): for the waterfall, and the log of what it decided."""
+
+    hook_event: str  # PreToolUse, PostToolUse, UserPromptSubmit or Stop
+    command: str
+    seconds: float
+    call_id: str = ""  # the call a tool event's hook ran for
+    decision: str = ""  # allow, ask or deny; "" said nothing
+
+
 class Notice(Event, frozen=True):
     """Something the user should read: a failed MCP server, a provider error, a step cap."""
 
@@ -164,6 +194,9 @@ AgentEvent = (
     | Usage
     | Finished
     | ResponseFinished
+    | ApprovalAsked
+    | ApprovalDecided
+    | HookRan
     | ToolStarted
     | ToolOutput
     | ToolFinished

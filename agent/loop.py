@@ -19,9 +19,13 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hotloop.agent.approvals import Approvals, Request, Verdict, subject_of
 from hotloop.agent.cache_explainer import CacheExplainer
 from hotloop.agent.events import (
     AgentEvent,
+    ApprovalAsked,
+    ApprovalDecided,
+    HookRan,
     Notice,
     ProviderSwitched,
     ResponseFinished,
@@ -36,6 +40,7 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.figures import CUT_OFF
+from hotloop.agent.hooks import HookOutcome, Hooks
 from hotloop.agent.memo import Memo
 from hotloop.agent.prefetch import Prefetcher
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
@@ -107,8 +112,13 @@ class Agent:
         memo_ttl: float = 0.0,
         parallel_tools: bool = True,
         prefetch: bool = False,
+        approvals: Approvals | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.provider = provider
+        # Calls with side effects run once allowed; with no one to ask, only what rules and flags allow.
+        self.approvals = approvals if approvals is not None else Approvals()
+        self.hooks = hooks
         self.cache_key = cache_key
         self.lanes = lanes
         self.summarize = summarize
@@ -171,7 +181,15 @@ class Agent:
         return switched
 
     async def run_turn(self, prompt: str) -> TurnFinished:
-        """Answer one user prompt, calling tools as the model asks, and report how the turn ended."""
+        """Answer one user prompt, calling tools as the model asks, and report how the turn ended.
+
+        A UserPromptSubmit hook that blocks the prompt keeps it out of the conversation: no turn starts.
+        """
+        if self.hooks is not None:
+            submitted = await self._hooked(self.hooks.user_prompt_submit(prompt))
+            if submitted.denied:
+                self.emit(Notice(level="warning", message=f"a hook blocked the prompt: {submitted.reason}"))
+                return TurnFinished(turn=self.turn, reason="error", steps=0, wall=0.0)
         self.turn += 1
         turn, started = self.turn, time.perf_counter()
         context = self._context()
@@ -198,6 +216,8 @@ class Agent:
         except asyncio.CancelledError:
             self.emit(TurnFinished(turn=turn, reason="cancelled", steps=steps, wall=time.perf_counter() - started))
             raise
+        if self.hooks is not None:
+            await self._hooked(self.hooks.stop())
         return self._finish(turn, reason, steps, started)
 
     def _finish(self, turn: int, reason: TurnEnd, steps: int, started: float) -> TurnFinished:
@@ -329,9 +349,16 @@ class Agent:
         self.messages.extend(results)
 
     async def _run_tool(self, call: ToolCall, phase: _ToolPhase) -> ToolResultMessage:
+        tool = self.tools.get(call.name)
+        # Before the call starts, even one dispatched early: read-only calls run meanwhile.
+        try:
+            refusal = await self._may_run(call, tool)
+        except asyncio.CancelledError:
+            return await self._refused(call, phase, None)
+        if refusal is not None:
+            return await self._refused(call, phase, refusal)
         started = time.perf_counter()
         self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
-        tool = self.tools.get(call.name)
         remembered = self.memo.get(tool, call.arguments)
         if remembered is not None:
             return self._finished(call, phase, (started, time.perf_counter()), "ok", remembered, reused="memo")
@@ -358,16 +385,86 @@ class Agent:
         except Exception as error:  # a tool's bug must not end the turn
             status, content = "error", f"error: {call.name} raised {type(error).__name__}: {error}"
         ended = time.perf_counter()
+        if self.hooks is not None:
+            after = await self._hooked(self.hooks.post_tool_use(call.name, call.arguments, content), call.id)
+            if after.denied:
+                content += f"\n[a PostToolUse hook objected: {after.reason}]"
         if status == "ok":
             self.memo.put(tool, call.arguments, content)
             if self.summarize is not None:
                 content = await self._summarized(call, content)
         return self._finished(call, phase, (started, ended), status, content)
 
-    async def _refused(self, call: ToolCall, phase: _ToolPhase, problem: str) -> ToolResultMessage:
+    async def _refused(self, call: ToolCall, phase: _ToolPhase, problem: str | None) -> ToolResultMessage:
+        """A call that doesn't run: the error that says why, or cancelled (`problem` None)."""
         now = time.perf_counter()
         self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
+        if problem is None:
+            return self._finished(call, phase, (now, now), "cancelled", CANCELLED_RESULT)
         return self._finished(call, phase, (now, now), "error", f"error: {problem}")
+
+    async def _may_run(self, call: ToolCall, tool: Tool | None) -> str | None:
+        """None if the call may run, else why not: PreToolUse hooks first, then approval of side effects."""
+        hooked = await self._hooked(self.hooks.pre_tool_use(call.name, call.arguments), call.id) if self.hooks else None
+        if hooked is not None and hooked.denied:
+            return f"a PreToolUse hook denied this call: {hooked.reason}"
+        if tool is None or not tool.side_effects:
+            return None
+        return await self._approval(call, tool, hooked.decision if hooked is not None else "")
+
+    async def _hooked(self, running: Awaitable[HookOutcome], call_id: str = "") -> HookOutcome:
+        """A hook event's outcome, each run logged (the waterfall draws it) and its failures said."""
+        outcome = await running
+        for run in outcome.runs:
+            self.emit(
+                HookRan(
+                    hook_event=run.hook.event,
+                    command=run.hook.command,
+                    seconds=run.seconds,
+                    call_id=call_id,
+                    decision=run.decision,
+                )
+            )
+        for warning in outcome.warnings:
+            self.emit(Notice(level="warning", message=warning))
+        return outcome
+
+    async def _approval(self, call: ToolCall, tool: Tool, hooked: str) -> str | None:
+        """None if the call may run, else why not; the decision goes to the log, and a question to the user.
+
+        A PreToolUse hook's `allow` answers for the user (deny rules still hold); its `ask` asks whatever rules allow.
+        """
+        try:
+            arguments = parse_arguments(call)
+        except ArgumentError:
+            return None  # it can't run as written: `_invoke` says why
+        subject = subject_of(call.name, arguments)
+        try:
+            # Shown in the pane whoever decides (the diff an edit makes), and asked about if no rule decides.
+            preview = await tool.preview(arguments, self._context_for(call)) if tool.preview is not None else ""
+        except ToolError as error:
+            return str(error)  # it would fail as written (no such text to replace): nothing to approve
+        verdict = self.approvals.ruling(tool, subject)
+        if hooked == "allow" and (verdict is None or verdict.allowed):
+            verdict = Verdict(True, "a PreToolUse hook")
+        elif hooked == "ask" and verdict is not None and verdict.allowed:
+            verdict = None
+        if verdict is None and self.approvals.ask is None:
+            verdict = self.approvals.refusal(tool, subject)
+        elif verdict is None:
+            self.emit(ApprovalAsked(call_id=call.id, name=call.name, subject=subject, preview=preview))
+            verdict = await self.approvals.ask_user(Request(call.id, call.name, subject, preview))
+        self.emit(
+            ApprovalDecided(
+                call_id=call.id,
+                name=call.name,
+                allowed=verdict.allowed,
+                by=verdict.by,
+                reason=verdict.reason,
+                preview="" if verdict.asked else preview,  # a question has carried it already
+            )
+        )
+        return None if verdict.allowed else verdict.reason
 
     def _finished(
         self,
@@ -456,10 +553,12 @@ class Agent:
             arguments = parse_arguments(call)
         except ArgumentError as error:
             raise ToolError(str(error)) from None
-        context = ToolContext(call.id, self.workspace, lambda text: self.emit(ToolOutput(call_id=call.id, text=text)))
         async with asyncio.timeout(self._timeout_of(call.name)):
-            result = await tool.handler(arguments, context)
+            result = await tool.handler(arguments, self._context_for(call))
         return cap_output(result if isinstance(result, str) else str(result))
+
+    def _context_for(self, call: ToolCall) -> ToolContext:
+        return ToolContext(call.id, self.workspace, lambda text: self.emit(ToolOutput(call_id=call.id, text=text)))
 
     def _timeout_of(self, name: str) -> float:
         tool = self.tools.get(name)

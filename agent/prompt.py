@@ -4,7 +4,7 @@ A provider's prefix cache hits only on identical bytes in identical order, so a 
 built static part first: the system prompt, then the tool schemas sorted by name with
 canonical key order. History only grows, and each message keeps the form it was sent in.
 Volatile facts (the date, the workspace) go into the user message of the turn they belong
-to, never into the static part.
+to, never into the static part. The project's instructions (AGENTS.md) end the system prompt.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
+from hotloop.agent.instructions import Instructions
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.conversation import ChatRequest, Message
 
@@ -23,11 +24,13 @@ You are hotloop's agent, working in the user's workspace through the tools you a
 - Answer in Markdown. Be direct and brief."""
 
 
-def system_prompt(extra: str | None = None) -> str:
-    """The static system prompt: hotloop's own, then the user's (`--system FILE`) if any."""
-    if extra and extra.strip():
-        return f"{BASE_SYSTEM_PROMPT}\n\n{extra.strip()}"
-    return BASE_SYSTEM_PROMPT
+def system_prompt(extra: str | None = None, instructions: Instructions | None = None) -> str:
+    """The static system prompt: hotloop's own, the user's (`--system FILE`) if any, then the project's instructions.
+
+    The instructions come last: they are the part that may change between turns (`agent/instructions.py`).
+    """
+    base = f"{BASE_SYSTEM_PROMPT}\n\n{extra.strip()}" if extra and extra.strip() else BASE_SYSTEM_PROMPT
+    return base + instructions.section if instructions is not None else base
 
 
 def volatile_context(workspace: Path, today: date | None = None) -> str:

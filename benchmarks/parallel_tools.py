@@ -1,7 +1,9 @@
 """A step with three independent ~1 s tool calls: how long its tool phase takes.
 
-The simulator issues the three calls in one message; the loop runs them concurrently. The
-figures come from the loop's own events. Target: tool phase < 1.3 × the slowest call.
+The simulator issues the three calls in one message; the loop runs them concurrently. Two
+cases: an in-process tool that sleeps, and the real `run_shell` running `sleep` in three
+processes (allowed up front, as `--yes` does). The figures come from the loop's own events.
+Target: tool phase < 1.3 × the slowest call.
 
     python benchmarks/parallel_tools.py
 """
@@ -14,15 +16,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hotloop.agent.approvals import Approvals
 from hotloop.agent.events import AgentEvent, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.agent.tools.shell import ShellSettings, shell_tool
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.model import load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
 
 SECONDS = (1.0, 0.9, 1.1)
+SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
 
 
 async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -30,25 +35,38 @@ async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
     return "done"
 
 
-async def main() -> None:
+async def measure(name: str, tool: Tool, calls: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp, "scenario.json")
-        calls = [{"name": "sleep", "arguments": {"seconds": s}} for s in SECONDS]
         scenario.write_text(json.dumps([{"tool_calls": calls}, {"text": "done"}]))
         events: list[AgentEvent] = []
         with EmbeddedSimulator(SimConfig(scenario=load_scenario(scenario))) as sim:
             provider = OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url)
-            schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
-            tools = ToolRegistry([Tool("sleep", "Sleep.", schema, sleep)])
-            await Agent(provider, tools, emit=events.append, workspace=Path(tmp)).run_turn("sleep three times")
+            agent = Agent(
+                provider,
+                ToolRegistry([tool]),
+                emit=events.append,
+                workspace=Path(tmp),
+                approvals=Approvals(allow_all=True),
+            )
+            await agent.run_turn("three at once")
             await provider.aclose()
     step = next(e for e in events if isinstance(e, StepFinished))
     slowest = max(e.duration for e in events if isinstance(e, ToolFinished))
-    print(f"parallel tools: {step.tool_count} calls of {', '.join(f'{s:g}' for s in SECONDS)} s")
+    print(f"{name}: {step.tool_count} calls of {', '.join(f'{s:g}' for s in SECONDS)} s")
     print(f"  tool phase {step.tool_wall:.3f} s · slowest call {slowest:.3f} s · sum {step.tool_sum:.3f} s")
     print(
-        f"  phase / slowest = {step.tool_wall / slowest:.3f} (target < 1.3) · {step.tool_sum / step.tool_wall:.2f}× from parallelism"
+        f"  phase / slowest = {step.tool_wall / slowest:.3f} (target < 1.3) · "
+        f"{step.tool_sum / step.tool_wall:.2f}× from parallelism"
     )
+
+
+async def main() -> None:
+    sleeper = Tool("sleep", "Sleep.", SCHEMA, sleep)
+    await measure("in-process tool", sleeper, [{"name": "sleep", "arguments": {"seconds": s}} for s in SECONDS])
+    shell = shell_tool(ShellSettings(), set())
+    commands = [{"name": "run_shell", "arguments": {"command": f"sleep {s}; echo done"}} for s in SECONDS]
+    await measure("run_shell, three processes", shell, commands)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hotloop.agent.approvals import Approvals
 from hotloop.agent.events import AgentEvent, SessionTitled, TurnFinished
+from hotloop.agent.hooks import Hooks
 from hotloop.agent.loop import Agent
 from hotloop.agent.prompt import volatile_context
 from hotloop.config import AUTO_TIER, Choice, Config, Target, resolve
@@ -128,6 +130,8 @@ class Router:
         system: str | None = None,
         cache_key: str | None = None,
         max_steps: int | None = None,
+        approvals: Approvals | None = None,
+        hooks: Hooks | None = None,
     ) -> Agent:
         """An agent as the config says: the runtime's tools and lanes, the latency switches, and summaries if asked."""
         latency = self.config.latency
@@ -144,6 +148,8 @@ class Router:
             early_dispatch=latency.early_dispatch,
             memo_ttl=latency.memo_ttl,
             prefetch=latency.prefetch,
+            approvals=approvals,
+            hooks=hooks,
         )
         if self.routing.summarize_over_tokens:
             agent.summarize = lambda call, content: self.summarize(agent, call, content)

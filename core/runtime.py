@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from hotloop import paths
 from hotloop.agent.events import Notice, ProviderSwitched
 from hotloop.agent.tools.builtins import builtin_tools
+from hotloop.agent.tools.edit import edit_tools
 from hotloop.agent.tools.mcp import McpBridge
 from hotloop.agent.tools.mcp_config import server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
+from hotloop.agent.tools.shell import shell_tool
 from hotloop.config import Choice, Config, ConfigError, ProviderSettings, Target, resolve
 from hotloop.providers.base import Provider
 from hotloop.providers.errors import ConnectionFailed, ProviderError, UnknownModel
@@ -39,9 +41,10 @@ PROBE_TIMEOUT = 3.0
 class Runtime:
     """The session's providers and tool registry, closed together."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, read_only: bool = False) -> None:
         self.config = config
-        self.tools = ToolRegistry(builtin_tools())
+        acting = [*edit_tools(), shell_tool(config.shell, config.key_env_names())]
+        self.tools = ToolRegistry([*builtin_tools(), *acting], read_only=read_only)
         self.simulator: EmbeddedSimulator | None = None
         self._providers: dict[tuple[str, str | None], Provider] = {}
         self._helpers: dict[tuple[str, str | None, str | None], Provider] = {}

@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hotloop import InputError
-from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepFinished, TurnFinished
+from hotloop.agent.approvals import NO_ONE, ApprovalRules, Approvals, Ask
+from hotloop.agent.events import AgentEvent, ApprovalDecided, Notice, ProviderSwitched, StepFinished, TurnFinished
 from hotloop.agent.figures import short_model
+from hotloop.agent.hooks import Hooks
+from hotloop.agent.tools.shell import sandbox_notice
 from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, Target, resolve
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallStarted
 
@@ -66,6 +69,9 @@ class SessionOptions:
     timeout: tuple[float, float] | None = None  # seconds to the first byte, then between chunks (`--timeout`)
     workspace: Path = field(default_factory=Path.cwd)
     resume: Path | None = None  # the log of a saved session to continue
+    yes: bool = False  # every call with side effects allowed (`--yes`)
+    allow: tuple[str, ...] = ()  # approval rules added to the config's (`--allow 'run_shell:pytest*'`)
+    read_only: bool = False  # no tool with side effects offered at all (`--read-only`)
 
     @property
     def choice(self) -> Choice:
@@ -105,7 +111,9 @@ class Session:
         options: SessionOptions,
         emit: Callable[[AgentEvent], None],
         restored: Callable[[LoggedSession], None] | None = None,
+        ask: Ask | None = None,
     ) -> None:
+        """`ask` puts a call with side effects to the user; without it, only rules and flags allow one."""
         if options.timeout is not None:
             config = config.with_timeout(RequestTimeoutSettings(*options.timeout))
         self.config, self.choice = config.pointed_at(options.choice)
@@ -113,6 +121,12 @@ class Session:
             resolve(self.config, self.choice)  # a bad provider, tier or missing key fails here, before anything starts
         self.options = options
         self.workspace = options.workspace
+        rules = self.config.approvals
+        self.approvals = Approvals(
+            ApprovalRules(allow=(*rules.allow, *options.allow), deny=rules.deny), ask, allow_all=options.yes
+        )
+        hooks = self.config.hooks
+        self.hooks = Hooks(hooks, self.workspace, self.config.key_env_names()) if hooks else None
         self._sink = emit
         self._restored = restored or (lambda session: None)
         self.runtime: Runtime | None = None
@@ -121,6 +135,7 @@ class Session:
         self.log: SessionLog | None = None
         self.log_problem: str | None = None  # why a log stopped early (a failing disk), once it is closed
         self.cut_off_steps = 0  # steps the output limit ended: the work they did is incomplete
+        self.unapproved_calls = 0  # calls refused because no one could approve them (headless): work not done
         self._unlogged: list[AgentEvent] = []  # said before the log exists; written when it opens
         self._unanswered = False  # a log this session created that no step has finished in yet
         self.last_log: SessionLog | None = None  # the log closed last: the one to name on exit
@@ -152,6 +167,8 @@ class Session:
             self._unanswered = False
         if isinstance(event, StepFinished) and event.finish_reason == "length":
             self.cut_off_steps += 1
+        if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
+            self.unapproved_calls += 1
         self._sink(event)
 
     # -- opening ------------------------------------------------------------------------
@@ -165,7 +182,7 @@ class Session:
         path = self.options.resume
         resumed = await asyncio.to_thread(Resumption.load, path, self.config.secrets()) if path is not None else None
         if self.runtime is None:
-            self.runtime = Runtime(self.config)
+            self.runtime = Runtime(self.config, read_only=self.options.read_only)
         try:
             notes: list[str] = []
             if resumed is not None:
@@ -191,6 +208,8 @@ class Session:
         self.agent = self._new_agent(provider, self._system())
         for warning in self.config.warnings:
             self.emit(Notice(level="warning", message=warning))
+        if (unsandboxed := await asyncio.to_thread(sandbox_notice, self.config.shell)) is not None:
+            self.emit(Notice(level="warning", message=unsandboxed))
         if fitted is not None:
             self.emit(Notice(level="info", message=fitted))
         if resumed is not None:
@@ -238,10 +257,17 @@ class Session:
             f"name its models in the config's [tiers] (models: {', '.join(map(short_model, served))})"
         )
 
-    def _system(self, logged: str | None = None) -> str:
+    def _system(self, kept: str | None = None) -> str:
+        """`kept` (a logged or the current prompt) or a new one, with the project's instructions as they are now."""
+        from hotloop.agent.instructions import read_instructions, with_instructions
         from hotloop.agent.prompt import system_prompt
 
-        return logged or system_prompt(self.options.system)
+        instructions = read_instructions(self.workspace)
+        system = with_instructions(kept, instructions) if kept else system_prompt(self.options.system, instructions)
+        if self.agent is None or system != self.agent.system:  # said when the prompt changes, not at every turn
+            for warning in instructions.warnings:
+                self.emit(Notice(level="warning", message=warning))
+        return system
 
     def _new_agent(self, provider: Provider, system: str, cache_key: str | None = None) -> Agent:
         assert self.router is not None
@@ -252,6 +278,8 @@ class Session:
             system=system,
             cache_key=cache_key,
             max_steps=self.options.max_steps,
+            approvals=self.approvals,
+            hooks=self.hooks,
         )
         if self.agent is not None and self.agent.prefetcher is not None and agent.prefetcher is not None:
             agent.prefetcher.predictor = self.agent.prefetcher.predictor  # what was learned outlives the conversation
@@ -262,6 +290,8 @@ class Session:
         assert self.agent is not None
         log = resumed.log
         self.workspace, moved = resumed.workspace(self.workspace)
+        if self.hooks is not None:
+            self.hooks.workspace = self.workspace
         header, conversation = resumed.session.header, resumed.conversation
         self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.id)
         self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
@@ -272,6 +302,8 @@ class Session:
 
     def _open_log(self, log: SessionLog) -> None:
         self.log = log
+        if self.hooks is not None:
+            self.hooks.session_id = log.id
         for event in self._unlogged:
             log.write(event)
         self._unlogged.clear()
@@ -283,6 +315,7 @@ class Session:
         assert self.agent is not None and self.runtime is not None and self.router is not None
         if not self._ready:
             raise RuntimeError("a turn before the session is open")
+        self.agent.system = self._system(self.agent.system)  # AGENTS.md may have changed since the last turn
         if self.log is None:
             log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
             self._open_log(log)

@@ -25,6 +25,8 @@ from rich.text import Text
 
 from hotloop.agent.events import (
     AgentEvent,
+    ApprovalAsked,
+    ApprovalDecided,
     Notice,
     ProviderSwitched,
     SessionTitled,
@@ -86,6 +88,10 @@ class Printer:
             self._status(f"  ⚙ {event.name} (run by the provider) {_clip(event.arguments, 120)}", "dim")
         elif isinstance(event, StepFinished):
             self._status(_step_line(event), "cyan")
+        elif isinstance(event, ApprovalAsked):
+            self._status(f"  ? {event.name} asked to run: {_clip(event.subject, 120)}", "yellow")
+        elif isinstance(event, ApprovalDecided) and event.allowed:  # a refusal is the call's own error line
+            self._status(f"  ✓ {event.name} allowed by {event.by}", "dim")
         elif isinstance(event, ProviderSwitched):
             self._status(describe_switch(event), "cyan")
         elif isinstance(event, Notice):

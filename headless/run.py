@@ -43,8 +43,8 @@ async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: b
         line = saved_line(log.path, options.workspace) if log is not None else None
         if line is not None:
             print(line, file=sys.stderr)
-    # A step the output limit cut off did incomplete work, even if the turn then went on.
-    return 1 if failed or session.cut_off_steps else 0
+    # A step the output limit cut off, or a call no one could approve, left work undone even if the turn went on.
+    return 1 if failed or session.cut_off_steps or session.unapproved_calls else 0
 
 
 async def _run_prompts(session: Session, prompts: list[str | Slash]) -> bool:

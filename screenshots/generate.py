@@ -36,6 +36,14 @@ def cached_tokens(prompt_tokens: int, hit_blocks: int, block: int = 16) -> int:
 """
 PAUSES = [{"name": "pause", "arguments": {"seconds": s}} for s in (3.0, 2.2, 3.4)]
 READS = [{"name": "read_file", "arguments": {"path": p}} for p in ("app.py", "cache.py")]
+SUITES = [
+    {
+        "name": "run_shell",
+        "arguments": {"command": f"for t in 1 2 3 4 5 6; do echo {suite}: test $t ok; sleep 0.5; done"},
+    }
+    for suite in ("unit", "integration", "lint")
+]
+EDIT = {"path": "README.md", "old_string": "A fast consle.", "new_string": "A fast console."}
 SCENARIO = [
     {"text": ANSWER},
     {"text": "Checking three things at once.\n", "tool_calls": PAUSES},
@@ -43,6 +51,10 @@ SCENARIO = [
     {"text": "Reading both.\n", "tool_calls": READS},
     {"tool_calls": [{"name": "grep", "arguments": {"pattern": "TODO"}}]},
     {"text": "`app.py` starts the server; `cache.py` holds the prefix cache. No TODOs left."},
+    {"text": "Running the three suites side by side.\n", "tool_calls": SUITES},
+    {"text": "All three suites pass."},
+    {"tool_calls": [{"name": "edit_file", "arguments": EDIT}]},
+    {"text": "Fixed the typo."},
     {"text": "Same question, over Anthropic's API this time.\n", "tool_calls": READS},
     {"text": "Same files, same answer: the conversation carried over, and from its second step the cache read it."},
 ]
@@ -91,7 +103,31 @@ async def shoot(workspace: Path) -> None:
         await turn(app, pilot, "Read app.py and cache.py, then grep for TODO")
         app.save_screenshot("usage-and-status.svg", str(HERE))
 
-        await pilot.press("f3")  # where this session's time went, three turns of it
+        await turn(app, pilot, "Run the unit, integration and lint suites", wait=False)
+        while len(app.screen.query("ApprovalBar.-asking")) == 0 or len(app.query_one("ApprovalBar").requests) < 3:
+            await asyncio.sleep(0.05)
+        answers = app.query_one("AnswerList")
+        answers.highlighted = next(
+            n for n in range(answers.option_count) if answers.get_option_at_index(n).id == "every"
+        )
+        await pilot.press("enter")  # allow all three once
+        while len(app.query("ToolPane.-running")) < 3:
+            await asyncio.sleep(0.05)
+        await pilot.pause(1.6)
+        app.save_screenshot("shell-panes.svg", str(HERE))
+        while app.turn_running:
+            await asyncio.sleep(0.05)
+
+        await turn(app, pilot, "Fix the typo in the README", wait=False)
+        while not app.query("ToolPane.-waiting"):
+            await asyncio.sleep(0.05)
+        await pilot.pause(0.5)
+        app.save_screenshot("edit-approval.svg", str(HERE))
+        await pilot.press("y")
+        while app.turn_running:
+            await asyncio.sleep(0.05)
+
+        await pilot.press("f3")  # where this session's time went, turn by turn
         await pilot.pause(0.8)
         app.save_screenshot("waterfall.svg", str(HERE))
         await pilot.press("escape")
@@ -160,6 +196,7 @@ def main() -> None:
         workspace.mkdir()
         (workspace / "app.py").write_text("from cache import PrefixCache\n\n\ndef main():\n    return PrefixCache()\n")
         (workspace / "cache.py").write_text("class PrefixCache:\n    BLOCK_SIZE = 16\n")
+        (workspace / "README.md").write_text("# demo\n\nA fast consle.\n\nRun `python app.py`.\n")
         os.environ["HOTLOOP_CONFIG"] = str(home / "config.toml")
         os.environ["HOTLOOP_DATA_DIR"] = str(home / "data")
         asyncio.run(shoot(workspace))

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 from hotloop.agent.events import (
     AgentEvent,
+    ApprovalAsked,
+    ApprovalDecided,
+    HookRan,
     Notice,
     ProviderSwitched,
     ResponseFinished,
@@ -45,7 +48,7 @@ class CallRecord:
     call_id: str
     name: str
     arguments: str = ""
-    status: str = "pending"  # pending, running, then ok, error or cancelled
+    status: str = "pending"  # pending, waiting (for approval), running, then ok, error or cancelled
     started: float | None = None
     ended: float | None = None
     duration: float | None = None
@@ -53,6 +56,8 @@ class CallRecord:
     result: str = ""
     reused: str = ""  # "memo" or "prefetch"
     ahead: float = 0.0  # prefetch: seconds of its run done before the model asked
+    preview: str = ""  # what it would do, shown while it waits for approval: a diff, a command
+    decision: str = ""  # `allowed by rule run_shell:pytest*`, `denied by you: …`
 
     def full_text(self) -> str:
         return self.result or "".join(self.output)
@@ -91,6 +96,7 @@ class TurnRecord:
     notes: list[str] = field(default_factory=list)
     end: str = ""  # the TurnFinished reason; empty while the turn runs (or if the log stops mid-turn)
     wall: float | None = None
+    hooks: list[HookRan] = field(default_factory=list)  # the prompt's hooks (run before it started) included
 
     def cut_short(self, step: StepRecord) -> bool:
         """Whether `step` stopped before it finished: the turn ended, or the log did, before the step."""
@@ -109,6 +115,7 @@ class Projection:
         self.preamble: list[str] = []
         self.turns: list[TurnRecord] = []
         self.step: StepRecord | None = None
+        self._early_hooks: list[HookRan] = []  # a prompt's hooks run before its turn starts
 
     @property
     def turn(self) -> TurnRecord | None:
@@ -116,9 +123,13 @@ class Projection:
 
     def apply(self, event: AgentEvent) -> None:
         if isinstance(event, TurnStarted):
-            turn = TurnRecord(event.turn, event.prompt, event.ts)
+            turn = TurnRecord(event.turn, event.prompt, event.ts, hooks=self._early_hooks)
+            self._early_hooks = []
             self.turns = [*self.turns, turn] if self.keep else [turn]
             self.step = None
+        elif isinstance(event, HookRan):
+            current = self.turn
+            (current.hooks if current is not None and not current.end else self._early_hooks).append(event)
         elif isinstance(event, StepStarted):
             self.step = self._new_step(event.step, event.provider, event.model, event.ts)
         elif isinstance(event, TurnFinished):
@@ -155,6 +166,15 @@ class Projection:
         elif isinstance(event, ToolCallReady):
             call = step.call(event.call_id)
             call.name, call.arguments = event.name, event.arguments
+        elif isinstance(event, ApprovalAsked):
+            call = step.call(event.call_id)
+            call.status, call.preview = "waiting", event.preview
+        elif isinstance(event, ApprovalDecided):
+            call = step.call(event.call_id)
+            call.decision = f"{'allowed' if event.allowed else 'denied'} by {event.by}"
+            call.preview = call.preview or event.preview
+            if call.status == "waiting":
+                call.status = "pending"
         elif isinstance(event, ToolStarted):
             call = step.call(event.call_id)
             call.name = call.name or event.name
@@ -174,6 +194,8 @@ class Projection:
 
 
 _STEP_EVENTS = (
+    ApprovalAsked,
+    ApprovalDecided,
     TextDelta,
     ReasoningDelta,
     ToolCallArgsDelta,

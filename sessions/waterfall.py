@@ -31,7 +31,7 @@ class Bar:
     done: bool = False  # False while it runs (a waterfall drawn mid-turn) or if the turn's end cut it short
     cut: str = ""  # why it stopped before it finished: the turn's end ("cancelled", "error", …) or its call's
     critical: bool = False
-    kind: str = "model"  # or "tool"
+    kind: str = "model"  # or "tool", "hook"
 
 
 @dataclass
@@ -58,7 +58,8 @@ def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
 
 
 def _turn(record: TurnRecord) -> TurnWaterfall:
-    origin = record.started
+    # A prompt's hooks run before its turn starts: the axis begins with them.
+    origin = min([record.started, *(hook.ts - hook.seconds for hook in record.hooks)])
     turn = TurnWaterfall(record.turn, record.prompt.strip().splitlines()[0] if record.prompt.strip() else "")
     steps = []
     for step in record.steps:
@@ -81,6 +82,10 @@ def _turn(record: TurnRecord) -> TurnWaterfall:
             tools.append(tool)
         turn.bars += [bar, *tools]
         steps.append(_Step(bar, tools))
+    for hook in record.hooks:
+        end = hook.ts - origin
+        turn.bars.append(Bar(f"  hook {hook.hook_event}", end - hook.seconds, end, done=True, kind="hook"))
+    turn.bars.sort(key=lambda bar: bar.start)
     wall = record.wall if record.wall is not None else max((bar.end for bar in turn.bars), default=0.0)
     if record.end:
         _cut_at_the_end(turn.bars, wall, record.end)
@@ -154,7 +159,8 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
             text.append("░" * max(round((split - bar.start) * scale), 1), f"yellow {style}")
             text.append("█" * round((bar.end - split) * scale), f"cyan {style}")
         else:
-            text.append("▒" * max(round((bar.end - bar.start) * scale), 1), f"green {style}")
+            color = "green" if bar.kind == "tool" else "magenta"
+            text.append("▒" * max(round((bar.end - bar.start) * scale), 1), f"{color} {style}")
         text.append(f" {_said(bar)}\n", "dim")
     cache = (
         f"~{turn.cache_read * cost:.2f} s from the cache ({turn.cache_read:,} tokens read × "
@@ -169,5 +175,8 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
         f"{turn.saved_prefetch:.2f} s by prefetch · {cache}\n",
         "dim",
     )
-    text.append("░ to first token (queue + prefill)  █ decode  ▒ tool  bold: the critical path\n", "dim")
+    text.append("░ to first token (queue + prefill)  █ decode  ▒ tool  ", "dim")
+    if any(bar.kind == "hook" for bar in turn.bars):
+        text.append("▒ hook  ", "magenta")
+    text.append("bold: the critical path\n", "dim")
     return text

@@ -20,6 +20,10 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp_types import ToolAnnotations
+
+# Read-only, so that they run unasked; a tool with no hints may act, destructively, and is asked about.
+READ_ONLY = ToolAnnotations(read_only_hint=True)
 
 FLOOD_BYTES = 5 * 1024 * 1024
 FAILURE = "the backend is unavailable"
@@ -27,7 +31,7 @@ FAILURE = "the backend is unavailable"
 app = MCPServer("faults")
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def echo(text: str) -> str:
     """Return the text."""
     return text
@@ -89,5 +93,5 @@ if __name__ == "__main__":
     if mode == "dies-after-init":
         anyio.run(serve_then_die)
     else:
-        app.add_tool(TOOLS[mode])
+        app.add_tool(TOOLS[mode], annotations=READ_ONLY)
         app.run()

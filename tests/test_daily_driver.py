@@ -21,6 +21,7 @@ from hotloop.tui.screens.help import HelpScreen
 from hotloop.tui.screens.replay import ReplayScreen
 from hotloop.tui.screens.session_view import SessionView
 from hotloop.tui.screens.waterfall import WaterfallScreen
+from hotloop.tui.widgets.approval_bar import AnswerList
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.queued_prompts import QueuedPrompts
@@ -173,6 +174,7 @@ async def test_the_help_lists_every_key_and_command_there_is(isolated_home: Path
             HotloopApp.BINDINGS,
             PromptInput.BINDINGS,
             HistoryView.BINDINGS,
+            AnswerList.BINDINGS,
             SessionsSidebar.BINDINGS,
             SessionList.BINDINGS,
             SessionView.BINDINGS,

@@ -289,7 +289,7 @@ async def test_the_status_bar_rate_is_the_servers_own(tmp_path: Path) -> None:
     try:
         agent, recorder = make_agent(sim, tmp_path)
         await agent.run_turn("go")
-        sim.server.engine.cache.clear()  # the next turn's first step should miss too (the engine's thread may refill it)
+        sim.server.engine.cache.clear()  # the next turn's first step should miss too (the engine may refill it)
         await agent.run_turn("again")
         await agent.provider.aclose()
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(sim.url + "/metrics").read().decode())

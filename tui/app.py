@@ -44,6 +44,7 @@ from hotloop.core.slash import Slash, SlashError, parse
 from hotloop.tui.commands import SwitchCommands
 from hotloop.tui.items import AnswerItem
 from hotloop.tui.render import Palette, theme_palette
+from hotloop.tui.widgets.approval_bar import ApprovalBar
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.queued_prompts import QueuedPrompts
@@ -52,6 +53,7 @@ from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
+    from hotloop.agent.approvals import Reply, Request
     from hotloop.agent.loop import Agent
     from hotloop.agent.tools.mcp import McpState
     from hotloop.sessions.store import LoggedSession
@@ -116,7 +118,7 @@ class HotloopApp(App[None]):
         if workspace is not None:
             options = replace(options, workspace=workspace)
         # A bad provider, tier or missing key fails here, before the screen takes over.
-        self.session = Session(config, options, self.show, restored=self._restored)
+        self.session = Session(config, options, self.show, restored=self._restored, ask=self.ask_approval)
         self.clock = clock
         self._server_panel_wanted: bool | None = None
         self.totals = SessionTotals()
@@ -124,10 +126,12 @@ class HotloopApp(App[None]):
         self._pending_switch: Choice | None = None
         self._queue: list[str] = []  # prompts typed while a turn ran (or before the session opened)
         self._interrupting: str | None = None  # a prompt sent now: the turn it cancels gives way to it
+        self._asks: list[tuple[Request, asyncio.Future[Reply]]] = []  # calls waiting for the user's answer
 
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
         yield Transcript(self.clock, self.palette, id="transcript")
+        yield ApprovalBar(id="approvals")
         yield PromptInput(id="prompt")
         yield QueuedPrompts(id="queued")
         yield StatusBar(id="status")
@@ -272,6 +276,8 @@ class HotloopApp(App[None]):
             panel.display = self._server_panel_wanted = not panel.display
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if not self.query(StatusBar):
+            return  # the app is closing: its workers are cancelled after its screen is gone
         if event.state is WorkerState.ERROR and event.worker.error is not None:
             message = str(event.worker.error) or type(event.worker.error).__name__
             if event.worker.group == "connect":
@@ -369,6 +375,30 @@ class HotloopApp(App[None]):
         self.say(f"{'the queued prompt is' if len(self._queue) == 1 else 'the queued prompts are'} back in the box")
         self._queue.clear()
         self._show_queue()
+
+    async def ask_approval(self, request: Request) -> Reply:
+        """Ask the user whether a call may run; the turn's other calls go on meanwhile."""
+        answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._asks.append((request, answer))
+        self._show_asks()
+        try:
+            return await answer
+        finally:  # answered, or the turn was cancelled while it waited
+            self._asks = [(r, f) for r, f in self._asks if f is not answer]
+            self._show_asks()
+
+    def _show_asks(self) -> None:
+        bar = self.query_one(ApprovalBar)
+        bar.requests = tuple(request for request, _ in self._asks)
+        if self._asks and not bar.has_focus_within:
+            bar.ask()
+        elif not self._asks and bar.has_focus_within:
+            self.query_one(PromptInput).focus()
+
+    def on_approval_bar_answered(self, message: ApprovalBar.Answered) -> None:
+        for _, answer in self._asks if message.every else self._asks[:1]:
+            if not answer.done():
+                answer.set_result(message.reply)
 
     def on_prompt_input_recall(self, message: PromptInput.Recall) -> None:
         if self._queue:

@@ -6,6 +6,7 @@ renders itself to strips for a width; `HistoryView` stacks them and maps clicks 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field, replace
 
@@ -16,6 +17,7 @@ from textual.strip import Strip
 
 from hotloop.agent.events import StepFinished
 from hotloop.agent.figures import seconds
+from hotloop.agent.tools.edit import change_summary, is_diff
 from hotloop.sessions.projection import CallRecord
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, response_text, text_lines, tools_summary
 
@@ -113,8 +115,14 @@ class AnswerItem(Item):
         return max(len(self.text) // max(width, 10) + self.text.count("\n") + 1, 1)
 
 
+CHANGES = frozenset({"edit_file", "write_file"})  # their collapsed line says what changed
+
+
 def call_head(call: CallRecord, width: int = 80) -> str:
-    """`read_file {"path": "README.md"}`, the arguments cut to fit `width`."""
+    """`read_file {"path": "README.md"}`, the arguments cut to fit `width`; a change, `edit README.md +3 −1`."""
+    if call.name in CHANGES and is_diff(call.preview):
+        with contextlib.suppress(ValueError, AttributeError):
+            return change_summary(str(json.loads(call.arguments).get("path")), call.preview)
     args = " ".join(call.arguments.split())
     room = max(width - len(call.name) - 16, 8)
     return f"{call.name} {args if len(args) <= room else args[: room - 1] + '…'}"
@@ -156,12 +164,14 @@ class ToolCallsItem(Item):
         except (json.JSONDecodeError, TypeError):
             arguments = call.arguments
         text = Text(arguments, Style.parse(ctx.palette.muted))
+        if call.decision:  # who let it run, or didn't
+            text.append(f"\n{call.decision}", Style.parse(ctx.palette.accent))
         body = call.full_text().rstrip("\n").splitlines()
         shown = body[:EXPANDED_OUTPUT_LINES]
         text.append("\n" + "\n".join(shown) if shown else "\n(no output)")
         if len(body) > len(shown):
             text.append(
-                f"\n… {len(body) - len(shown):,} more lines (c copies them all)", Style.parse(ctx.palette.muted)
+                f"\n… {len(body) - len(shown):,} more lines (ctrl+c copies them all)", Style.parse(ctx.palette.muted)
             )
         return text_lines(text, ctx)
 

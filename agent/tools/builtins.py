@@ -81,11 +81,11 @@ async def _in_thread(work: Callable[Concatenate[threading.Event, P], str], *args
         stop.set()
 
 
-def _read(fd: int, budget: int, stop: threading.Event) -> bytes:
-    """Up to `budget` bytes from `fd`, a chunk at a time."""
+def read_at_most(fd: int, budget: int, stop: threading.Event | None = None) -> bytes:
+    """Up to `budget` bytes from `fd`, a chunk at a time; `stop`, once set, abandons the read."""
     chunks, left = [], budget
     while left > 0:
-        if stop.is_set():
+        if stop is not None and stop.is_set():
             raise _Abandoned
         chunk = os.read(fd, min(CHUNK, left))
         if not chunk:
@@ -118,7 +118,7 @@ async def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
 
 def _read_file(stop: threading.Event, workspace: Path, raw: object, offset: int, limit: int) -> str:
     with open_file(workspace, raw) as file:
-        head = _read(file.fd, CHUNK, stop)
+        head = read_at_most(file.fd, CHUNK, stop)
         if _is_binary(head):
             raise ToolError(f"{file.path} is a binary file ({file.size:,} bytes)")
         page = _Page(offset, limit)
@@ -357,11 +357,11 @@ def _search_file(file: Opened, pattern: _Pattern, hits: _Hits, stop: threading.E
     if hits.room <= 0:
         hits.spent = True
         return False
-    head = _read(file.fd, min(BINARY_PROBE, hits.room), stop)
+    head = read_at_most(file.fd, min(BINARY_PROBE, hits.room), stop)
     if _is_binary(head):
         hits.room -= len(head)
         return True
-    data = head + _read(file.fd, min(GREP_FILE_BYTES, hits.room) - len(head), stop)
+    data = head + read_at_most(file.fd, min(GREP_FILE_BYTES, hits.room) - len(head), stop)
     hits.room -= len(data)
     if len(data) < file.size:
         if len(data) == GREP_FILE_BYTES:

@@ -1,11 +1,11 @@
-"""MCP stdio servers as tool sources, through the official `mcp` SDK.
+"""MCP servers as tool sources, through the official `mcp` SDK: stdio commands and streamable HTTP URLs.
 
 Each server runs in a task of its own, because the SDK's contexts must be entered and left
-in one task. A server inherits hotloop's environment minus the provider API keys, plus the
-`env` its config gives it. A server that won't start, or whose connection dies, is reported
-in one line and its tools leave the registry; the run goes on without them, and `restart`
-starts it again. An error a server answers to one call (any JSON-RPC error, −32000 included)
-is that call's error result: the server stays.
+in one task. A stdio server inherits hotloop's environment minus the provider API keys, plus the
+`env` its config gives it; an HTTP server gets the headers its `headers_env` names. A server that
+won't start, or whose connection dies, is reported in one line and its tools leave the registry;
+the run goes on without them, and `restart` starts it again. An error a server answers to one
+call (any JSON-RPC error, −32000 included) is that call's error result: the server stays.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hotloop.agent.events import Notice
 from hotloop.agent.tools.mcp_config import INVALID_NAME_CHARS, McpServer
+from hotloop.agent.tools.mcp_transport import Trace, describe, opened
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp_types import CallToolResult
+    from mcp_types import CallToolResult, ToolAnnotations
     from mcp_types import Tool as McpTool
 
 START_TIMEOUT = 30.0
@@ -106,14 +106,13 @@ class McpBridge:
         return env | server.env
 
     async def _serve(self, state: McpState) -> None:
-        from mcp import Client, StdioServerParameters
-        from mcp.client.stdio import stdio_client
+        from mcp import Client
 
-        server = state.server
-        params = StdioServerParameters(command=server.command, args=list(server.args), env=self._environment(server))
-        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
+        server, trace = state.server, Trace()
+        async with contextlib.AsyncExitStack() as stack:
             try:
-                async with Client(stdio_client(params, errlog=errlog)) as client:
+                transport = await opened(server, self._environment(server), stack, trace)
+                async with Client(transport, cache=None) as client:  # the probe must reach the server itself
                     state.tools = await self._register(state, client)
                     state.status = "running"
                     state.ready.set()
@@ -122,7 +121,7 @@ class McpBridge:
             except Exception as error:  # the SDK raises exception groups of transport errors
                 if not state.stop.is_set():
                     phase = "stopped" if state.ready.is_set() else "failed to start"
-                    self._report(state, f"{phase}: {_describe(error, server, errlog)}")
+                    self._report(state, f"{phase}: {describe(error, server, trace)}")
             finally:
                 state.ready.set()
 
@@ -134,7 +133,8 @@ class McpBridge:
             for tool in listing.tools:
                 registered = self._tool(state, client, tool)
                 self.registry.add(registered)
-                names.append(registered.name)
+                if registered.name in self.registry:  # a read-only registry turns away a tool that may act
+                    names.append(registered.name)
             cursor = listing.next_cursor
             if not cursor:
                 return names
@@ -158,22 +158,26 @@ class McpBridge:
             except MCPError as error:
                 # −32000 is also what the SDK says of a dead connection; only a server that can't answer is dead.
                 if error.code == CONNECTION_CLOSED and not await _answers(client):
-                    self._report(state, "stopped: the server exited")
+                    gone = "exited" if server.url is None else "stopped answering"
+                    self._report(state, f"stopped: the server {gone}")
                     restart = f"/mcp restart {server.name} starts it again"
-                    raise ToolError(f"MCP server {server.name!r} exited during the call ({restart})") from None
+                    raise ToolError(f"MCP server {server.name!r} {gone} during the call ({restart})") from None
                 raise ToolError(f"{remote_name} failed: {error.error.message} (MCP error {error.code})") from None
             text = _content_text(result)
             if result.is_error:
                 raise ToolError(text or f"{remote_name} failed")
             return text
 
-        hints = tool.annotations
+        read_only, destructive = _hinted(tool.annotations)
         return Tool(
             name=name,
             description=tool.description or "",
             parameters=tool.input_schema,
             handler=call,
-            read_only=bool(hints and hints.read_only_hint),
+            read_only=read_only,
+            prefetch=read_only,
+            side_effects=not read_only,
+            destructive=destructive,
             source=state.source,
         )
 
@@ -186,6 +190,16 @@ class McpBridge:
         gone = self.registry.remove_source(state.source)
         suffix = f"; its tools are gone ({', '.join(gone)})" if gone else "; continuing without its tools"
         self.notify(Notice(level="warning", message=f"MCP server {name!r} {problem}{suffix}"))
+
+
+def _hinted(hints: ToolAnnotations | None) -> tuple[bool, bool]:
+    """Whether a tool is read-only, and whether destructive, with the spec's default for a hint left out.
+
+    A read-only tool can be memoized and prefetched, and runs unasked; any other may act and asks
+    first; a destructive one (`destructiveHint` true, or absent: the spec's default) asks every time.
+    """
+    read_only = bool(hints and hints.read_only_hint)
+    return read_only, not read_only and (hints is None or hints.destructive_hint is not False)
 
 
 async def _answers(client: Client) -> bool:
@@ -204,24 +218,3 @@ def _content_text(result: CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return "\n".join(parts)
-
-
-def _describe(error: BaseException, server: McpServer, errlog: IO[str]) -> str:
-    leaf = _leaf(error)
-    if isinstance(leaf, FileNotFoundError):
-        return f"command not found: {server.command}"
-    if isinstance(leaf, PermissionError):
-        return f"command not executable: {server.command}"
-    errlog.flush()
-    errlog.seek(0)
-    stderr = [line.strip() for line in errlog.read().splitlines() if line.strip()]
-    reason = str(leaf) or type(leaf).__name__
-    if "Connection closed" in reason:
-        reason = "the server exited"
-    return f"{reason} (stderr: {stderr[-1][:200]})" if stderr else reason
-
-
-def _leaf(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return error

@@ -27,6 +27,8 @@ class ToolContext:
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+# What a call would do, shown before it is approved and in its pane: a unified diff, a command line.
+Preview = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Tool:
     source: str = "builtin"
     volatile: bool = False  # read-only, yet its answer changes on its own (a clock, a queue): never memoized
     prefetch: bool = False  # may run ahead of the model's request, when predicted (read-only tools only)
+    side_effects: bool = False  # changes the workspace or the world: runs only once approved
+    destructive: bool = False  # asks every time, whatever the rules allow (an MCP tool's destructiveHint)
+    preview: Preview | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, canonical(self.parameters))
@@ -72,13 +77,16 @@ def cap_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
 class ToolRegistry:
     """The tools on offer, listed by name so that requests stay byte-stable."""
 
-    def __init__(self, tools: list[Tool] | None = None) -> None:
+    def __init__(self, tools: list[Tool] | None = None, *, read_only: bool = False) -> None:
+        self.read_only = read_only  # offers no tool with side effects (`--read-only`), whoever adds one
         self._tools: dict[str, Tool] = {}
         self._specs: tuple[ToolSpec, ...] | None = None
         for tool in tools or []:
             self.add(tool)
 
     def add(self, tool: Tool) -> None:
+        if self.read_only and tool.side_effects:
+            return
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
@@ -86,7 +94,10 @@ class ToolRegistry:
 
     def replace(self, tool: Tool) -> None:
         """Put `tool` in the place of the registered one of its name (a server that redefined it)."""
-        self._tools[tool.name] = tool
+        if self.read_only and tool.side_effects:
+            self._tools.pop(tool.name, None)
+        else:
+            self._tools[tool.name] = tool
         self._specs = None
 
     def remove_source(self, source: str) -> list[str]:

@@ -8,15 +8,21 @@ symlink after it was looked at cannot redirect the open: the open itself refuses
 
 Only regular files and folders are opened, with O_NONBLOCK so that not even an open can wait
 on a FIFO; FIFOs, devices and sockets are refused with a message the model can read.
+
+Writing goes the same way: `open_target` opens the folder a file is in (making missing folders
+one at a time, each inside the one opened before it) and `replace_file` writes a new file beside
+the old one and renames it over it, both by the folder's descriptor, never by a name from the root.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 import threading
 from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -40,6 +46,14 @@ _REGULAR = {"file": "regular file", "directory": "directory", "file or directory
 
 class WorkspaceError(ToolError):
     """A path the tools refuse or cannot open; the message says which and why."""
+
+
+class Missing(WorkspaceError):
+    """The path, or a folder on its way, does not exist; `path` is the path as given, below the root."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class _Outside(Exception):
@@ -87,23 +101,147 @@ def open_dir(workspace: Path, raw: object) -> Opened:
 def open_path(workspace: Path, raw: object, want: Want = "file or directory") -> Opened:
     """The regular file or folder `raw` names inside `workspace`, open; `want` words the errors."""
     parts = _parts(workspace, raw)
-    shown = "/".join(parts) or "."
-    try:
+    with _refusals(raw, "/".join(parts) or ".", want):
         root = _open_root(workspace)
         try:
             return _resolve(root, parts, workspace)
         finally:
             os.close(root)
+
+
+@contextmanager
+def _refusals(raw: object, shown: str, want: Want) -> Iterator[None]:
+    """The failures of resolving `raw` as WorkspaceErrors the model can read."""
+    try:
+        yield
     except _Outside:
         raise WorkspaceError(f"refused {raw!r}: it leads outside the workspace through a symlink") from None
     except _Special as special:
         raise WorkspaceError(f"refused {raw!r}: it is a {special}, not a {_REGULAR[want]}") from None
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
+        raise Missing(f"no such {want}: {shown}", shown) from None
+    except NotADirectoryError:
         raise WorkspaceError(f"no such {want}: {shown}") from None
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise WorkspaceError(f"refused {raw!r}: too many levels of symbolic links") from None
         raise WorkspaceError(f"cannot open {shown}: {error.strerror}") from None
+
+
+@dataclass
+class Target:
+    """Where a file is to be written: its folder, open, and its name there; a `with` block closes the folder."""
+
+    folder: Opened
+    name: str
+
+    @property
+    def path(self) -> str:
+        """Where the file really is, relative to the workspace root."""
+        return _join(self.folder.path, self.name)
+
+    def __enter__(self) -> Target:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.folder.fd)
+
+
+def open_target(workspace: Path, raw: object, *, make_dirs: bool = False) -> Target:
+    """The folder of the file `raw` names, open, and the file's name in it; the file itself may not exist.
+
+    A symlink in the file's place is followed, if it stays inside, so that a write replaces what it
+    points to and the link stays. With `make_dirs`, missing folders on the way are made.
+    """
+    parts = _parts(workspace, raw)
+    with _refusals(raw, "/".join(parts) or ".", "file"):
+        root = _open_root(workspace)
+        try:
+            for _ in range(MAX_SYMLINKS + 1):
+                if not parts or parts[-1] == "..":
+                    raise WorkspaceError(f"refused {raw!r}: it names a directory, not a file")
+                folder = _resolve(root, parts[:-1], workspace, make_dirs=make_dirs)
+                try:
+                    if not folder.is_dir:
+                        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                    link = _link_at(folder.fd, parts[-1])
+                except BaseException:
+                    os.close(folder.fd)
+                    raise
+                if link is None:
+                    return Target(folder, parts[-1])
+                os.close(folder.fd)
+                if os.path.isabs(link):
+                    rest = _below_root(workspace, link)
+                    if rest is None:
+                        raise _Outside
+                    parts = rest
+                else:
+                    parts = [*_split(folder.path), *PurePosixPath(link).parts]
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+        finally:
+            os.close(root)
+
+
+def _link_at(folder: int, name: str) -> str | None:
+    """The target of `name` in `folder` if it is a symlink; None if it isn't one, or doesn't exist."""
+    try:
+        mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+    return os.readlink(name, dir_fd=folder) if stat.S_ISLNK(mode) else None
+
+
+def open_existing(target: Target) -> Opened | None:
+    """The regular file at `target`, open for reading; None if there is none yet."""
+    with _refusals(target.path, target.path, "file"):
+        try:
+            mode = os.stat(target.name, dir_fd=target.folder.fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return None
+        fd = None if stat.S_ISLNK(mode) else _open_at(target.folder.fd, target.name, mode, [])
+        if fd is None:
+            raise WorkspaceError(f"{target.path} changed while being opened (it is a symlink now); try again")
+        opened = _checked(fd, target.path)
+    if opened.is_dir:
+        os.close(opened.fd)
+        raise WorkspaceError(f"{target.path} is a directory, not a file")
+    return opened
+
+
+def replace_file(target: Target, data: bytes, old: os.stat_result | None) -> None:
+    """Put `data` at `target` in one step: written to a new file beside it, synced, and renamed over it.
+
+    A reader sees the old file or the new one, never part of one; a failure leaves the old file and
+    no temporary one. The new file gets the old one's mode and, where allowed, its owner; without
+    an old file, 0o666 less the umask, as any new file.
+    """
+    folder = target.folder.fd
+    temporary = f".hotloop-{secrets.token_hex(8)}.tmp"
+    fd = os.open(
+        temporary,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600 if old is not None else 0o666,
+        dir_fd=folder,
+    )
+    try:
+        try:
+            if old is not None:
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))  # before any byte is written: a private file stays private
+                with suppress(PermissionError):  # only root may give a file away
+                    os.fchown(fd, old.st_uid, old.st_gid)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, target.name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary, dir_fd=folder)
+        raise
+    os.fsync(folder)  # the rename itself survives a crash
 
 
 def walk(
@@ -178,8 +316,11 @@ class _Walk:
         return opened
 
 
-def _resolve(root: int, parts: list[str], workspace: Path) -> Opened:
-    """Open `parts` below the `root` descriptor, resolving symlinks here so that none leads out."""
+def _resolve(root: int, parts: list[str], workspace: Path, *, make_dirs: bool = False) -> Opened:
+    """Open `parts` below the `root` descriptor, resolving symlinks here so that none leads out.
+
+    With `make_dirs`, a missing component is made a folder (only the folders of a file are resolved so).
+    """
     fds, names = [os.dup(root)], list[str]()  # fds[i + 1] is names[i], opened in fds[i]
     pending, links = parts[::-1], 0
     try:
@@ -191,7 +332,7 @@ def _resolve(root: int, parts: list[str], workspace: Path) -> Opened:
                 os.close(fds.pop())
                 names.pop()
                 continue
-            mode = os.stat(name, dir_fd=fds[-1], follow_symlinks=False).st_mode
+            mode = _mode(fds[-1], name, make_dirs)
             if stat.S_ISLNK(mode):
                 links = _another_link(links)
                 _follow(os.readlink(name, dir_fd=fds[-1]), workspace, fds, names, pending)
@@ -207,6 +348,18 @@ def _resolve(root: int, parts: list[str], workspace: Path) -> Opened:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _mode(folder: int, name: str, make_dirs: bool) -> int:
+    """The mode of `name` in `folder`, not following a symlink; with `make_dirs`, made a folder if missing."""
+    try:
+        return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        if not make_dirs:
+            raise
+    with suppress(FileExistsError):  # made by someone else meanwhile: whatever it is, it is looked at as found
+        os.mkdir(name, dir_fd=folder)
+    return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
 
 
 def _another_link(links: int) -> int:

@@ -584,7 +584,8 @@ def _result_line(call: Call | None, text: str) -> str:
     first = body.splitlines()[0] if body else "(no output)"
     if len(first) > 100:
         first = first[:97] + "..."
-    return f"- {label}: {len(body.splitlines())} lines; first: {first}"
+    lines = len(body.splitlines())
+    return f"- {label}: {lines} line{'' if lines == 1 else 's'}; first: {first}"
 
 
 _FENCE_LANGUAGE = {

@@ -40,6 +40,7 @@ class HelpScreen(ModalScreen[None]):
         from hotloop.tui.screens.replay import ReplayScreen
         from hotloop.tui.screens.session_view import SessionView
         from hotloop.tui.screens.waterfall import WaterfallScreen
+        from hotloop.tui.widgets.approval_bar import AnswerList
         from hotloop.tui.widgets.history_view import HistoryView
         from hotloop.tui.widgets.prompt_input import PromptInput
         from hotloop.tui.widgets.sessions_sidebar import SessionList, SessionsSidebar
@@ -59,6 +60,7 @@ class HelpScreen(ModalScreen[None]):
             ("The prompt", self._keys(PromptInput.BINDINGS)),
             ("Anywhere", self._keys(anywhere)),
             ("The transcript (Tab to it; click an entry to expand it)", self._keys(HistoryView.BINDINGS)),
+            ("A call waiting for approval (above the prompt)", self._keys(AnswerList.BINDINGS)),
             (
                 "Saved sessions (ctrl+b; typing searches)",
                 self._keys([*SessionsSidebar.BINDINGS, *SessionList.BINDINGS]),

@@ -1,8 +1,9 @@
 """`StreamingText`: the answer while it streams, token by token, as Markdown.
 
 Only the last top-level block of a growing document can change. Tokens are collected as
-they arrive and applied on a coalescing flush (30 Hz, a capped amount per tick): finished
-blocks are rendered once, and only the open block is rendered again.
+they arrive and applied on a coalescing flush: at once after a pause, then at most 30 times a
+second. Finished blocks are rendered once, as many as a time budget allows per flush, and
+only the open block is rendered again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from hotloop.tui.render import RenderContext, markdown_block
 from hotloop.tui.widgets.selectable import selected_text, with_selection
 
 FLUSH_INTERVAL = 1 / 30
-MAX_CHARS_PER_FLUSH = 4_000
+# Seconds of rendering finished blocks per flush; what is left waits for the next one. A budget,
+# not a count of characters: a code block costs ~20 µs a character to render, prose ~1 µs.
+FLUSH_BUDGET = 0.010
+# Characters of pending text parsed in one budgeted flush (~0.2 µs each), more than a budget renders.
+PARSE_LIMIT = 8_000
+MIN_DELAY = 0.001  # a Textual timer can't be set for 0 s
 # A flush that took long (a big open code block) pushes the next one back, so input stays responsive.
 FLUSH_BACKOFF = 2.0
 
@@ -45,6 +51,7 @@ class StreamingText(Widget):
         super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self._render_context = context
         self._timer: Timer | None = None
+        self._next_flush = 0.0  # perf_counter time before which no flush starts
         self._rendered_context: RenderContext | None = None
         # Drawn screen lines by y, with the source strip they were drawn from: finished blocks
         # keep their strips from flush to flush, so only the open block is drawn again.
@@ -79,44 +86,70 @@ class StreamingText(Widget):
     def write(self, text: str) -> None:
         self._pending.append(text)
         if self._timer is None:
-            self._timer = self.set_timer(FLUSH_INTERVAL, self._tick)
+            # The first text after a pause shows at once, not a tick later: a stream's last token
+            # has no event after it to hurry it on screen.
+            self._timer = self.set_timer(max(self._next_flush - time.perf_counter(), MIN_DELAY), self._tick)
 
     def _tick(self) -> None:
         started = time.perf_counter()
         self.flush()
         took = time.perf_counter() - started
-        self._timer = self.set_timer(max(FLUSH_INTERVAL, FLUSH_BACKOFF * took), self._tick) if self._pending else None
+        self._next_flush = started + max(FLUSH_INTERVAL, FLUSH_BACKOFF * took)
+        self._timer = None
+        if self._pending:
+            self._timer = self.set_timer(max(self._next_flush - time.perf_counter(), MIN_DELAY), self._tick)
 
     def flush(self, everything: bool = False) -> None:
-        """Apply pending text: at most MAX_CHARS_PER_FLUSH per tick, unless `everything`."""
+        """Apply pending text: all of it with `everything`, else finished blocks up to FLUSH_BUDGET."""
         if not self._pending:
             return
         pending = "".join(self._pending)
-        take = len(pending) if everything else MAX_CHARS_PER_FLUSH
-        self.source += pending[:take]
-        self._pending = [pending[take:]] if pending[take:] else []
+        self._pending = []
         if self.size.width:
-            self._render_new()
+            self._render_new(pending, None if everything else FLUSH_BUDGET)
+        else:  # not laid out yet: rendered on the first resize
+            self.source += pending
 
-    def _render_new(self) -> None:
+    def _render_new(self, pending: str, budget: float | None) -> None:
+        """Render the open block with `pending` added; past `budget` seconds, later blocks stay pending."""
         ctx = self._rendered_context = self._render_context(self.size.width)
-        tail = self.source[self._open_start :]
+        applied = len(self.source) - self._open_start  # the open block's text, already on screen
+        if budget is not None and len(pending) > PARSE_LIMIT:
+            # A backlog is parsed a piece at a time: parsing all of it each flush would eat the budget.
+            self._pending = [pending[PARSE_LIMIT:]]
+            pending = pending[:PARSE_LIMIT]
+        tail = self.source[self._open_start :] + pending
+        deadline = None if budget is None else time.perf_counter() + budget
         starts = block_starts(tail)
         for start, end in pairwise(starts):
             block = markdown_block(tail[start:end], ctx)
             if block and self._done:
                 self._done.append(Strip.blank(0))
             self._done.extend(block)
-        if starts:
-            self._open_start += starts[-1]
-        self._open = markdown_block(self.source[self._open_start :], ctx)
+            # Stop only past what was on screen already: the text shown never shrinks.
+            if deadline is not None and end >= applied and time.perf_counter() > deadline:
+                self._pending.insert(0, tail[end:])
+                self._open, taken, opened = [], end, end
+                break
+        else:
+            taken, opened = len(tail), starts[-1] if starts else 0
+            self._open = markdown_block(tail[opened:], ctx)
+        self.source = self.source[: self._open_start] + tail[:taken]
+        self._open_start += opened
         self._set_lines()
 
     def _set_lines(self) -> None:
         gap = [Strip.blank(0)] if self._done and self._open else []
-        old = len(self._lines)
-        self._lines = [*self._done, *gap, *self._open]
-        if len(self._lines) != old:
+        old = self._lines
+        lines = [*self._done, *gap, *self._open]
+        # A line rendered again the same keeps its old strip, which `render_line` has drawn already:
+        # most lines of a re-rendered open block are unchanged.
+        for y in range(min(len(old), len(lines))):
+            if lines[y] is not old[y] and lines[y] == old[y]:
+                lines[y] = old[y]
+        self._done, self._open = lines[: len(self._done)], lines[len(lines) - len(self._open) :]
+        self._lines = lines
+        if len(lines) != len(old):
             self._height_changed()
         else:
             self.refresh()
@@ -131,7 +164,7 @@ class StreamingText(Widget):
         self._open_start = 0
         self._done, self._open = [], []
         if self.size.width and self.source:
-            self._render_new()
+            self._render_new("", None)
         else:
             self._set_lines()
 

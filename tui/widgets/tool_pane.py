@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.syntax import Syntax
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
@@ -12,6 +13,7 @@ from textual.widgets import Log, Static
 
 from hotloop.agent.figures import seconds
 from hotloop.agent.text import inert
+from hotloop.agent.tools.edit import is_diff
 from hotloop.sessions.projection import CallRecord
 from hotloop.tui.items import STATUS_MARK
 
@@ -34,7 +36,12 @@ class ToolPane(Vertical):
     ToolPane.-ok { border: round $success; }
     ToolPane.-error { border: round $error; }
     ToolPane.-cancelled { border: round $warning; }
+    ToolPane.-waiting { border: double $warning; }
     ToolPane > .arguments { color: $text-muted; height: 2; }
+    ToolPane > .preview { height: auto; max-height: 100%; display: none; }
+    /* A diff stays, before and after; a command shows while it waits, then its output has the room. */
+    ToolPane > .preview.-diff, ToolPane.-waiting > .preview { display: block; }
+    ToolPane.-waiting > .arguments, ToolPane.-diff > .arguments, ToolPane.-waiting > Log { display: none; }
     ToolPane > Log {
         height: 1fr;
         background: $surface;
@@ -51,9 +58,11 @@ class ToolPane(Vertical):
         self._timer: Timer | None = None
         self._written = 0  # output chunks already in the log
         self._result_shown = False
+        self._preview_shown = False
 
     def compose(self) -> ComposeResult:
         yield Static(classes="arguments", markup=False)
+        yield Static(classes="preview", markup=False)
         yield Log(max_lines=500)
 
     def on_mount(self) -> None:
@@ -67,6 +76,11 @@ class ToolPane(Vertical):
         # Content, not a str: a str title is parsed as markup. The model names the tool.
         self.border_title = Content(inert(call.name or "…"))
         self.query_one(".arguments", Static).update(inert(" ".join(call.arguments.split())) or "…")
+        if call.preview and not self._preview_shown:
+            self._preview_shown = True
+            preview = self.query_one(".preview", Static)
+            preview.update(preview_of(call.preview))
+            preview.set_class(is_diff(call.preview), "-diff")
         log = self.query_one(Log)
         for text in call.output[self._written :]:
             _write(log, text)
@@ -75,7 +89,7 @@ class ToolPane(Vertical):
             self._timer = self.set_interval(0.1, self.tick)
         if call.status in ("ok", "error", "cancelled"):
             self._finish(log)
-        self.set_classes(f"-{call.status}")
+        self.set_classes(f"-{call.status}" + (" -diff" if is_diff(call.preview) else ""))
         self.tick()
 
     def _finish(self, log: Log) -> None:
@@ -94,11 +108,18 @@ class ToolPane(Vertical):
             self.border_subtitle = Content(
                 inert(f"{STATUS_MARK.get(call.status, '?')} {call.status} · {seconds(call.duration)}{reused}")
             )
+        elif call.status == "waiting":
+            self.border_subtitle = "⏸ waiting for approval"
         elif call.started is not None:
             elapsed = max(self.clock() - call.started, 0.0)
             self.border_subtitle = f"{SPINNER[int(elapsed * 8) % len(SPINNER)]} {seconds(elapsed)}"
         else:
             self.border_subtitle = "arguments…"
+
+
+def preview_of(preview: str) -> Syntax:
+    """What a call would do, highlighted: a diff as a diff, a command as shell."""
+    return Syntax(inert(preview), "diff" if is_diff(preview) else "bash", word_wrap=True, background_color="default")
 
 
 def _write(log: Log, text: str) -> None:

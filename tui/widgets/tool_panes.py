@@ -15,6 +15,8 @@ class ToolPanes(Widget):
     ToolPanes { layout: grid; grid-size: 3; grid-rows: 9; grid-gutter: 0 1; height: auto; }
     ToolPanes.-columns-1 { grid-size: 1; }
     ToolPanes.-columns-2 { grid-size: 2; }
+    /* A diff waiting for approval (or just applied) needs room to be read. */
+    ToolPanes.-diffs { grid-rows: 16; }
     ToolPanes.-empty { display: none; }
     """
 
@@ -38,6 +40,10 @@ class ToolPanes(Widget):
 
     def pane(self, call_id: str) -> ToolPane | None:
         return self.panes.get(call_id)
+
+    def show_diffs(self) -> None:
+        """Make room for the diffs the panes show."""
+        self.add_class("-diffs")
 
     def clear(self) -> None:
         self.panes.clear()

@@ -17,13 +17,15 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.geometry import Offset, Region
 from textual.reactive import var
 from textual.widgets import Static
 
 from hotloop.agent.events import (
     AgentEvent,
+    ApprovalAsked,
+    ApprovalDecided,
     ResponseFinished,
     StepFinished,
     StepStarted,
@@ -33,6 +35,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
+from hotloop.agent.tools.edit import is_diff
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted
 from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem
@@ -62,7 +65,8 @@ class Transcript(VerticalScroll, can_focus=False):
         scrollbar-background-hover: $background;
         scrollbar-background-active: $background;
     }
-    Transcript > #live { height: auto; padding-top: 1; }
+    /* The live step's widgets sit in the transcript itself: a container around them cost ~1 ms a frame. */
+    Transcript > HistoryView { margin-bottom: 1; }
     Transcript #reasoning { color: $text-muted; height: auto; }
     Transcript #welcome { color: $text-muted; padding: 1 0; }
     Transcript.-started #welcome { display: none; }
@@ -92,6 +96,8 @@ class Transcript(VerticalScroll, can_focus=False):
             ToolCallArgsDelta: self._tool_call_args_delta,
             ToolCallReady: self._tool_call_ready,
             ResponseFinished: self._response_finished,
+            ApprovalAsked: self._approval,
+            ApprovalDecided: self._approval,
             ToolStarted: self._tool_started,
             ToolOutput: self._tool_output,
             ToolFinished: self._tool_finished,
@@ -105,14 +111,17 @@ class Transcript(VerticalScroll, can_focus=False):
         yield NewOutput(id="new-output")
         yield Static(WELCOME, id="welcome")
         yield HistoryView(self.context, id="history")
-        with Vertical(id="live"):
-            yield Static(id="reasoning", classes="-idle")
-            yield StreamingText(self.context, id="answer")
-            yield ToolPanes(self.clock, id="panes")
-            yield UsageStrip(self.clock, self.palette, id="usage")
+        yield Static(id="reasoning", classes="-idle")
+        yield StreamingText(self.context, id="answer")
+        yield ToolPanes(self.clock, id="panes")
+        yield UsageStrip(self.clock, self.palette, id="usage")
 
     def on_mount(self) -> None:
         self.anchor()
+        # Looked up once: `apply` runs per token, and a query costs ~10 µs.
+        self._answer = self.query_one(StreamingText)
+        self._usage = self.query_one(UsageStrip)
+        self._panes = self.query_one(ToolPanes)
 
     # -- following ---------------------------------------------------------------------
 
@@ -162,15 +171,15 @@ class Transcript(VerticalScroll, can_focus=False):
 
     @property
     def answer(self) -> StreamingText:
-        return self.query_one(StreamingText)
+        return self._answer
 
     @property
     def panes(self) -> ToolPanes:
-        return self.query_one(ToolPanes)
+        return self._panes
 
     @property
     def usage(self) -> UsageStrip:
-        return self.query_one(UsageStrip)
+        return self._usage
 
     def rerender(self) -> None:
         """Draw everything again, for a new theme."""
@@ -245,6 +254,11 @@ class Transcript(VerticalScroll, can_focus=False):
     def _response_finished(self, event: ResponseFinished) -> None:
         self.answer.flush(everything=True)
         self.usage.response(event)
+
+    def _approval(self, event: ApprovalAsked | ApprovalDecided) -> None:
+        if is_diff(event.preview):
+            self.panes.show_diffs()
+        self._sync_pane(event.call_id)
 
     def _tool_started(self, event: ToolStarted) -> None:
         self._sync_pane(event.call_id)

@@ -1,0 +1,138 @@
+"""How the bridge reaches an MCP server: a child process over stdio, or a URL over streamable HTTP.
+
+Both go through the official SDK's transports. A `Trace` keeps what went wrong beneath the SDK's
+own error (the child's last stderr line, the last HTTP error status), so that `describe` can say
+in one line why a server won't start or stopped. Header values come from the environment and are
+secrets: no line says them, even one an HTTP library wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING
+
+from hotloop.agent.tools.mcp_config import McpServer
+
+if TYPE_CHECKING:
+    import httpx2
+    from mcp.client import Transport
+
+# The SDK's own defaults: a server may hold a response stream open for minutes.
+CONNECT_TIMEOUT = 30.0
+READ_TIMEOUT = 300.0
+
+
+class StartError(Exception):
+    """A server that can't be started as configured; the message is the whole line."""
+
+
+@dataclass
+class Trace:
+    """What a transport saw go wrong, beneath the SDK's error."""
+
+    errlog: IO[str] | None = None  # a stdio server's stderr
+    status: str = ""  # the error the last message posted got, such as "401 Unauthorized"
+    secrets: tuple[str, ...] = ()  # the header values sent
+
+
+async def opened(server: McpServer, environment: dict[str, str], stack: AsyncExitStack, trace: Trace) -> Transport:
+    """The SDK transport for `server`; what it needs open (a stderr file, an HTTP client) closes with `stack`."""
+    if server.url is None:
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        assert server.command is not None  # McpServer holds a command or a url
+        stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (the stack closes it)
+        trace.errlog = stack.enter_context(stderr)
+        params = StdioServerParameters(command=server.command, args=list(server.args), env=environment)
+        return stdio_client(params, errlog=trace.errlog)
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = _header_values(server)
+    trace.secrets = tuple(headers.values())
+
+    async def note(response: httpx2.Response) -> None:
+        # Messages go by POST; a GET or DELETE a server doesn't offer (405) is no failure.
+        if response.request.method == "POST":
+            failed = response.status_code >= 400
+            trace.status = f"{response.status_code} {response.reason_phrase}".strip() if failed else ""
+
+    http = httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT),
+        event_hooks={"response": [note]},
+    )
+    await stack.enter_async_context(http)
+    return streamable_http_client(server.url, http_client=http)
+
+
+def _header_values(server: McpServer) -> dict[str, str]:
+    """Each header of `headers_env` with the value of the variable it names; an unset one can't start."""
+    values = {}
+    for header, variable in server.headers_env.items():
+        value = os.environ.get(variable)
+        if not value:
+            raise StartError(f"environment variable {variable} is not set (headers_env gives {header} its value)")
+        values[header] = value
+    return values
+
+
+def describe(error: BaseException, server: McpServer, trace: Trace) -> str:
+    """Why a server failed, in one line."""
+    leaf = _leaf(error)
+    if isinstance(leaf, StartError):
+        return str(leaf)
+    if server.url is not None:
+        return _redacted(_http_reason(leaf, server, trace), trace.secrets)
+    if isinstance(leaf, FileNotFoundError):
+        return f"command not found: {server.command}"
+    if isinstance(leaf, PermissionError):
+        return f"command not executable: {server.command}"
+    reason = str(leaf) or type(leaf).__name__
+    if "Connection closed" in reason:
+        reason = "the server exited"
+    stderr = _last_line(trace.errlog)
+    return f"{reason} (stderr: {stderr[:200]})" if stderr else reason
+
+
+def _http_reason(leaf: BaseException, server: McpServer, trace: Trace) -> str:
+    import httpx2
+
+    if trace.status:
+        if trace.status.startswith(("401", "403")):
+            named = ", ".join(server.headers_env.values())
+            advice = f"check {named}" if named else "it may want a token: give it one with headers_env"
+            return f"the server answered HTTP {trace.status} ({advice})"
+        return f"the server answered HTTP {trace.status}"
+    if isinstance(leaf, httpx2.TimeoutException):
+        return f"no answer from {server.url} (timed out)"
+    if isinstance(leaf, httpx2.TransportError):
+        return f"cannot reach {server.url} ({str(leaf) or type(leaf).__name__})"
+    reason = str(leaf) or type(leaf).__name__
+    return "the server closed the connection" if "Connection closed" in reason else reason
+
+
+def _redacted(line: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        line = line.replace(secret, "••••")
+    return " ".join(line.split())  # one line, whatever a library's message held
+
+
+def _last_line(errlog: IO[str] | None) -> str:
+    if errlog is None:
+        return ""
+    errlog.flush()
+    errlog.seek(0)
+    lines = [line.strip() for line in errlog.read().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
