@@ -24,6 +24,7 @@ from hotloop import InputError, paths
 from hotloop.agent.approvals import ApprovalRules
 from hotloop.agent.hooks import Hook
 from hotloop.agent.loop import MAX_STEPS, TOOL_TIMEOUT
+from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.mcp_config import McpServer
 from hotloop.agent.tools.shell import ShellSettings
 from hotloop.providers.anthropic import ANTHROPIC_URL as ANTHROPIC_URL
@@ -90,6 +91,15 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     # OpenAI: route a session's requests to one cache with `prompt_cache_key` (default: on for api.openai.com).
     prompt_cache_key: bool | None = None
     request_timeout: RequestTimeoutSettings = RequestTimeoutSettings()
+    # Dollars an hour the server's GPUs cost (self-hosted): each step's model time is priced at it, as an estimate.
+    cost_per_hour: Annotated[float, _rule("must be 0 or more", ge=0)] | None = None
+
+    @property
+    def server(self) -> str:
+        """The URL requests go to ("" for the simulator); without base_url, the protocol's own API."""
+        if self.base_url or self.is_simulator:
+            return self.base_url or ""
+        return OPENAI_URL if self.kind == "openai" else ANTHROPIC_URL
 
     @property
     def protocol(self) -> str:
@@ -254,6 +264,15 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         """Every provider with this request timeout (`--timeout`)."""
         providers = {name: structs.replace(p, request_timeout=timeout) for name, p in self.providers.items()}
         return structs.replace(self, providers=providers)
+
+    def pricer(self) -> StepPricer:
+        """Prices each step by its provider: the server it reaches, and what a self-hosted one costs an hour."""
+        providers = self.providers.values()
+        return StepPricer(
+            servers={p.name: p.server for p in providers if p.server},
+            hourly={p.name: p.cost_per_hour for p in providers if p.cost_per_hour is not None},
+            write_ttl={p.name: p.cache_ttl for p in providers},
+        )
 
     def secrets(self) -> list[str]:
         """The values of every key variable that is set: what logs and error lines must never show."""

@@ -9,6 +9,7 @@ import re
 
 from hotloop.agent.cache_explainer import CacheReads
 from hotloop.agent.events import ResponseFinished, StepFinished, StepStarted
+from hotloop.agent.pricing import CostTotals, StepPricer
 from hotloop.providers.events import UsageLedger
 
 NOT_REPORTED = "not reported"
@@ -25,6 +26,15 @@ def short_model(model: str) -> str:
 def counted(count: int, noun: str) -> str:
     """`1 turn`, `2 turns`, `1,024 tokens`: a count and its noun, singular or plural as the count asks."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def context_use(used: int, window: int) -> str:
+    """`ctx 61% of 200k`: how full the context window is after the last step."""
+    # Windows are sized in binary (32,768 is "32k", 131,072 "128k") or decimal (200,000) thousands.
+    size = (
+        f"{window // 1024}k" if window % 1024 == 0 else f"{window / 1000:.0f}k" if window >= 10_000 else f"{window:,}"
+    )
+    return f"ctx {used / window:.0%} of {size}"
 
 
 def tokens(count: int | None) -> str:
@@ -138,9 +148,12 @@ class SessionTotals:
     have reported a cache read (`CacheReads`), their steps without the figure read nothing,
     those before the first report included, since the server left the figure out of a miss
     then too. A step below the cache minimum could not be cached, so it is left out.
+    `cost` sums the steps' dollars, priced by `pricer` (which knows each provider's server).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pricer: StepPricer | None = None) -> None:
+        self.pricer = pricer or StepPricer()
+        self.cost = CostTotals()
         self.steps = 0
         self.prompt = 0
         self.output = 0
@@ -157,8 +170,10 @@ class SessionTotals:
         """Count a finished step; a started one says which provider and model answer it."""
         if isinstance(event, StepStarted):
             self._using = (event.provider, event.model)
+            self.pricer.learn(event)
             return
         self.steps += 1
+        self.cost.add(self.pricer.cost(event))
         usage = event.usage
         if usage is None or usage.prompt_total is None:
             self.unreported += 1

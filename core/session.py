@@ -337,6 +337,12 @@ class Session:
         self._nudge.set()
         return switched
 
+    def context_window(self) -> int | None:
+        """Tokens a request may hold on the model in use, where its server says (vLLM, SGLang, llama.cpp, Ollama)."""
+        if self.agent is None or self.agent.provider.server is None:
+            return None
+        return self.agent.provider.server.max_model_len(self.agent.provider.model)
+
     def tier_label(self, provider: str, model: str) -> str | None:
         """The tier that names this provider and model, as the status bar shows it (`auto → fast`)."""
         tier = self.config.tier_of(provider, model)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 from hotloop import paths
 from hotloop.agent.events import AgentEvent
 from hotloop.agent.figures import counted, short_model
+from hotloop.agent.pricing import PRICE_UNKNOWN, CostTotals, money
 from hotloop.agent.text import inert
 from hotloop.sessions.store import (
     LoggedSession,
@@ -133,15 +134,24 @@ def list_command(limit: int, search: str | None) -> int:
     if not listing.sessions:
         _print(f"no sessions match {search!r}" if search else f"no sessions yet in {folder}")
         return 0
-    _print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9}  {'model':<28} title")
+    _print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9} {'cost':>13}  {'model':<28} title")
     for s in listing.sessions[:limit]:
         started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
         tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
         model = f"{s.provider}/{short_model(s.model)}"
-        _print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9}  {model:<28.28} {s.title}")
+        _print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9} {_cost(s.costs):>13}  {model:<28.28} {s.title}")
     if len(listing.sessions) > limit:
         _print(f"… {counted(len(listing.sessions) - limit, 'older session')} (--limit N shows more)")
     return 0
+
+
+def _cost(costs: CostTotals | None) -> str:
+    """A session's dollars in a column: `$0.4210`; `≥$0.4210` when some steps had no price; `–` before costs."""
+    if costs is None or not (costs.priced or costs.unknown):
+        return "–"
+    if not costs.priced:
+        return PRICE_UNKNOWN
+    return f"{'≥' if costs.unknown else ''}{money(costs.known)}"
 
 
 def show(pick: Pick) -> int:

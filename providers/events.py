@@ -45,6 +45,9 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     `uncached` is the prompt part that was prefilled from scratch. `below_cache_min` is set
     when nothing was cached because the prompt was shorter than the provider's minimum
     cacheable length (the minimum it fell short of): that is not a cache miss.
+    `cache_write_1h` is the part of `cache_write` kept for an hour (Anthropic's 1 h TTL, billed at
+    2× input against 1.25× for 5 minutes); `reported_cost` is what the provider says it charged,
+    in dollars (OpenRouter's `cost`, xAI's `cost_in_usd_ticks`).
     """
 
     prompt_total: int | None = None
@@ -57,6 +60,8 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     distrust: str | None = None  # what the server said that can't be true; every figure is then None
     # The iterations the figures add up, when the server ran several (Anthropic's server-side compaction).
     parts: tuple[UsagePart, ...] = ()
+    cache_write_1h: int | None = None
+    reported_cost: float | None = None
 
     @classmethod
     def from_openai(cls, usage: dict[str, Any]) -> UsageLedger:
@@ -81,6 +86,7 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
             uncached=uncached,
             output=_int_or_none(usage.get("completion_tokens")),
             reasoning=reasoning,
+            reported_cost=_reported_cost(usage),
         )
 
     @classmethod
@@ -107,6 +113,7 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
             uncached=uncached,
             output=_int_or_none(merged.get("output_tokens")),
             reasoning=reasoning,
+            cache_write_1h=_hour_writes([merged], cache_write),
         )
 
     @classmethod
@@ -134,6 +141,7 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
             output=output,
             reasoning=_int_or_none(details.get("thinking_tokens")) if isinstance(details, dict) else None,
             parts=parts,
+            cache_write_1h=_hour_writes(iterations, write),
         )
 
     def checked(self, streamed_chars: int) -> UsageLedger:
@@ -184,6 +192,28 @@ def _total(values: Iterable[int | None]) -> int | None:
 
 def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _hour_writes(usages: list[dict[str, Any]], written: int | None) -> int | None:
+    """The cache write tokens kept for an hour (`cache_creation.ephemeral_1h_input_tokens`), None if not split.
+
+    `message_delta` updates the write total but not its split, so the split is `message_start`'s:
+    the hour's part is capped at the total.
+    """
+    split = [usage.get("cache_creation") for usage in usages]
+    hours = _total(_int_or_none(part.get("ephemeral_1h_input_tokens")) for part in split if isinstance(part, dict))
+    return None if hours is None or written is None else min(hours, written)
+
+
+def _reported_cost(usage: dict[str, Any]) -> float | None:
+    """Dollars the provider says the request cost: OpenRouter's `cost` (credits, a dollar each), xAI's ticks."""
+    ticks = _int_or_none(usage.get("cost_in_usd_ticks"))
+    if ticks is not None and ticks >= 0:
+        return ticks / 10**10  # xAI: 10^10 ticks to the dollar
+    cost = usage.get("cost")
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+        return float(cost)
+    return None
 
 
 class TextDelta(Event, frozen=True):

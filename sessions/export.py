@@ -1,8 +1,11 @@
 """Exporting a session as Markdown, JSON or HTML.
 
 An export holds the conversation and its usage: prompts, answers, tool calls with their
-results, and each step's figures. It holds nothing of the configuration: no system prompt,
-no endpoints, no key names, no workspace path.
+results, and each step's figures and dollars. It holds nothing of the configuration: no system
+prompt, no endpoints, no key names, no workspace path.
+
+Dollars are priced when exporting, from the logged usage and model (`agent/pricing.py`): the
+log holds tokens, never prices.
 
 Markdown and HTML are read in a terminal or a browser: their control characters are inert
 (`agent/text.py`). JSON keeps the exact text, every control character escaped.
@@ -17,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from hotloop.agent.figures import seconds, step_summary
+from hotloop.agent.pricing import Cost, CostTotals, StepPricer, dollars
 from hotloop.agent.text import inert
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.projection import CallRecord, StepRecord, TurnRecord, project
@@ -30,11 +34,36 @@ _UNESCAPED_CONTROL = re.compile("[\x7f-\x9f]")
 def export(session: LoggedSession, fmt: str) -> str:
     projection = project(session.events)
     turns = projection.turns
+    costs = _costs(session, turns)
     if fmt == "json":
-        text = json.dumps(_as_json(session, turns), ensure_ascii=False, indent=2)
+        text = json.dumps(_as_json(session, turns, costs), ensure_ascii=False, indent=2)
         return _UNESCAPED_CONTROL.sub(lambda control: f"\\u{ord(control.group()):04x}", text) + "\n"
-    markdown = inert(_as_markdown(session, projection.preamble, turns))
+    markdown = inert(_as_markdown(session, projection.preamble, turns, costs))
     return markdown if fmt == "md" else _as_html(session, markdown)
+
+
+Costs = dict[int, Cost | None]  # by the `id` of a step's record; a step the model never answered has none
+
+
+def _costs(session: LoggedSession, turns: list[TurnRecord]) -> Costs:
+    """Each answered step's cost, priced by the server its provider was (the header's, or a switch's)."""
+    header = session.header
+    pricer = StepPricer(servers={header.provider: header.base_url} if header.base_url else {})
+    for event in session.events:
+        pricer.learn(event)
+    return {
+        id(step): pricer.price(answered, step.provider, step.model)
+        for turn in turns
+        for step in turn.steps
+        if (answered := step.finished or step.response) is not None
+    }
+
+
+def _total(costs: Costs) -> CostTotals:
+    totals = CostTotals()
+    for cost in costs.values():
+        totals.add(cost)
+    return totals
 
 
 def _started(session: LoggedSession) -> str:
@@ -53,26 +82,27 @@ def _fence(text: str, language: str = "") -> str:
     return f"{ticks}{language}\n{text}\n{ticks}"
 
 
-def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRecord]) -> str:
+def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRecord], costs: Costs) -> str:
     header = session.header
+    spent = f" · {_total(costs)}" if costs else ""
     lines = [
         f"# {_title(turns)}",
         "",
-        f"Session `{header.id}` · {_started(session)} · {len(turns)} turn{'s' if len(turns) != 1 else ''}",
+        f"Session `{header.id}` · {_started(session)} · {len(turns)} turn{'s' if len(turns) != 1 else ''}{spent}",
         "",
     ]
     lines += [f"> {note}" for note in preamble] + ([""] if preamble else [])
     for turn in turns:
         lines += [f"## Turn {turn.turn}", "", "**You**", "", turn.prompt.strip(), ""]
         for step in turn.steps:
-            lines += _step_markdown(step, turn.cut_short(step))
+            lines += _step_markdown(step, turn.cut_short(step), costs)
         lines += [f"> {note}" for note in turn.notes] + ([""] if turn.notes else [])
         if turn.end != "answer":
             lines += [f"*The turn ended: {(turn.end or 'interrupted').replace('_', ' ')}.*", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _step_markdown(step: StepRecord, interrupted: bool) -> list[str]:
+def _step_markdown(step: StepRecord, interrupted: bool, costs: Costs) -> list[str]:
     lines = [f"**{step.provider} · {step.model}**, step {step.step}{' (interrupted)' if interrupted else ''}", ""]
     if step.reasoning:
         lines += ["*Reasoning:*", "", *[f"> {line}" for line in "".join(step.reasoning).strip().splitlines()], ""]
@@ -87,7 +117,9 @@ def _step_markdown(step: StepRecord, interrupted: bool) -> list[str]:
             more = f"\n… {len(shown) - RESULT_LINES} more lines" if len(shown) > RESULT_LINES else ""
             lines += ["  " + line for line in _fence("\n".join(shown[:RESULT_LINES]) + more).splitlines()] + [""]
     if step.finished is not None:
-        lines += [f"*{step_summary(step.finished)}*", ""]
+        lines += [f"*{step_summary(step.finished)} · {dollars(costs[id(step)])}*", ""]
+    elif id(step) in costs:
+        lines += [f"*{dollars(costs[id(step)])}*", ""]
     return lines
 
 
@@ -97,19 +129,33 @@ def _usage(usage: UsageLedger | None) -> dict[str, Any] | None:
     return {name: getattr(usage, name) for name in UsageLedger.__struct_fields__}
 
 
-def _as_json(session: LoggedSession, turns: list[TurnRecord]) -> dict[str, Any]:
+def _cost_json(cost: Cost | None) -> dict[str, Any] | None:
+    """Dollars as decimal strings, exact: `{"total": "0.0225", "source": "price table", "uncached": "0.006", …}`."""
+    if cost is None:
+        return None
+    return {
+        "total": str(cost.total),
+        "source": cost.source,
+        **{kind: str(value) for kind, value in cost.parts().items()},
+    }
+
+
+def _as_json(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> dict[str, Any]:
     header = session.header
+    totals = _total(costs)
     return {
         "id": header.id,
         "started": datetime.fromtimestamp(header.started).isoformat(timespec="seconds"),
         "hotloop": header.hotloop,
+        # The priced steps' dollars, and how many steps had no price (their cost is unknown, not 0).
+        "cost": {"total": str(totals.known), "priced_steps": totals.priced, "unpriced_steps": totals.unknown},
         "turns": [
             {
                 "turn": turn.turn,
                 "prompt": turn.prompt,
                 "end": turn.end or "interrupted",
                 "notes": turn.notes,
-                "steps": [_step_json(step, turn.cut_short(step)) for step in turn.steps],
+                "steps": [_step_json(step, turn.cut_short(step), costs) for step in turn.steps],
             }
             for turn in turns
         ],
@@ -120,7 +166,7 @@ def _status(call: CallRecord) -> str:
     return call.status if call.status in ("ok", "error", "cancelled") else "not run"
 
 
-def _step_json(step: StepRecord, interrupted: bool) -> dict[str, Any]:
+def _step_json(step: StepRecord, interrupted: bool, costs: Costs) -> dict[str, Any]:
     finished = step.finished
     calls = [
         {
@@ -142,6 +188,7 @@ def _step_json(step: StepRecord, interrupted: bool) -> dict[str, Any]:
         "interrupted": interrupted,
         "tool_calls": calls,
         "usage": _usage(step.usage),
+        "cost": _cost_json(costs.get(id(step))),
         "ttft": finished.ttft if finished else None,
         "decode_tps": finished.decode_tps if finished else None,
         "wall": finished.wall if finished else None,

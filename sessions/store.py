@@ -18,6 +18,7 @@ import msgspec
 from hotloop import InputError
 from hotloop.agent.events import AgentEvent, decode
 from hotloop.agent.figures import counted
+from hotloop.agent.pricing import CostTotals
 from hotloop.sessions.log import FORMAT_VERSION, SessionHeader, is_in_use
 from hotloop.sessions.summary import read_summary, summary_path
 
@@ -41,6 +42,7 @@ class SessionSummary:
     turns: int
     tokens: int | None  # prompt + output over the steps that reported usage; None if none did
     prompts: tuple[str, ...]
+    costs: CostTotals | None = None  # None: its summary is older than costs
 
     def matches(self, text: str) -> bool:
         """Whether `text` appears, ignoring case, in the session's id, model, title or any of its prompts."""
@@ -108,6 +110,7 @@ def summarize(path: Path) -> SessionSummary:
         summary.turns,
         summary.tokens,
         tuple(summary.prompts),
+        summary.costs,
     )
 
 

@@ -1,8 +1,8 @@
 """A session's summary, kept beside its log so that listing sessions never reads whole logs.
 
 The log writes `<log name>.summary.json` at every turn end: the log's size at that moment,
-the turns, their prompts, the tokens used and the model the last step ran on. A reader takes the summary and scans only
-what the log gained since (a turn in flight, or a process killed mid-turn); a log without
+the turns, their prompts, the tokens used, their dollars and the model the last step ran on. A reader takes the summary
+and scans only what the log gained since (a turn in flight, or a process killed mid-turn); a log without
 a summary is scanned whole.
 """
 
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
+from decimal import Decimal
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, SessionTitled, StepFinished, StepStarted, TurnStarted
+from hotloop.agent.events import AgentEvent, ProviderSwitched, SessionTitled, StepFinished, StepStarted, TurnStarted
+from hotloop.agent.pricing import CostTotals, price_step
 
 TITLE_LENGTH = 60
 # The encoder writes the tag first, so a line's kind can be told from its first bytes.
@@ -23,6 +25,8 @@ _TURN_PREFIX = b'{"type":"turn_started"'
 _STEP_PREFIX = b'{"type":"step_finished"'
 _TITLE_PREFIX = b'{"type":"session_titled"'
 _STARTED_PREFIX = b'{"type":"step_started"'
+_SWITCHED_PREFIX = b'{"type":"provider_switched"'
+_HEADER_PREFIX = b'{"type":"session",'
 
 
 class _Used(msgspec.Struct, gc=False):
@@ -32,7 +36,15 @@ class _Used(msgspec.Struct, gc=False):
     model: str
 
 
+class _Server(msgspec.Struct, gc=False):
+    """The part of a header or a `provider_switched` line a summary keeps: which server a provider is."""
+
+    provider: str
+    base_url: str = ""
+
+
 _turn = msgspec.json.Decoder(TurnStarted)
+_server = msgspec.json.Decoder(_Server)
 _step = msgspec.json.Decoder(StepFinished)
 _titled = msgspec.json.Decoder(SessionTitled)
 _used = msgspec.json.Decoder(_Used)
@@ -49,6 +61,20 @@ class Summary(msgspec.Struct, gc=False):
     # The provider and model of the last step; None in summaries older than these fields, or before a step.
     provider: str | None = None
     model: str | None = None
+    # The dollars of the priced steps (a decimal, as text), how many steps had a price and how many
+    # none, and each provider's server, to price by. A summary older than these has `costed` False.
+    cost: str = "0"
+    priced: int = 0
+    unpriced: int = 0
+    servers: dict[str, str] = msgspec.field(default_factory=dict)
+    costed: bool = False
+
+    @property
+    def costs(self) -> CostTotals | None:
+        """The session's dollars so far, None if this summary is older than its cost."""
+        if not self.costed:
+            return None
+        return CostTotals(known=Decimal(self.cost), priced=self.priced, unknown=self.unpriced)
 
     @property
     def title(self) -> str:
@@ -68,13 +94,29 @@ class Summary(msgspec.Struct, gc=False):
             self.provider, self.model = event.provider, event.model
         elif isinstance(event, SessionTitled):
             self.titled = event.title
+        elif isinstance(event, ProviderSwitched):
+            self.learn(event.provider, event.base_url)
         elif isinstance(event, StepFinished):
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
+            self._price(event)
+
+    def learn(self, provider: str, base_url: str) -> None:
+        """`provider` is the server at `base_url` (a log older than base URLs says none)."""
+        if base_url:
+            self.servers[provider] = base_url
+
+    def _price(self, step: StepFinished) -> None:
+        provider, model = self.provider or "", self.model or ""
+        cost = price_step(step.usage, model, self.servers.get(provider, ""), at=step.ts)
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.cost, self.priced = str(Decimal(self.cost) + cost.total), self.priced + 1
 
     def scan(self, data: bytes) -> None:
-        """Take in whole lines of a log; only turn, step and title lines are decoded. A torn line is passed over."""
+        """Take in whole lines of a log; only the lines a summary keeps something of are decoded, a torn one skipped."""
         for raw in data.splitlines():
             # A byte that isn't UTF-8 costs a replacement character, not the line.
             line = raw if raw.isascii() else raw.decode("utf-8", errors="replace").encode()
@@ -88,6 +130,9 @@ class Summary(msgspec.Struct, gc=False):
                     self.provider, self.model = used.provider, used.model
                 elif line.startswith(_TITLE_PREFIX):
                     self.observe(_titled.decode(line))
+                elif line.startswith((_SWITCHED_PREFIX, _HEADER_PREFIX)):
+                    server = _server.decode(line)
+                    self.learn(server.provider, server.base_url)
             except msgspec.DecodeError:
                 continue
         self.size += len(data)
@@ -106,14 +151,17 @@ def read_summary(log: Path, header_size: int, opened: BinaryIO | None = None) ->
 
     `opened` is the log, already open for reading, if the caller has it.
     """
+    summary: Summary | None
     try:
         summary = _decode(summary_path(log).read_bytes())
     except (OSError, msgspec.DecodeError):
-        summary = Summary(size=header_size)
+        summary = None
     with log.open("rb") if opened is None else nullcontext(opened) as file:
         size = os.fstat(file.fileno()).st_size
-        if summary.size > size:  # the log was replaced or cut: start over
-            summary = Summary(size=header_size)
+        if summary is None or summary.size > size:  # none, or the log was replaced or cut: start over
+            summary = Summary(costed=True)
+            file.seek(0)
+            summary.scan(file.read(header_size))  # the header: the server the session's provider is, to price by
         if summary.size < size:
             file.seek(summary.size)
             tail = file.read()

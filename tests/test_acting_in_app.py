@@ -39,6 +39,7 @@ async def test_an_edit_shows_its_diff_and_waits_for_approval(isolated_home: Path
         diff = pane.query_one(".preview").content.code
         assert diff.startswith("--- a/README.md\n+++ b/README.md\n") and "-fast\n+fast, and it says why" in diff
         assert readme.read_text() == "# hotloop\n\nfast\n"  # nothing written before the answer
+        await wait_until(lambda: type(app.focused).__name__ == "AnswerList")  # the answer's keys are the bar's
         press(app, "y")
         await idle(app, pilot)
         assert readme.read_text() == "# hotloop\n\nfast, and it says why\n"

@@ -92,7 +92,13 @@ async def test_prompt_cache_stream_takes_cumulative_delta_usage() -> None:
     usage = [e for e in events if isinstance(e, Usage)]
     assert [u.ledger for u in usage] == [
         UsageLedger(
-            prompt_total=6 + 6289 + 3337, cache_read=6289, cache_write=3337, uncached=6, output=198, reasoning=0
+            prompt_total=6 + 6289 + 3337,
+            cache_read=6289,
+            cache_write=3337,
+            uncached=6,
+            output=198,
+            reasoning=0,
+            cache_write_1h=0,  # message_start splits the writes by lifetime: none kept for an hour
         )
     ]
     assert usage[0].raw["message_start"]["cache_creation_input_tokens"] == 3068

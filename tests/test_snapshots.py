@@ -185,7 +185,8 @@ def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
     three tools collapsed to one line each, with the summary "3 tools ran for 1.02 s (sum 3.01 s,
     3.0× from parallelism)". Step 2's strip shows the cache bar, read 1,296 · uncached 98. The
     status bar totals both steps: prompt 1,916 · out 244 · cache hit 68% (1,296 ÷ 1,916: step 1
-    reported no cache figure, which from a server that reports reads is a miss)."""
+    reported no cache figure, which from a server that reports reads is a miss), then the context
+    meter, ctx 1% of 128k (the simulator's window); at 100 columns the tier gives way to it."""
     events = two_step_turn()
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 

@@ -331,14 +331,18 @@ def busy_totals() -> SessionTotals:
 @pytest.mark.parametrize(
     ("columns", "shown"),
     [
-        (125, "● step 12  │  sim-anthropic · sim-balanced · balanced  │  prompt 100,020 · out 12,355 · "),
+        (
+            145,
+            "● step 12  │  sim-anthropic · sim-balanced · balanced  │  prompt 100,020 · out 12,355 · price unknown · ",
+        ),
+        (125, "● step 12  │  sim-anthropic · sim-balanced  │  prompt 100,020 · out 12,355 · "),
         (110, "● step 12  │  sim-anthropic · sim-balanced  │  prompt 100,020 · out 12,355 · "),
         (100, "● step 12  │  sim-anthropic  │  prompt 100,020 · out 12,355 · "),
         (80, "● step 12  │  prompt 100,020 · out 12,355 · "),
         (60, "● step 12  │  "),
     ],
 )
-async def test_the_status_bar_gives_up_tier_model_provider_and_totals_before_its_cache_figure(
+async def test_the_status_bar_gives_up_tier_cost_model_provider_and_totals_before_its_cache_figure(
     columns: int, shown: str
 ) -> None:
     app = BarApp()
@@ -425,7 +429,8 @@ def test_counts_agree_with_their_nouns() -> None:
     totals.add(finished(step=2, usage=None))
     bar = StatusBar()
     bar.totals = totals
-    assert bar.render().plain.endswith("prompt 100 · out 1 · 1 step without usage · cache hit 50% · 1 step unknown")
+    said = "prompt 100 · out 1 · 1 step without usage · price unknown · cache hit 50% · 1 step unknown"
+    assert bar.render().plain.endswith(said)
 
 
 # -- 8. headless step lines say their turn ---------------------------------------------------------

@@ -117,6 +117,7 @@ async def test_a_read_only_call_of_the_step_runs_while_another_waits(isolated_ho
         read = next(c for c in app.transcript.fold.calls if c.name == "read_file")
         await wait_until(lambda: read.status == "ok")  # done while run_shell still waits for its answer
         assert ran == []
+        await wait_until(lambda: app.focused is bar.query_one("AnswerList"))
         press(app, "y")
         await idle(app, pilot)
         assert ran == ["make"]

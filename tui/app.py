@@ -49,7 +49,7 @@ from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.queued_prompts import QueuedPrompts
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
-from hotloop.tui.widgets.status_bar import StatusBar
+from hotloop.tui.widgets.status_bar import CONTEXT_WARNING, StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
@@ -121,12 +121,13 @@ class HotloopApp(App[None]):
         self.session = Session(config, options, self.show, restored=self._restored, ask=self.ask_approval)
         self.clock = clock
         self._server_panel_wanted: bool | None = None
-        self.totals = SessionTotals()
+        self.totals = SessionTotals(self.session.config.pricer())
         self._palette: Palette | None = None
         self._pending_switch: Choice | None = None
         self._queue: list[str] = []  # prompts typed while a turn ran (or before the session opened)
         self._interrupting: str | None = None  # a prompt sent now: the turn it cancels gives way to it
         self._asks: list[tuple[Request, asyncio.Future[Reply]]] = []  # calls waiting for the user's answer
+        self._context_warned = False  # the context-full warning, said once a conversation
 
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
@@ -220,10 +221,13 @@ class HotloopApp(App[None]):
     def _restored(self, session: LoggedSession) -> None:
         """A saved session is being continued: its history on screen, its totals in the status bar."""
         self.transcript.fast_forward(session.events)
-        for event in session.events:
-            if isinstance(event, (StepStarted, StepFinished)):
-                self.totals.add(event)
+        steps = [event for event in session.events if isinstance(event, (StepStarted, StepFinished))]
+        for event in steps:
+            self.totals.add(event)
         self.status.totals = self.totals
+        finished = [event for event in steps if isinstance(event, StepFinished)]
+        if finished:
+            self._measure_context(finished[-1])
         self.say(f"continuing session {session.header.id}")
 
     def _show_provider(self) -> None:
@@ -297,6 +301,23 @@ class HotloopApp(App[None]):
             else:
                 self._next_prompt()
 
+    def _measure_context(self, step: StepFinished) -> None:
+        """The meter after a step: its prompt and answer are what the next request starts from."""
+        usage, window = step.usage, self.session.context_window()
+        if usage is None or usage.prompt_total is None or window is None:
+            self.status.context = None
+            return
+        used = usage.prompt_total + (usage.output or 0)
+        self.status.context = (used, window)
+        if used >= CONTEXT_WARNING * window and not self._context_warned:
+            self._context_warned = True
+            left = max(window - used, 0)
+            self.say(
+                f"the context is {used / window:.0%} full ({left:,} tokens left): /new starts a fresh conversation",
+                "warning",
+                timeout=10,
+            )
+
     def say(self, message: str, severity: SeverityLevel = "information", timeout: float | None = None) -> None:
         """A notification shown as it reads: its text may come from outside, so it is inert and never markup."""
         self.notify(inert(message), severity=severity, timeout=timeout, markup=False)
@@ -312,6 +333,7 @@ class HotloopApp(App[None]):
         elif isinstance(event, StepFinished):
             self.totals.add(event)
             self.status.totals = self.totals
+            self._measure_context(event)
         elif isinstance(event, ProviderSwitched):
             self.status.provider, self.status.model = event.provider, event.model
             self.status.tier = self.session.tier_label(event.provider, event.model)
@@ -536,8 +558,10 @@ class HotloopApp(App[None]):
         """Stop the turn in flight, and clear the screen and the totals."""
         self.workers.cancel_group(self, "turn")
         self.transcript.clear()
-        self.totals = SessionTotals()
+        self.totals = SessionTotals(self.session.config.pricer())
         self.status.totals = self.totals
+        self.status.context = None
+        self._context_warned = False
 
     def action_help(self) -> None:
         from hotloop.tui.screens.help import HelpScreen

@@ -1,4 +1,4 @@
-"""`StatusBar`: provider · model · tier, the session's totals, and its cache-hit rate."""
+"""`StatusBar`: provider · model · tier, the session's totals, its cache-hit rate and how full its context is."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from hotloop.agent.figures import SessionTotals, counted, short_model
+from hotloop.agent.figures import SessionTotals, context_use, counted, short_model
 from hotloop.agent.text import inert
 
 SEPARATOR = "  │  "
 # What the status bar gives up as it narrows, first to last; the state and the cache figure always stay.
-NARROWING = ("tier", "model", "provider", "totals")
+NARROWING = ("tier", "cost", "model", "provider", "totals", "context")
+CONTEXT_WARNING = 0.8  # of the window: the meter turns to a warning
 
 
 class StatusBar(Static):
@@ -24,6 +25,7 @@ class StatusBar(Static):
     tier: reactive[str | None] = reactive(None)
     state: reactive[str] = reactive("connecting…")
     totals: reactive[SessionTotals] = reactive(SessionTotals, always_update=True)
+    context: reactive[tuple[int, int] | None] = reactive(None)  # tokens the conversation holds, of the window
 
     def render(self) -> Text:
         """`● ready  │  sim · sim-balanced · balanced  │  prompt 1,927 · out 143 · cache hit 92%`.
@@ -59,8 +61,16 @@ class StatusBar(Static):
             "model": Text(inert(short_model(self.model)) if self.provider else ""),  # a server's name for it
             "tier": Text(inert(self.tier) if self.provider and self.tier else "", "italic"),
             "totals": counts,
+            "cost": Text(str(totals.cost) if totals.steps else "", "" if totals.cost.priced else "dim"),
             "cache": cache,
+            "context": self._context_meter(),
         }
+
+    def _context_meter(self) -> Text:
+        if self.context is None:
+            return Text()
+        used, window = self.context
+        return Text(context_use(used, window), "bold yellow" if used >= CONTEXT_WARNING * window else "")
 
 
 def _joined(parts: dict[str, Text]) -> Text:
@@ -78,5 +88,5 @@ def _joined(parts: dict[str, Text]) -> Text:
     def group(*names: str) -> Text:
         return joined([part for name in names if (part := parts.get(name, Text())).plain], Text(" · "))
 
-    groups = [group("state"), group("provider", "model", "tier"), group("totals", "cache")]
+    groups = [group("state"), group("provider", "model", "tier"), group("totals", "cost", "cache", "context")]
     return joined([part for part in groups if part.plain], Text(SEPARATOR, "dim"))

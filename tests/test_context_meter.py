@@ -1,0 +1,61 @@
+"""How full the context is: from the server's own window, in the status bar, with one warning near the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hotloop.agent.events import StepFinished, StepStarted, TurnStarted
+from hotloop.agent.figures import context_use
+from hotloop.providers.events import UsageLedger
+
+from tui_support import running_app, wait_until, write_config
+
+
+def step(turn: int, prompt: int, output: int) -> list:
+    usage = UsageLedger(prompt_total=prompt, cache_read=None, uncached=None, output=output)
+    return [
+        TurnStarted(turn=turn, prompt="more"),
+        StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"),
+        StepFinished(
+            turn=turn,
+            step=1,
+            usage=usage,
+            ttft=0.1,
+            decode_tps=90.0,
+            model_time=1.0,
+            wall=1.0,
+            tool_count=0,
+            tool_sum=0.0,
+            tool_wall=0.0,
+            finish_reason="stop",
+        ),
+    ]
+
+
+def test_the_meter_names_the_window_as_people_say_it() -> None:
+    assert context_use(19_988, 32_768) == "ctx 61% of 32k"
+    assert context_use(122_000, 200_000) == "ctx 61% of 200k"
+    assert context_use(65_536, 131_072) == "ctx 50% of 128k"
+    assert context_use(1_000, 4_096) == "ctx 24% of 4k"
+
+
+async def test_the_status_bar_shows_the_servers_window_and_warns_once_near_the_end(isolated_home: Path) -> None:
+    write_config(isolated_home)
+    async with running_app(size=(140, 30)) as (app, _):
+        window = app.session.context_window()
+        assert window == 131_072  # the simulator's max_model_len, as vLLM lists it
+        for event in step(1, 40_000, 500):
+            app.show(event)
+        await wait_until(lambda: app.status.context == (40_500, 131_072))
+        assert "ctx 31% of 128k" in str(app.status.render())
+        for event in [*step(2, 107_000, 300), *step(3, 108_000, 300)]:
+            app.show(event)
+        await wait_until(lambda: app.status.context == (108_300, 131_072))
+
+        def warnings() -> list[str]:
+            return [str(n.message) for n in app._notifications if "context is" in str(n.message)]
+
+        await wait_until(warnings)
+        assert warnings() == [  # at step 2, once: step 3 says nothing more
+            "the context is 82% full (23,772 tokens left): /new starts a fresh conversation"
+        ]
