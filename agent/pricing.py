@@ -19,7 +19,7 @@ from hotloop.agent.events import AgentEvent, ProviderSwitched, ResponseFinished,
 from hotloop.providers.events import UsageLedger
 
 if TYPE_CHECKING:
-    from genai_prices.types import ModelPrice, TieredPrices
+    from genai_prices.types import ModelInfo, ModelPrice, Provider, TieredPrices
 
 PRICE_UNKNOWN = "price unknown"
 Source = Literal["price table", "provider", "estimate"]
@@ -102,15 +102,29 @@ def warm() -> None:
     get_snapshot()
 
 
+def known_window(model: str, base_url: str) -> int | None:
+    """The context window the table lists for `model` on the server at `base_url` (a hosted API's); else None."""
+    found = _table_model(model, base_url)
+    return found[1].context_window if found is not None else None
+
+
 def _table_price(model: str, base_url: str, when: datetime | None) -> tuple[ModelPrice, str, str] | None:
     """The table's prices for `model` on the server at `base_url`, its provider's id and its model's."""
-    from genai_prices.data_snapshot import get_snapshot  # 1.6 MB of prices, loaded only when a step is priced
+    found = _table_model(model, base_url)
+    if found is None:
+        return None
+    provider, info = found
+    return info.get_prices(when or datetime.now(UTC)), provider.id, info.id
+
+
+def _table_model(model: str, base_url: str) -> tuple[Provider, ModelInfo] | None:
+    """The table's entry for `model` on the server at `base_url`; a server it doesn't know by URL has none."""
+    from genai_prices.data_snapshot import get_snapshot  # 1.6 MB of prices, loaded only when first needed
 
     try:
-        provider, info = get_snapshot().find_provider_model(model, None, None, base_url)
+        return get_snapshot().find_provider_model(model, None, None, base_url)
     except LookupError:
         return None
-    return info.get_prices(when or datetime.now(UTC)), provider.id, info.id
 
 
 def _priced(usage: UsageLedger, prices: ModelPrice, provider: str, model: str, write_ttl: Ttl) -> Cost | None:

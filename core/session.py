@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from hotloop.providers.base import Provider
     from hotloop.providers.server_metrics import ServerStats
     from hotloop.providers.vllm import ServerInfo
+    from hotloop.sessions.fork import Forked
     from hotloop.sessions.log import SessionLog
     from hotloop.sessions.store import LoggedSession
 
@@ -293,7 +294,7 @@ class Session:
         if self.hooks is not None:
             self.hooks.workspace = self.workspace
         header, conversation = resumed.session.header, resumed.conversation
-        self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.id)
+        self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.routing_key)
         self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
         self._open_log(log)
         self._restored(resumed.session)
@@ -338,10 +339,15 @@ class Session:
         return switched
 
     def context_window(self) -> int | None:
-        """Tokens a request may hold on the model in use, where its server says (vLLM, SGLang, llama.cpp, Ollama)."""
-        if self.agent is None or self.agent.provider.server is None:
+        """Tokens a request may hold on the model in use: its server's figure, else the price table's (hosted APIs)."""
+        from hotloop.agent.pricing import known_window
+
+        if self.agent is None:
             return None
-        return self.agent.provider.server.max_model_len(self.agent.provider.model)
+        provider = self.agent.provider
+        if provider.server is not None:
+            return provider.server.max_model_len(provider.model)
+        return known_window(provider.model, provider.base_url)
 
     def tier_label(self, provider: str, model: str) -> str | None:
         """The tier that names this provider and model, as the status bar shows it (`auto → fast`)."""
@@ -371,6 +377,17 @@ class Session:
         self.agent = self._new_agent(provider, self._system())
         self._continue(resumed, notes)
         self._nudge.set()
+
+    async def fork(self, turn: int | None = None) -> Forked:
+        """A new session holding this conversation's turns up to `turn` (all by default); `continue_session` goes on."""
+        from hotloop.sessions.fork import fork_session
+
+        if self.log is None:
+            raise InputError("nothing to fork yet: this conversation has no turn")
+        if self.busy:
+            raise InputError("a turn is running: fork when it ends")
+        self.log.flush()  # the fork reads the log: what is buffered belongs in it
+        return await asyncio.to_thread(fork_session, self.log.path, turn)
 
     def _close_log(self) -> None:
         from hotloop.sessions.summary import summary_path

@@ -1,4 +1,4 @@
-"""Slash commands typed as a prompt: /model, /tier, /provider, /new, /mcp, /help.
+"""Slash commands typed as a prompt: /model, /tier, /provider, /new, /fork, /mcp, /help.
 
 The app takes all of them; `hotloop run` takes the switching ones between its prompts.
 """
@@ -14,6 +14,7 @@ COMMANDS = {
     "/tier": "fast|balanced|strong: use the provider and model the tier maps to; auto: the fast tier picks per turn",
     "/provider": "NAME [MODEL]: switch provider (and model); the conversation continues",
     "/new": "start a new conversation (and session log)",
+    "/fork": "[N]: go on in a new session holding this conversation up to turn N (default: all of it)",
     "/mcp": "[restart NAME]: the MCP servers, their state and tools; restart one",
     "/help": "show keys and commands",
 }
@@ -53,4 +54,10 @@ def parse(text: str) -> Slash | None:
         raise SlashError(f"too many arguments: {name} {COMMANDS[name]}")
     if name == "/mcp" and args and (args[0] != "restart" or len(args) != 2):
         raise SlashError(f"/mcp takes nothing, or restart NAME: /mcp {COMMANDS[name]}")
+    if name == "/fork" and (len(args) > 1 or (args and not _turn_number(args[0]))):
+        raise SlashError(f"/fork takes nothing, or a turn number: /fork {COMMANDS[name]}")
     return Slash(name, tuple(args))
+
+
+def _turn_number(text: str) -> bool:
+    return text.isascii() and text.isdecimal() and int(text) > 0

@@ -1,4 +1,4 @@
-"""`hotloop sessions list|show|export|delete` and `hotloop replay`.
+"""`hotloop sessions list|show|export|fork|delete` and `hotloop replay`.
 
 Every command takes a session id or a unique prefix of one; `show`, `export` and `replay`
 default to the session written to last in this workspace (the latest anywhere if none ran
@@ -23,6 +23,7 @@ from hotloop.agent.events import AgentEvent
 from hotloop.agent.figures import counted, short_model
 from hotloop.agent.pricing import PRICE_UNKNOWN, CostTotals, money
 from hotloop.agent.text import inert
+from hotloop.sessions.fork import under_parents
 from hotloop.sessions.store import (
     LoggedSession,
     SessionError,
@@ -49,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         return waterfall(pick) if args.waterfall else show(pick)
     if command == "export":
         return export(pick_session(args.session, "exporting"), args.format, args.output)
+    if command == "fork":
+        return fork(find_session(paths.sessions_dir(), args.session), args.turn)
     return delete(find_session(paths.sessions_dir(), args.session), args.yes)
 
 
@@ -98,6 +101,17 @@ def saved_line(path: Path, workspace: Path) -> str | None:
     return inert(f"session {session_id} saved · {again}")
 
 
+def fork(path: Path, turn: int | None) -> int:
+    """A new session holding the session's turns up to `turn`; its id goes to stdout, how to go on to stderr."""
+    from hotloop.sessions.fork import fork_session
+
+    forked = fork_session(path, turn)
+    _warn(forked.warnings)
+    _print(forked.id)
+    _print(f"forked session {forked.parent} at turn {forked.turn} · hotloop --resume {forked.id}", file=sys.stderr)
+    return 0
+
+
 def delete(path: Path, yes: bool) -> int:
     """Delete a session, asking first on a terminal; without one, only with `--yes`."""
     session_id = session_id_of(path)
@@ -134,12 +148,15 @@ def list_command(limit: int, search: str | None) -> int:
     if not listing.sessions:
         _print(f"no sessions match {search!r}" if search else f"no sessions yet in {folder}")
         return 0
-    _print(f"{'id':<9} {'started':<16} {'turns':>5} {'tokens':>9} {'cost':>13}  {'model':<28} title")
-    for s in listing.sessions[:limit]:
+    _print(f"{'id':<11} {'started':<16} {'turns':>5} {'tokens':>9} {'cost':>13}  {'model':<28} title")
+    for s, depth in under_parents(listing.sessions)[:limit]:
         started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
         tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
         model = f"{s.provider}/{short_model(s.model)}"
-        _print(f"{s.id:<9} {started:<16} {s.turns:>5} {tokens:>9} {_cost(s.costs):>13}  {model:<28.28} {s.title}")
+        # A fork sits under its parent; one whose parent isn't listed says whose fork it is.
+        ident = f"{'  ' * (depth - 1)}↳ {s.id}" if depth else s.id
+        title = f"(fork of {s.parent}) {s.title}" if s.parent and not depth else s.title
+        _print(f"{ident:<11} {started:<16} {s.turns:>5} {tokens:>9} {_cost(s.costs):>13}  {model:<28.28} {title}")
     if len(listing.sessions) > limit:
         _print(f"… {counted(len(listing.sessions) - limit, 'older session')} (--limit N shows more)")
     return 0

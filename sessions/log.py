@@ -39,8 +39,12 @@ _FLUSH_ON = (TurnStarted, StepFinished, ToolFinished, TurnFinished, Notice, Sess
 _SUMMARY_ON = (TurnFinished, SessionTitled)
 
 
-class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"):
-    """`system` is the system prompt the session ran with, so a resumed session sends the same bytes."""
+class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type", omit_defaults=True):
+    """`system` is the system prompt the session ran with, so a resumed session sends the same bytes.
+
+    A fork names its `parent` and the turn it was forked at, and keeps the parent's `cache_key`;
+    fields at their default are left out, so a log that isn't a fork doesn't mention forks.
+    """
 
     id: str
     format: int
@@ -51,6 +55,14 @@ class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"
     workspace: str
     system: str = ""
     base_url: str = ""  # the provider's server, so a resumed session goes back to it
+    parent: str = ""  # the session this one was forked from
+    forked_at_turn: int = 0
+    cache_key: str = ""  # the key its requests are routed to a cache by, when it isn't the id (a fork's)
+
+    @property
+    def routing_key(self) -> str:
+        """The `prompt_cache_key` the session's requests carry: a fork's is its parent's, so it reads its cache."""
+        return self.cache_key or self.id
 
 
 class SessionInUse(InputError):
@@ -88,7 +100,10 @@ class SessionLog:
         system: str = "",
         base_url: str = "",
         secrets_to_mask: Iterable[str] = (),
+        forked_from: SessionHeader | None = None,
+        forked_at_turn: int = 0,
     ) -> SessionLog:
+        """A new log; `forked_from` (a parent's header) makes it a fork of that session at `forked_at_turn`."""
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
         session_id = new_session_id()
@@ -101,6 +116,10 @@ class SessionLog:
         header = SessionHeader(
             session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system, base_url
         )
+        if forked_from is not None:
+            header = msgspec.structs.replace(
+                header, parent=forked_from.id, forked_at_turn=forked_at_turn, cache_key=forked_from.routing_key
+            )
         log._write_line(msgspec.json.encode(header))
         log.flush()
         log._summary.size = log._written()

@@ -43,6 +43,7 @@ class SessionSummary:
     tokens: int | None  # prompt + output over the steps that reported usage; None if none did
     prompts: tuple[str, ...]
     costs: CostTotals | None = None  # None: its summary is older than costs
+    parent: str = ""  # the session it was forked from, if it is a fork
 
     def matches(self, text: str) -> bool:
         """Whether `text` appears, ignoring case, in the session's id, model, title or any of its prompts."""
@@ -111,6 +112,7 @@ def summarize(path: Path) -> SessionSummary:
         summary.tokens,
         tuple(summary.prompts),
         summary.costs,
+        header.parent,
     )
 
 

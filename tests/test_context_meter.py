@@ -59,3 +59,11 @@ async def test_the_status_bar_shows_the_servers_window_and_warns_once_near_the_e
         assert warnings() == [  # at step 2, once: step 3 says nothing more
             "the context is 82% full (23,772 tokens left): /new starts a fresh conversation"
         ]
+
+
+def test_a_hosted_models_window_comes_from_the_price_table_and_a_local_namesake_gets_none() -> None:
+    from hotloop.agent.pricing import known_window
+
+    assert known_window("gpt-4o", "https://api.openai.com/v1") == 128_000
+    assert known_window("claude-sonnet-4-5", "https://api.anthropic.com") == 200_000
+    assert known_window("gpt-4o", "http://127.0.0.1:8000/v1") is None  # a self-hosted server says its own

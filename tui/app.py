@@ -461,6 +461,8 @@ class HotloopApp(App[None]):
             self.action_new_conversation()
         elif slash.name == "/help":
             self.action_help()
+        elif slash.name == "/fork":
+            self.fork(int(slash.args[0]) if slash.args else None)
         elif slash.name == "/mcp":
             if self.agent is None:
                 self.say("not connected yet", severity="warning")
@@ -470,6 +472,23 @@ class HotloopApp(App[None]):
             self._retarget(slash.choice(self.session.choice.provider or self.session.config.default_provider))
         else:
             self.switch_to(slash.choice(self.agent.provider.name))
+
+    @work(exclusive=True, group="fork", exit_on_error=False)
+    async def fork(self, turn: int | None) -> None:
+        """`/fork [N]`: go on in a new session holding this conversation up to turn N; this one's log stays."""
+        if self.agent is None:
+            self.say("not connected yet", severity="warning")
+            return
+        try:
+            forked = await self.session.fork(turn)
+        except InputError as error:
+            self.say(str(error), severity="error")
+            return
+        for warning in forked.warnings:
+            self.say(warning, severity="warning")
+        await self._resume_here(forked.path)
+        if self.session.log is not None and self.session.log.path == forked.path:
+            self.say(f"forked session {forked.parent} at turn {forked.turn}: this is session {forked.id}")
 
     @work(exclusive=True, group="mcp", exit_on_error=False)
     async def mcp(self, restart: str | None) -> None:

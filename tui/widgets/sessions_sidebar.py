@@ -3,8 +3,8 @@
 Typing searches. The search box has the focus when the sidebar opens, and any printable key
 typed on the list goes back to it, so a word typed never fires an action. The list's own
 keys act only while the list has the focus, and its footer line names them: Enter opens a
-session read-only, `r` replays it, `c` continues it here. The search is cleared when the
-sidebar closes, so a hidden filter never hides a session the next time.
+session read-only, `r` replays it, `c` continues it here. Forks are listed under their parent.
+The search is cleared when the sidebar closes, so a hidden filter never hides a session the next time.
 
 The app calls `opened()` after showing the sidebar and `closed()` after hiding it.
 """
@@ -137,6 +137,8 @@ class SessionsSidebar(Vertical):
         self.query_one("#hint", Static).update(LIST_HINT if isinstance(event.widget, SessionList) else SEARCH_HINT)
 
     def _list(self) -> None:
+        from hotloop.sessions.fork import under_parents
+
         search = self.search.value.strip()
         shown = [s for s in self._sessions if not search or s.matches(search)]
         total = counted(len(self._sessions), "session")
@@ -148,14 +150,20 @@ class SessionsSidebar(Vertical):
         if not shown:
             empty = f"no session matches {search!r}" if search else "no sessions yet"
             options.add_option(Option(Text(inert(empty), style="dim"), disabled=True))
-        for session in shown:
+        for session, depth in under_parents(shown):
             started = datetime.fromtimestamp(session.started).strftime("%b %d %H:%M")
+            # A fork sits under its parent; one whose parent isn't listed says whose fork it is.
+            indent = f"{'  ' * (depth - 1)}↳ " if depth else ""
+            orphan = f"(fork of {session.parent}) " if session.parent and not depth else ""
             # Everything but the time comes from the log: a model's title, a prompt.
             label = Text(
-                inert(f"{started} · {session.id} · {counted(session.turns, 'turn')} · {short_model(session.model)}\n"),
+                inert(
+                    f"{indent}{started} · {session.id} · {counted(session.turns, 'turn')}"
+                    f" · {short_model(session.model)}\n"
+                ),
                 style="dim",
             )
-            label.append(inert(session.title or "(no prompt)"))
+            label.append(inert(f"{' ' * len(indent)}{orphan}{session.title or '(no prompt)'}"))
             options.add_option(Option(label, id=str(session.path)))
         if shown:
             options.highlighted = 0
