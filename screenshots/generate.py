@@ -173,6 +173,11 @@ async def shoot(workspace: Path) -> None:
         await pilot.pause(1.5)  # a scrape of /metrics after the turn
         app.save_screenshot("server-panel-and-auto.svg", str(HERE))
 
+        await pilot.press("f2")  # the panel away: room for every figure of the status bar
+        await pilot.resize_terminal(200, 40)
+        await pilot.pause(1.0)
+        app.save_screenshot("cost-and-context.svg", str(HERE))
+
 
 async def shoot_replay(sessions: Path) -> None:
     """The session just shot, replayed at its recorded pace, caught while its three panes run again."""
@@ -191,7 +196,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         (home / "scenario.json").write_text(json.dumps(SCENARIO))
-        (home / "config.toml").write_text(f'[sim]\nscenario = "{home / "scenario.json"}"\ncache_min_tokens = 512\n')
+        # The simulator priced as a self-hosted GPU server would be: the status bar shows an estimated cost.
+        (home / "config.toml").write_text(
+            f'[sim]\nscenario = "{home / "scenario.json"}"\ncache_min_tokens = 512\n'
+            '[providers.sim]\nkind = "sim"\ncost_per_hour = 2.5\n'
+        )
         workspace = home / "project"
         workspace.mkdir()
         (workspace / "app.py").write_text("from cache import PrefixCache\n\n\ndef main():\n    return PrefixCache()\n")
