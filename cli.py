@@ -398,16 +398,13 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _app(args: argparse.Namespace) -> int:
     """Open the TUI; a bad config, provider, tier or missing key fails here, before the screen takes over."""
     from hotloop.config import load_config
-    from hotloop.headless.session_commands import saved_line
+    from hotloop.headless.session_commands import say_saved
     from hotloop.tui.app import HotloopApp
 
     options = _options(args, "app_")
     app = HotloopApp(load_config(), options)
     app.run()
-    log = app.session.last_log
-    line = saved_line(log.path, options.workspace) if log is not None else None
-    if line is not None:
-        print(line, file=sys.stderr)
+    say_saved(app.session.last_log, options.workspace)
     return 0
 
 

@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hotloop.agent.tools.builtins import read_at_most
 from hotloop.agent.tools.workspace import WorkspaceError, open_file
 
 FILES = ("AGENTS.md", "CLAUDE.md")  # in this order when both exist
@@ -38,6 +37,10 @@ class Instructions:
 
 def read_instructions(workspace: Path) -> Instructions:
     """The instruction files at the root of `workspace`, as a system prompt section."""
+    # Here, not at the top: the explainer and the prompt import this module at start-up, and the tools
+    # module brings RE2 (~14 ms before the first paint).
+    from hotloop.agent.tools.builtins import read_at_most
+
     sections, files, warnings = [], [], []
     for name in FILES:
         if not os.path.lexists(workspace / name):

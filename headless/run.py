@@ -7,14 +7,12 @@ line on stderr names the session saved and how to continue it.
 
 from __future__ import annotations
 
-import sys
-
 from hotloop.agent.events import AgentEvent, Notice
 from hotloop.config import Config, load_config, resolve
 from hotloop.core.session import SIDE_JOB_GRACE, Session, SessionOptions
 from hotloop.core.slash import Slash
 from hotloop.headless.printer import Printer
-from hotloop.headless.session_commands import saved_line
+from hotloop.headless.session_commands import say_saved
 
 
 async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: bool = False) -> int:
@@ -35,14 +33,11 @@ async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: b
         await session.open()
         failed = await _run_prompts(session, prompts)
     finally:
-        log = session.log
         await session.close(SIDE_JOB_GRACE)
         if session.log_problem is not None:
             printer(Notice(level="warning", message=session.log_problem))
         printer.close()
-        line = saved_line(log.path, options.workspace) if log is not None else None
-        if line is not None:
-            print(line, file=sys.stderr)
+        say_saved(session.last_log, options.workspace)
     # A step the output limit cut off, or a call no one could approve, left work undone even if the turn went on.
     return 1 if failed or session.cut_off_steps or session.unapproved_calls else 0
 

@@ -38,6 +38,7 @@ from hotloop.sessions.store import (
 )
 
 if TYPE_CHECKING:
+    from hotloop.sessions.log import SessionLog
     from hotloop.sessions.waterfall import TurnWaterfall
 
 
@@ -83,6 +84,13 @@ def pick_session(reference: str | None, doing: str) -> Pick:
 def say_note(pick: Pick) -> None:
     if pick.note is not None:
         _print(pick.note, file=sys.stderr)
+
+
+def say_saved(log: SessionLog | None, workspace: Path) -> None:
+    """On stderr, at exit: which session was saved and how to come back to it (nothing for a log not kept)."""
+    line = saved_line(log.path, workspace) if log is not None else None
+    if line is not None:
+        _print(line, file=sys.stderr)
 
 
 def saved_line(path: Path, workspace: Path) -> str | None:

@@ -107,9 +107,7 @@ async def shoot(workspace: Path) -> None:
         while len(app.screen.query("ApprovalBar.-asking")) == 0 or len(app.query_one("ApprovalBar").requests) < 3:
             await asyncio.sleep(0.05)
         answers = app.query_one("AnswerList")
-        answers.highlighted = next(
-            n for n in range(answers.option_count) if answers.get_option_at_index(n).id == "every"
-        )
+        answers.highlighted = answers.get_option_index("every")
         await pilot.press("enter")  # allow all three once
         while len(app.query("ToolPane.-running")) < 3:
             await asyncio.sleep(0.05)

@@ -64,8 +64,7 @@ async def test_several_waiting_calls_can_be_allowed_together_and_a_denial_says_w
         await wait_until(lambda: len(bar.requests) == 2)
         answers = bar.query_one("AnswerList")
         await wait_until(lambda: app.focused is answers)
-        every = next(n for n in range(answers.option_count) if answers.get_option_at_index(n).id == "every")
-        answers.highlighted = every
+        answers.highlighted = answers.get_option_index("every")
         press(app, "enter")
         await idle(app, pilot)
         assert sorted(ran) == ["make a", "make b"]

@@ -16,10 +16,10 @@ from rich.text import Text
 from textual.strip import Strip
 
 from hotloop.agent.events import StepFinished
-from hotloop.agent.figures import seconds
+from hotloop.agent.figures import seconds, tool_phase
 from hotloop.agent.tools.edit import change_summary, is_diff
 from hotloop.sessions.projection import CallRecord
-from hotloop.tui.render import Palette, RenderContext, markdown_lines, response_text, text_lines, tools_summary
+from hotloop.tui.render import Palette, RenderContext, markdown_lines, response_text, text_lines
 
 STATUS_MARK = {"ok": "✓", "error": "✗", "cancelled": "⊘", "running": "◌", "pending": "…"}
 EXPANDED_OUTPUT_LINES = 40
@@ -155,7 +155,7 @@ class ToolCallsItem(Item):
             lines += text_lines(line, ctx)[:1]
             if open_:
                 lines += _prefixed(self._details(call, _narrower(ctx, 4)), "    ", Style.parse(palette.muted))
-        lines += text_lines(Text(tools_summary(len(self.calls), self.wall, self.total), palette.muted), ctx)
+        lines += text_lines(Text(tool_phase(len(self.calls), self.wall, self.total), palette.muted), ctx)
         return Rendered(lines, targets)
 
     def _details(self, call: CallRecord, ctx: RenderContext) -> list[Strip]:

@@ -19,7 +19,7 @@ from textual.color import Color
 from textual.strip import Strip
 
 from hotloop.agent.events import ResponseFinished, StepFinished
-from hotloop.agent.figures import CUT_OFF, NOT_REPORTED, iterations, timing, tokens, tool_phase
+from hotloop.agent.figures import CUT_OFF, NOT_REPORTED, iterations, timing, tokens
 from hotloop.agent.text import inert
 from hotloop.core.markdown_blocks import block_starts, parser
 from hotloop.providers.events import UsageLedger
@@ -256,4 +256,3 @@ def response_text(response: ResponseFinished | StepFinished, palette: Palette) -
 
 # A step's tool phase on its strip, in the headless line's words:
 # `3 tools ran for 1.02 s (sum 3.01 s, 3.0× from parallelism)`.
-tools_summary = tool_phase

@@ -31,10 +31,8 @@ class AnswerList(OptionList):
     ]
 
     def action_answer(self, answer: str) -> None:
-        index = next((n for n in range(self.option_count) if self.get_option_at_index(n).id == answer), None)
-        if index is not None:
-            self.highlighted = index
-            self.action_select()
+        self.highlighted = self.get_option_index(answer)
+        self.action_select()
 
 
 class ApprovalBar(Vertical):
