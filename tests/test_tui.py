@@ -235,7 +235,8 @@ async def test_sessions_open_read_only_and_help_opens(isolated_home: Path) -> No
         await wait_until(lambda: app.screen.__class__.__name__ == "SessionView")
 
         def viewed() -> list[AnswerItem]:
-            return [i for i in app.screen.query_one("Transcript").history.items if isinstance(i, AnswerItem)]
+            shown = app.screen.query("Transcript")  # none until the screen has composed
+            return [i for i in shown.first().history.items if isinstance(i, AnswerItem)] if shown else []
 
         await wait_until(lambda: viewed())
         assert viewed() and viewed()[0].text == items_of(app, AnswerItem)[0].text
