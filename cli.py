@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         "prompts",
         nargs="*",
         metavar="PROMPT",
-        help="consecutive user turns (default: read stdin); /provider, /model or /tier between them switches",
+        help="consecutive user turns (default: read stdin); /provider, /model or /tier between them switches, "
+        "/compact compacts",
     )
     run.add_argument("--json", action="store_true", help="print every event as a JSON line instead of text")
     _session_options(run, prefix="")
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=sim_defaults.CACHE_MIN_TOKENS,
         metavar="N",
         help="shortest prompt prefix the Anthropic API caches (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-model-len",
+        type=_positive_int,
+        default=sim_defaults.MAX_MODEL_LEN,
+        metavar="N",
+        help="tokens a request may hold, prompt and answer, as vLLM's --max-model-len (default %(default)s)",
     )
     serve.add_argument(
         "--no-prompt-tokens-details",
@@ -435,7 +443,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _prompts(given: list[str]) -> list[str | Slash]:
     """The turns to run: the arguments (where /model, /tier and /provider switch between turns), or stdin."""
-    from hotloop.core.slash import SWITCHES, Slash, SlashError, parse
+    from hotloop.core.slash import BETWEEN_PROMPTS, Slash, SlashError, parse
 
     if not given:
         if sys.stdin.isatty():
@@ -452,8 +460,10 @@ def _prompts(given: list[str]) -> list[str | Slash]:
             slash = parse(text)
         except SlashError as error:
             raise UsageError(str(error)) from None
-        if slash is not None and slash.name not in SWITCHES:
-            raise UsageError(f"{slash.name} works in the app; between prompts, hotloop run takes {', '.join(SWITCHES)}")
+        if slash is not None and slash.name not in BETWEEN_PROMPTS:
+            raise UsageError(
+                f"{slash.name} works in the app; between prompts, hotloop run takes {', '.join(BETWEEN_PROMPTS)}"
+            )
         prompts.append(slash or text)
     if all(isinstance(prompt, Slash) for prompt in prompts):
         raise UsageError("give a prompt to run, not only commands")
@@ -488,6 +498,7 @@ def _sim_serve(args: argparse.Namespace) -> int:
         cache_blocks=args.cache_blocks,
         scenario=scenario,
         cache_min_tokens=args.cache_min_tokens,
+        max_model_len=args.max_model_len,
         prompt_tokens_details=not args.no_prompt_tokens_details,
         max_running=args.max_running,
         scheduling=args.scheduling_policy,

@@ -22,6 +22,7 @@ from msgspec import Meta, Struct, structs
 
 from hotloop import InputError, paths
 from hotloop.agent.approvals import ApprovalRules
+from hotloop.agent.compaction import DEFAULT_THRESHOLD
 from hotloop.agent.hooks import Hook
 from hotloop.agent.loop import MAX_STEPS, TOOL_TIMEOUT
 from hotloop.agent.pricing import StepPricer
@@ -138,6 +139,7 @@ class SimSettings(Struct, frozen=True, forbid_unknown_fields=True):
     scenario: Path | None = None  # relative to the config file's folder
     cache_blocks: Positive = sim.CACHE_BLOCKS
     cache_min_tokens: Positive = sim.CACHE_MIN_TOKENS
+    max_model_len: Positive = sim.MAX_MODEL_LEN
     max_running: AtLeastOne | None = None
     scheduling_policy: sim.Policy = sim.SCHEDULING_POLICY
     prompt_tokens_details: bool = sim.PROMPT_TOKENS_DETAILS
@@ -175,6 +177,16 @@ class RoutingSettings(Struct, frozen=True, forbid_unknown_fields=True):
     max_background: AtLeastOne = 1
 
 
+class ContextSettings(Struct, frozen=True, forbid_unknown_fields=True):
+    """`[context]`: when the conversation is compacted on its own (`/compact` works either way)."""
+
+    auto_compact: bool = True
+    # The share of the context window that, once the last step used it, compacts before the next turn.
+    compact_at: Annotated[float, _rule("must be a share of the window above 0, at most 1", gt=0, le=1)] = (
+        DEFAULT_THRESHOLD
+    )
+
+
 SIM_MODELS = ("sim-fast", "sim-balanced", "sim-strong")
 BUILTIN_PROVIDERS = {
     "sim": ProviderSettings("sim", "sim", models=SIM_MODELS, default_model="sim-balanced"),
@@ -200,6 +212,7 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
     tiers: dict[str, Tier] = msgspec.field(default_factory=lambda: dict(DEFAULT_TIERS))
     routing: RoutingSettings = RoutingSettings()
     latency: LatencySettings = LatencySettings()
+    context: ContextSettings = ContextSettings()
     approvals: ApprovalRules = ApprovalRules()
     hooks: tuple[Hook, ...] = ()
     shell: ShellSettings = ShellSettings()  # [shell]: run_shell's timeout, output limit and sandbox

@@ -6,7 +6,8 @@ The fingerprint goes into the session log with its step. When a step's cache rea
 of what the previous request left in the cache (allowing for block granularity and the last
 token a server always recomputes), the explainer compares the two requests and names the first
 segment that changed (an instruction file by name), or another cause: a switch of provider or model, an expired entry
-(Anthropic's TTL), or an eviction (nothing changed, yet it missed). A prompt below the
+(Anthropic's TTL), a compaction (the history was replaced by its summary), or an eviction (nothing changed,
+yet it missed). A prompt below the
 provider's cache minimum is never cached, so neither it nor the step after it is a miss.
 """
 
@@ -85,6 +86,11 @@ class CacheExplainer:
         self._current: tuple[Fingerprint, str, list[str], float] | None = None
         self._previous_usage: UsageLedger | None = None
         self._reads = CacheReads()
+        self._compacted = False  # the conversation was replaced by its summary since the last request
+
+    def compacted(self) -> None:
+        """The conversation was compacted: the next request's miss past the static prefix is that, not a fault."""
+        self._compacted = True
 
     def fingerprint(self, request: ChatRequest, provider: str, model: str, now: float) -> Fingerprint:
         """Fingerprint the request about to be sent; the last one becomes the previous."""
@@ -105,6 +111,7 @@ class CacheExplainer:
     def explain(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool) -> str:
         """`cache miss: … (N tokens re-prefilled)` when this step read less than the unchanged prefix; else ""."""
         previous_usage, self._previous_usage = self._previous_usage, usage
+        compacted, self._compacted = self._compacted, False
         using = (self._current[0].provider, self._current[0].model) if self._current is not None else ("", "")
         read = self._reads.read(usage, using)
         if self._previous is None or usage is None or usage.prompt_total is None or read is None:
@@ -121,12 +128,15 @@ class CacheExplainer:
         missed = expected - read
         if missed <= SLACK_TOKENS:
             return ""
-        return f"cache miss: {self._cause(messages, anthropic)} ({missed:,} tokens re-prefilled)"
+        return f"cache miss: {self._cause(messages, anthropic, compacted)} ({missed:,} tokens re-prefilled)"
 
-    def _cause(self, messages: list[Message], anthropic: bool) -> str:
+    def _cause(self, messages: list[Message], anthropic: bool, compacted: bool) -> str:
         assert self._previous is not None and self._current is not None
         before, system_before, digests_before, sent_before = self._previous
         now, system_now, digests_now, sent_now = self._current
+        static = (before.provider, before.model, before.system, before.instructions, before.tools)
+        if compacted and static == (now.provider, now.model, now.system, now.instructions, now.tools):
+            return "the conversation was compacted into its summary, which is new to the cache (as expected)"
         if (before.provider, before.model) != (now.provider, now.model):
             return f"switched from {before.provider} · {before.model}, whose cache this was"
         if before.system != now.system:

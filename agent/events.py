@@ -173,6 +173,30 @@ class HookRan(Event, frozen=True):
     decision: str = ""  # allow, ask or deny; "" said nothing
 
 
+class Compacted(Event, frozen=True):
+    """The conversation now goes on from `summary` in place of its first `turns` turns (the log keeps them all).
+
+    The summary came from the conversation's own model, asked at the end of the conversation's
+    exact request (so it read the cache); `usage` and the times are that request's.
+    `context_tokens` is how full the context was before (the last step's prompt and answer), and
+    `after_tokens` an estimate of the compacted conversation's size, scaled from the summary
+    request's own count; `window` the context window, if known.
+    """
+
+    trigger: Literal["manual", "auto"]
+    turns: int
+    summary: str
+    provider: str
+    model: str
+    usage: UsageLedger | None
+    ttft: float | None
+    model_time: float
+    context_tokens: int | None = None
+    after_tokens: int | None = None
+    window: int | None = None
+    cache_note: str = ""
+
+
 class Notice(Event, frozen=True):
     """Something the user should read: a failed MCP server, a provider error, a step cap."""
 
@@ -204,6 +228,7 @@ AgentEvent = (
     | TurnFinished
     | ProviderSwitched
     | SessionTitled
+    | Compacted
     | Notice
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from hotloop.agent.cache_explainer import CacheReads
-from hotloop.agent.events import ResponseFinished, StepFinished, StepStarted
+from hotloop.agent.events import Compacted, ResponseFinished, StepFinished, StepStarted
 from hotloop.agent.pricing import CostTotals, StepPricer
 from hotloop.providers.events import UsageLedger
 
@@ -141,6 +141,31 @@ def step_summary(step: StepFinished) -> str:
     return " · ".join(parts)
 
 
+def compaction_summary(compacted: Compacted) -> str:
+    """One line for a compaction: what it replaced, what it frees, and what the summary request cost.
+
+    e.g. `compacted 24 turns (auto) · context 98,211 → ≈ 3,050 tokens, ≈ 95,161 freed · summary: prompt
+    98,400 (cache read 98,304 · uncached 96) · out 812 · ttft 0.31 s · 4.21 s`.
+    """
+    how = "" if compacted.trigger == "manual" else f" ({compacted.trigger})"
+    parts = [f"compacted {counted(compacted.turns, 'turn')}{how}"]
+    before, after = compacted.context_tokens, compacted.after_tokens
+    if before is not None and after is not None:
+        parts.append(f"context {before:,} → ≈ {after:,} tokens, ≈ {max(before - after, 0):,} freed")
+    elif after is not None:
+        parts.append(f"context now ≈ {after:,} tokens")
+    usage = compacted.usage
+    parts.append(f"summary: {prompt_breakdown(usage)}")
+    if usage is not None and usage.distrust is None:
+        parts.append(f"out {tokens(usage.output)}")
+    if compacted.ttft is not None:
+        parts.append(f"ttft {seconds(compacted.ttft)}")
+    parts.append(seconds(compacted.model_time))
+    if compacted.cache_note:
+        parts.append(compacted.cache_note)
+    return " · ".join(parts)
+
+
 class SessionTotals:
     """Running totals over a session's steps, for the status bar.
 
@@ -166,14 +191,18 @@ class SessionTotals:
             tuple[str, str], list[int]
         ] = {}  # prompts without a cache figure, until their server reports
 
-    def add(self, event: StepStarted | StepFinished) -> None:
-        """Count a finished step; a started one says which provider and model answer it."""
+    def add(self, event: StepStarted | StepFinished | Compacted) -> None:
+        """Count a finished step, or a compaction's summary request; a started step says who answers it."""
         if isinstance(event, StepStarted):
             self._using = (event.provider, event.model)
             self.pricer.learn(event)
             return
-        self.steps += 1
-        self.cost.add(self.pricer.cost(event))
+        if isinstance(event, Compacted):
+            self._using = (event.provider, event.model)
+            self.cost.add(self.pricer.price(event, event.provider, event.model))
+        else:
+            self.steps += 1
+            self.cost.add(self.pricer.cost(event))
         usage = event.usage
         if usage is None or usage.prompt_total is None:
             self.unreported += 1

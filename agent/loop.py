@@ -18,13 +18,16 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from hotloop.agent.approvals import Approvals, Request, Verdict, subject_of
 from hotloop.agent.cache_explainer import CacheExplainer
+from hotloop.agent.compaction import compacted_messages, compacted_size, summary_messages, with_fix
 from hotloop.agent.events import (
     AgentEvent,
     ApprovalAsked,
     ApprovalDecided,
+    Compacted,
     HookRan,
     Notice,
     ProviderSwitched,
@@ -212,13 +215,61 @@ class Agent:
                     break
         except ProviderError as error:
             reason = "error"
-            self.emit(Notice(level="error", message=str(error)))
+            self.emit(Notice(level="error", message=with_fix(str(error))))
         except asyncio.CancelledError:
             self.emit(TurnFinished(turn=turn, reason="cancelled", steps=steps, wall=time.perf_counter() - started))
             raise
         if self.hooks is not None:
             await self._hooked(self.hooks.stop())
         return self._finish(turn, reason, steps, started)
+
+    async def compact(
+        self, trigger: Literal["manual", "auto"], context_tokens: int | None = None, window: int | None = None
+    ) -> Compacted:
+        """Replace the conversation by a summary its own model writes at the end of it (`agent/compaction.py`).
+
+        The conversation changes only once the summary is whole: an error, a cut-off or empty
+        summary, or a cancel leaves it as it was.
+        """
+        self._repair()
+        self._using = (self.provider.name, self.provider.model)
+        request = self._builder.request(summary_messages(self.messages), self.max_tokens, self.cache_key)
+        self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
+        stream = StepAccumulator(started=time.perf_counter())
+        async with self._interactive():
+            async for event in self.provider.stream(request):
+                if not isinstance(event, (ServerHint, ProviderWarning)):
+                    stream.take(event, time.perf_counter())
+        summary = stream.message().text.strip()
+        if stream.finish_reason == "length":
+            raise ProviderError(f"the summary was {CUT_OFF}")
+        if not summary:
+            raise ProviderError("the model wrote no summary")
+        messages = compacted_messages(summary)
+        compacted = Compacted(
+            trigger=trigger,
+            turns=self.turn,
+            summary=summary,
+            provider=self.provider.name,
+            model=self.provider.model,
+            usage=stream.usage,
+            ttft=stream.ttft(),
+            model_time=time.perf_counter() - stream.started,
+            context_tokens=context_tokens,
+            after_tokens=compacted_size(
+                self._builder.request(compacted_messages("")),
+                request,
+                stream.usage.prompt_total if stream.usage else None,
+                stream.usage.output if stream.usage else None,
+            ),
+            window=window,
+            cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
+        )
+        self.messages, self._checked = messages, 0
+        self._explainer.compacted()
+        self.warmth.record(self.provider.name, self.provider.model, stream.usage)
+        self.emit(compacted)
+        return compacted
 
     def _finish(self, turn: int, reason: TurnEnd, steps: int, started: float) -> TurnFinished:
         finished = TurnFinished(turn=turn, reason=reason, steps=steps, wall=time.perf_counter() - started)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Literal
 
-from hotloop.agent.events import AgentEvent, ProviderSwitched, ResponseFinished, StepFinished, StepStarted
+from hotloop.agent.events import AgentEvent, Compacted, ProviderSwitched, ResponseFinished, StepFinished, StepStarted
 from hotloop.providers.events import UsageLedger
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ class StepPricer:
         """The step's cost, priced as the provider and model of the last `StepStarted`."""
         return self.price(step, *self.using)
 
-    def price(self, step: ResponseFinished | StepFinished, provider: str, model: str) -> Cost | None:
+    def price(self, step: ResponseFinished | StepFinished | Compacted, provider: str, model: str) -> Cost | None:
         """A step's cost, from its response when it was cut short before it finished (the model was paid)."""
         return price_step(
             step.usage,

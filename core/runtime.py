@@ -251,6 +251,7 @@ def simulator_config(config: Config) -> SimConfig:
         cache_blocks=sim.cache_blocks,
         scenario=scenario,
         cache_min_tokens=sim.cache_min_tokens,
+        max_model_len=sim.max_model_len,
         max_running=sim.max_running,
         scheduling=sim.scheduling_policy,
         prompt_tokens_details=sim.prompt_tokens_details,

@@ -24,12 +24,20 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from hotloop import InputError
 from hotloop.agent.approvals import NO_ONE, ApprovalRules, Approvals, Ask
-from hotloop.agent.events import AgentEvent, ApprovalDecided, Notice, ProviderSwitched, StepFinished, TurnFinished
-from hotloop.agent.figures import short_model
+from hotloop.agent.events import (
+    AgentEvent,
+    ApprovalDecided,
+    Compacted,
+    Notice,
+    ProviderSwitched,
+    StepFinished,
+    TurnFinished,
+)
+from hotloop.agent.figures import context_use, short_model
 from hotloop.agent.hooks import Hooks
 from hotloop.agent.tools.shell import sandbox_notice
 from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, Target, resolve
@@ -140,6 +148,7 @@ class Session:
         self._unlogged: list[AgentEvent] = []  # said before the log exists; written when it opens
         self._unanswered = False  # a log this session created that no step has finished in yet
         self.last_log: SessionLog | None = None  # the log closed last: the one to name on exit
+        self.context_used: int | None = None  # tokens the last step left in the context: its prompt and answer
         self._turns = 0  # turns in flight
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
         self._server_task: asyncio.Task[None] | None = None
@@ -166,8 +175,11 @@ class Session:
             self._unlogged.append(event)
         if isinstance(event, _ANSWERS):
             self._unanswered = False
-        if isinstance(event, StepFinished) and event.finish_reason == "length":
-            self.cut_off_steps += 1
+        if isinstance(event, StepFinished):
+            self.cut_off_steps += event.finish_reason == "length"
+            self._measure(event)
+        elif isinstance(event, Compacted):
+            self.context_used = event.after_tokens
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
             self.unapproved_calls += 1
         self._sink(event)
@@ -296,10 +308,23 @@ class Session:
         header, conversation = resumed.session.header, resumed.conversation
         self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.routing_key)
         self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
+        self.context_used = None
+        for event in resumed.session.events:
+            if isinstance(event, StepFinished):
+                self._measure(event)
+            elif isinstance(event, Compacted):
+                self.context_used = event.after_tokens
         self._open_log(log)
         self._restored(resumed.session)
         for event in resumed.opening_events(notes + moved):
             self.emit(event)
+
+    def _measure(self, step: StepFinished) -> None:
+        usage = step.usage
+        if usage is not None and usage.prompt_total is not None:
+            self.context_used = usage.prompt_total + (usage.output or 0)
+        else:
+            self.context_used = None
 
     def _open_log(self, log: SessionLog) -> None:
         self.log = log
@@ -325,10 +350,59 @@ class Session:
         self._turns += 1
         self._nudge.set()
         try:
+            await self._compact_if_full()
             return await self.router.turn(self.agent, prompt)
         finally:
             self._turns -= 1
             self._nudge.set()
+
+    def context(self) -> tuple[int, int] | None:
+        """How full the context is: the tokens the last step left in it, and the window; None if either is unknown."""
+        window = self.context_window()
+        return (self.context_used, window) if self.context_used is not None and window else None
+
+    async def compact(self) -> Compacted | None:
+        """`/compact`: the conversation replaced by its summary; None if that failed (a notice says why)."""
+        assert self.agent is not None
+        if self.log is None or not self.agent.messages:
+            raise InputError("nothing to compact yet: this conversation has no turn")
+        if self.busy:
+            raise InputError("a turn is running: compact when it ends")
+        self._turns += 1
+        self._nudge.set()
+        try:
+            return await self._compact("manual")
+        finally:
+            self._turns -= 1
+            self._nudge.set()
+
+    async def _compact_if_full(self) -> None:
+        """Compact before a turn once the last step filled `[context] compact_at` of the window."""
+        settings, measured = self.config.context, self.context()
+        if not settings.auto_compact or measured is None or self.agent is None or not self.agent.messages:
+            return
+        used, window = measured
+        if used < settings.compact_at * window:
+            return
+        self.emit(
+            Notice(
+                level="info",
+                message=f"compacting the conversation first: {context_use(used, window)}, past "
+                f"[context] compact_at = {settings.compact_at:g}",
+            )
+        )
+        await self._compact("auto")
+
+    async def _compact(self, trigger: Literal["manual", "auto"]) -> Compacted | None:
+        from hotloop.providers.errors import ProviderError
+
+        assert self.agent is not None
+        measured = self.context()
+        try:
+            return await self.agent.compact(trigger, *(measured or (self.context_used, None)))
+        except ProviderError as error:
+            self.emit(Notice(level="error", message=f"compaction failed: {error}; the conversation is unchanged"))
+            return None
 
     async def switch(self, choice: Choice) -> ProviderSwitched:
         """Move the conversation to another provider, model or tier from the next request on."""
@@ -359,6 +433,7 @@ class Session:
         assert self.agent is not None
         self._close_log()
         self.agent = self._new_agent(self.agent.provider, self._system())
+        self.context_used = None
 
     async def continue_session(self, path: Path) -> None:
         """Leave this conversation (its log stays) and go on with the saved one at `path`."""

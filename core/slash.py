@@ -1,6 +1,6 @@
-"""Slash commands typed as a prompt: /model, /tier, /provider, /new, /fork, /mcp, /help.
+"""Slash commands typed as a prompt: /model, /tier, /provider, /new, /fork, /compact, /mcp, /help.
 
-The app takes all of them; `hotloop run` takes the switching ones between its prompts.
+The app takes all of them; `hotloop run` takes the switching ones and /compact between its prompts.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ COMMANDS = {
     "/provider": "NAME [MODEL]: switch provider (and model); the conversation continues",
     "/new": "start a new conversation (and session log)",
     "/fork": "[N]: go on in a new session holding this conversation up to turn N (default: all of it)",
+    "/compact": "replace the conversation by a summary its model writes; the cached prefix is kept",
     "/mcp": "[restart NAME]: the MCP servers, their state and tools; restart one",
     "/help": "show keys and commands",
 }
 _NEEDS_ARGUMENT = {"/model", "/tier", "/provider"}
 SWITCHES = ("/model", "/tier", "/provider")
+BETWEEN_PROMPTS = (*SWITCHES, "/compact")  # what `hotloop run` takes among its prompts
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ def parse(text: str) -> Slash | None:
         raise SlashError(f"too many arguments: {name} {COMMANDS[name]}")
     if name == "/mcp" and args and (args[0] != "restart" or len(args) != 2):
         raise SlashError(f"/mcp takes nothing, or restart NAME: /mcp {COMMANDS[name]}")
+    if name in ("/new", "/compact", "/help") and args:
+        raise SlashError(f"{name} takes no arguments")
     if name == "/fork" and (len(args) > 1 or (args and not _turn_number(args[0]))):
         raise SlashError(f"/fork takes nothing, or a turn number: /fork {COMMANDS[name]}")
     return Slash(name, tuple(args))

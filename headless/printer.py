@@ -27,6 +27,7 @@ from hotloop.agent.events import (
     AgentEvent,
     ApprovalAsked,
     ApprovalDecided,
+    Compacted,
     Notice,
     ProviderSwitched,
     SessionTitled,
@@ -36,7 +37,7 @@ from hotloop.agent.events import (
     TurnFinished,
     encode,
 )
-from hotloop.agent.figures import seconds, step_summary
+from hotloop.agent.figures import compaction_summary, seconds, step_summary
 from hotloop.agent.switching import describe_switch
 from hotloop.agent.text import inert
 from hotloop.headless.markdown_stream import MarkdownStream
@@ -98,6 +99,8 @@ class Printer:
             self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
         elif isinstance(event, SessionTitled):
             self._status(f"session titled: {event.title}", "dim")
+        elif isinstance(event, Compacted):
+            self._status(compaction_summary(event), "cyan")
         elif isinstance(event, TurnFinished):
             self._end_stream()
 

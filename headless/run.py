@@ -1,6 +1,6 @@
 """`hotloop run`: prompts as consecutive turns of one session, printed as they stream.
 
-A `Slash` among the prompts (`/provider`, `/model`, `/tier`) switches before the next turn;
+A `Slash` among the prompts (`/provider`, `/model`, `/tier`) switches before the next turn, `/compact` compacts;
 every switch is checked before the first turn runs, so a typo fails at once. At the end, a
 line on stderr names the session saved and how to continue it.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from hotloop.agent.events import AgentEvent, Notice
 from hotloop.config import Config, load_config, resolve
 from hotloop.core.session import SIDE_JOB_GRACE, Session, SessionOptions
-from hotloop.core.slash import Slash
+from hotloop.core.slash import SWITCHES, Slash
 from hotloop.headless.printer import Printer
 from hotloop.headless.session_commands import say_saved
 
@@ -46,7 +46,10 @@ async def _run_prompts(session: Session, prompts: list[str | Slash]) -> bool:
     """Run the turns and switches in order; True if a turn failed (the rest would only fail again)."""
     assert session.agent is not None
     for prompt in prompts:
-        if isinstance(prompt, Slash):
+        if isinstance(prompt, Slash) and prompt.name == "/compact":
+            if await session.compact() is None:
+                return True
+        elif isinstance(prompt, Slash):
             await session.switch(prompt.choice(session.agent.provider.name))
         elif (await session.turn(prompt)).reason == "error":
             return True
@@ -56,5 +59,5 @@ async def _run_prompts(session: Session, prompts: list[str | Slash]) -> bool:
 def check_switches(config: Config, provider: str, prompts: list[str | Slash]) -> None:
     """Fail before the first turn if a switch among the prompts names a provider, model or tier that can't be used."""
     for prompt in prompts:
-        if isinstance(prompt, Slash):
+        if isinstance(prompt, Slash) and prompt.name in SWITCHES:
             provider = resolve(config, prompt.choice(provider)).settings.name

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hotloop.agent.compaction import compacted_messages
 from hotloop.agent.events import (
     AgentEvent,
+    Compacted,
     Notice,
     ProviderSwitched,
     ResponseFinished,
@@ -92,6 +94,9 @@ class _Builder:
         elif isinstance(event, ProviderSwitched):
             conversation.provider, conversation.model = event.provider, event.model
             conversation.base_url = event.base_url
+        elif isinstance(event, Compacted):
+            self._close_step()
+            conversation.messages, self._checked = compacted_messages(event.summary), 0
 
     def _step_started(self, event: StepStarted) -> None:
         self._close_step()

@@ -16,7 +16,15 @@ from typing import BinaryIO
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, ProviderSwitched, SessionTitled, StepFinished, StepStarted, TurnStarted
+from hotloop.agent.events import (
+    AgentEvent,
+    Compacted,
+    ProviderSwitched,
+    SessionTitled,
+    StepFinished,
+    StepStarted,
+    TurnStarted,
+)
 from hotloop.agent.pricing import CostTotals, price_step
 
 TITLE_LENGTH = 60
@@ -24,6 +32,7 @@ TITLE_LENGTH = 60
 _TURN_PREFIX = b'{"type":"turn_started"'
 _STEP_PREFIX = b'{"type":"step_finished"'
 _TITLE_PREFIX = b'{"type":"session_titled"'
+_COMPACTED_PREFIX = b'{"type":"compacted"'
 _STARTED_PREFIX = b'{"type":"step_started"'
 _SWITCHED_PREFIX = b'{"type":"provider_switched"'
 _HEADER_PREFIX = b'{"type":"session",'
@@ -46,6 +55,7 @@ class _Server(msgspec.Struct, gc=False):
 _turn = msgspec.json.Decoder(TurnStarted)
 _server = msgspec.json.Decoder(_Server)
 _step = msgspec.json.Decoder(StepFinished)
+_compacted = msgspec.json.Decoder(Compacted)
 _titled = msgspec.json.Decoder(SessionTitled)
 _used = msgspec.json.Decoder(_Used)
 
@@ -96,7 +106,7 @@ class Summary(msgspec.Struct, gc=False):
             self.titled = event.title
         elif isinstance(event, ProviderSwitched):
             self.learn(event.provider, event.base_url)
-        elif isinstance(event, StepFinished):
+        elif isinstance(event, (StepFinished, Compacted)):
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
@@ -107,8 +117,9 @@ class Summary(msgspec.Struct, gc=False):
         if base_url:
             self.servers[provider] = base_url
 
-    def _price(self, step: StepFinished) -> None:
-        provider, model = self.provider or "", self.model or ""
+    def _price(self, step: StepFinished | Compacted) -> None:
+        provider, model = (step.provider, step.model) if isinstance(step, Compacted) else (self.provider, self.model)
+        provider, model = provider or "", model or ""
         cost = price_step(step.usage, model, self.servers.get(provider, ""), at=step.ts)
         if cost is None:
             self.unpriced += 1
@@ -128,6 +139,8 @@ class Summary(msgspec.Struct, gc=False):
                 elif line.startswith(_STARTED_PREFIX):
                     used = _used.decode(line)
                     self.provider, self.model = used.provider, used.model
+                elif line.startswith(_COMPACTED_PREFIX):
+                    self.observe(_compacted.decode(line))
                 elif line.startswith(_TITLE_PREFIX):
                     self.observe(_titled.decode(line))
                 elif line.startswith((_SWITCHED_PREFIX, _HEADER_PREFIX)):

@@ -16,14 +16,16 @@ from pathlib import Path
 
 from aiohttp import web
 
-from hotloop.agent.events import AgentEvent
+from hotloop.agent.events import AgentEvent, fan_out
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolRegistry
+from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sim.engine import NO_LATENCY, LatencyProfile, SimConfig
 from hotloop.providers.sim.model import load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sessions.log import SessionLog
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
@@ -161,3 +163,30 @@ def killed_mid_answer(home: Path) -> Path:
         process.wait()
     [path] = folder.glob("*.jsonl")
     return path
+
+
+def provider_on(sim: EmbeddedSimulator, protocol: str) -> OpenAIChatProvider | AnthropicProvider:
+    """A provider on the simulator, over OpenAI's API or Anthropic's (with thinking, whose signatures go back)."""
+    if protocol == "anthropic":
+        return AnthropicProvider(
+            name="sim-anthropic",
+            model="sim-fast",
+            base_url=sim.url,
+            max_retries=0,
+            thinking_budget=1024,
+            max_tokens=4096,
+        )
+    return OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0)
+
+
+def logged_agent(sim: EmbeddedSimulator, protocol: str, workspace: Path, log: SessionLog) -> tuple[Agent, Recorder]:
+    """An agent whose events go to `log` as a session's do, keyed by the log's id."""
+    recorder = Recorder()
+    agent = Agent(
+        provider_on(sim, protocol),
+        ToolRegistry(builtin_tools()),
+        emit=fan_out(recorder, log.write),
+        workspace=workspace,
+        cache_key=log.id,
+    )
+    return agent, recorder

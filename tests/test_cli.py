@@ -293,7 +293,7 @@ def test_run_rejects_commands_it_cannot_run_before_starting(workspace, isolated_
             "hi",
             "/new",
             "again",
-        ): "hotloop: /new works in the app; between prompts, hotloop run takes /model, /tier, /provider",
+        ): "hotloop: /new works in the app; between prompts, hotloop run takes /model, /tier, /provider, /compact",
         (
             "hi",
             "/provider nope",

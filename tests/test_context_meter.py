@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hotloop.agent.events import StepFinished, StepStarted, TurnStarted
 from hotloop.agent.figures import context_use
 from hotloop.providers.events import UsageLedger
@@ -39,25 +41,33 @@ def test_the_meter_names_the_window_as_people_say_it() -> None:
     assert context_use(1_000, 4_096) == "ctx 24% of 4k"
 
 
-async def test_the_status_bar_shows_the_servers_window_and_warns_once_near_the_end(isolated_home: Path) -> None:
+@pytest.mark.parametrize("auto_compact", [True, False])
+async def test_the_status_bar_shows_the_servers_window_and_warns_once_near_the_end_unless_it_compacts(
+    isolated_home: Path, auto_compact: bool
+) -> None:
     write_config(isolated_home)
+    with (isolated_home / "config.toml").open("a") as config:
+        config.write(f"[context]\nauto_compact = {str(auto_compact).lower()}\n")
     async with running_app(size=(140, 30)) as (app, _):
         window = app.session.context_window()
         assert window == 131_072  # the simulator's max_model_len, as vLLM lists it
         for event in step(1, 40_000, 500):
-            app.show(event)
+            app.session.emit(event)
         await wait_until(lambda: app.status.context == (40_500, 131_072))
         assert "ctx 31% of 128k" in str(app.status.render())
         for event in [*step(2, 107_000, 300), *step(3, 108_000, 300)]:
-            app.show(event)
+            app.session.emit(event)
         await wait_until(lambda: app.status.context == (108_300, 131_072))
 
         def warnings() -> list[str]:
             return [str(n.message) for n in app._notifications if "context is" in str(n.message)]
 
+        if auto_compact:  # the next turn compacts first (the meter's update and a warning come in one call)
+            assert warnings() == []
+            return
         await wait_until(warnings)
         assert warnings() == [  # at step 2, once: step 3 says nothing more
-            "the context is 82% full (23,772 tokens left): /new starts a fresh conversation"
+            "the context is 82% full (23,772 tokens left): /compact summarizes it, /new starts a fresh conversation"
         ]
 
 

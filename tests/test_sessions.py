@@ -11,47 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.agent.events import Notice, StepStarted, TextDelta, TurnFinished, TurnStarted, fan_out
-from hotloop.agent.loop import Agent
-from hotloop.agent.tools.builtins import builtin_tools
-from hotloop.agent.tools.registry import ToolRegistry
+from hotloop.agent.events import Notice, StepStarted, TextDelta, TurnFinished, TurnStarted
 from hotloop.cli import main
 from hotloop.core.resumption import Resumption
-from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
-from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionInUse, SessionLog
 from hotloop.sessions.replay import IDLE_GAP, Replay, Timeline
 from hotloop.sessions.store import SessionError, find_session, list_sessions, read_session
 
-from support import Recorder, killed_mid_answer, start_sim
+from support import killed_mid_answer, logged_agent, start_sim
 
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
-
-
-def provider_on(sim, protocol: str):  # type: ignore[no-untyped-def]
-    if protocol == "anthropic":
-        return AnthropicProvider(
-            name="sim-anthropic",
-            model="sim-fast",
-            base_url=sim.url,
-            max_retries=0,
-            thinking_budget=1024,
-            max_tokens=4096,
-        )
-    return OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0)
-
-
-def logged_agent(sim, protocol: str, workspace: Path, log: SessionLog) -> tuple[Agent, Recorder]:  # type: ignore[no-untyped-def]
-    recorder = Recorder()
-    agent = Agent(
-        provider_on(sim, protocol),
-        ToolRegistry(builtin_tools()),
-        emit=fan_out(recorder, log.write),
-        workspace=workspace,
-        cache_key=log.id,
-    )
-    return agent, recorder
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])

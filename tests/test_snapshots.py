@@ -69,7 +69,7 @@ def showing(events: list):  # type: ignore[no-untyped-def]
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await settle(pilot)
         for event in events:
-            pilot.app.show(event)
+            pilot.app.session.emit(event)
         await pilot.pause()
 
     return run_before

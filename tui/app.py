@@ -28,6 +28,7 @@ from textual.worker import Worker, WorkerState
 from hotloop import InputError
 from hotloop.agent.events import (
     AgentEvent,
+    Compacted,
     Notice,
     ProviderSwitched,
     SessionTitled,
@@ -221,13 +222,11 @@ class HotloopApp(App[None]):
     def _restored(self, session: LoggedSession) -> None:
         """A saved session is being continued: its history on screen, its totals in the status bar."""
         self.transcript.fast_forward(session.events)
-        steps = [event for event in session.events if isinstance(event, (StepStarted, StepFinished))]
+        steps = [event for event in session.events if isinstance(event, (StepStarted, StepFinished, Compacted))]
         for event in steps:
             self.totals.add(event)
         self.status.totals = self.totals
-        finished = [event for event in steps if isinstance(event, StepFinished)]
-        if finished:
-            self._measure_context(finished[-1])
+        self._measure_context()
         self.say(f"continuing session {session.header.id}")
 
     def _show_provider(self) -> None:
@@ -301,19 +300,19 @@ class HotloopApp(App[None]):
             else:
                 self._next_prompt()
 
-    def _measure_context(self, step: StepFinished) -> None:
-        """The meter after a step: its prompt and answer are what the next request starts from."""
-        usage, window = step.usage, self.session.context_window()
-        if usage is None or usage.prompt_total is None or window is None:
-            self.status.context = None
+    def _measure_context(self) -> None:
+        """The meter after a step or a compaction; a warning once the context nears full and nothing will compact it."""
+        self.status.context = measured = self.session.context()
+        if measured is None or self._context_warned:
             return
-        used = usage.prompt_total + (usage.output or 0)
-        self.status.context = (used, window)
-        if used >= CONTEXT_WARNING * window and not self._context_warned:
+        used, window = measured
+        settings = self.session.config.context
+        if used >= CONTEXT_WARNING * window and (not settings.auto_compact or settings.compact_at > CONTEXT_WARNING):
             self._context_warned = True
             left = max(window - used, 0)
             self.say(
-                f"the context is {used / window:.0%} full ({left:,} tokens left): /new starts a fresh conversation",
+                f"the context is {used / window:.0%} full ({left:,} tokens left): /compact summarizes it, "
+                "/new starts a fresh conversation",
                 "warning",
                 timeout=10,
             )
@@ -330,10 +329,10 @@ class HotloopApp(App[None]):
         if isinstance(event, StepStarted):
             self.status.state = f"step {event.step}"
             self.totals.add(event)
-        elif isinstance(event, StepFinished):
+        elif isinstance(event, (StepFinished, Compacted)):
             self.totals.add(event)
             self.status.totals = self.totals
-            self._measure_context(event)
+            self._measure_context()
         elif isinstance(event, ProviderSwitched):
             self.status.provider, self.status.model = event.provider, event.model
             self.status.tier = self.session.tier_label(event.provider, event.model)
@@ -463,6 +462,8 @@ class HotloopApp(App[None]):
             self.action_help()
         elif slash.name == "/fork":
             self.fork(int(slash.args[0]) if slash.args else None)
+        elif slash.name == "/compact":
+            self._compact()
         elif slash.name == "/mcp":
             if self.agent is None:
                 self.say("not connected yet", severity="warning")
@@ -472,6 +473,23 @@ class HotloopApp(App[None]):
             self._retarget(slash.choice(self.session.choice.provider or self.session.config.default_provider))
         else:
             self.switch_to(slash.choice(self.agent.provider.name))
+
+    def _compact(self) -> None:
+        if self.agent is None:
+            self.say("not connected yet", severity="warning")
+        elif self.turn_running:
+            self.say("a turn is running: /compact when it ends", severity="warning")
+        else:
+            self.status.state = "compacting…"
+            self.compact()
+
+    @work(exclusive=True, group="turn", exit_on_error=False)
+    async def compact(self) -> None:
+        """`/compact`, in the turn's group: prompts sent meanwhile queue, and Esc cancels it."""
+        try:
+            await self.session.compact()
+        except InputError as error:
+            self.say(str(error), severity="error")
 
     @work(exclusive=True, group="fork", exit_on_error=False)
     async def fork(self, turn: int | None) -> None:

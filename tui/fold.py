@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hotloop.agent.events import (
     AgentEvent,
+    Compacted,
     Notice,
     ProviderSwitched,
     StepFinished,
@@ -21,7 +22,7 @@ from hotloop.agent.figures import counted
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import TextDelta
 from hotloop.sessions.projection import CUT_SHORT, FINAL, CallRecord, Projection, StepRecord
-from hotloop.tui.items import AnswerItem, Item, NoticeItem, ToolCallsItem, UsageItem, UserItem
+from hotloop.tui.items import AnswerItem, CompactionItem, Item, NoticeItem, ToolCallsItem, UsageItem, UserItem
 
 
 class TranscriptFold:
@@ -51,6 +52,8 @@ class TranscriptFold:
             return [(NoticeItem(event.level, event.message), 1)]
         if isinstance(event, ProviderSwitched):
             return [(NoticeItem("info", describe_switch(event)), 1)]
+        if isinstance(event, Compacted):
+            return [(CompactionItem(event), 1)]
         return []
 
     def apply_all(self, events: list[AgentEvent]) -> list[tuple[Item, int]]:

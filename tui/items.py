@@ -15,8 +15,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
-from hotloop.agent.events import StepFinished
-from hotloop.agent.figures import seconds, tool_phase
+from hotloop.agent.events import Compacted, StepFinished
+from hotloop.agent.figures import compaction_summary, seconds, tool_phase
 from hotloop.agent.tools.edit import change_summary, is_diff
 from hotloop.sessions.projection import CallRecord
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, response_text, text_lines
@@ -209,3 +209,30 @@ class NoticeItem(Item):
 
     def copy_text(self) -> str:
         return self.message
+
+
+@dataclass
+class CompactionItem(Item):
+    """A rule where the conversation was compacted, its figures, and the summary that replaced it (click to read)."""
+
+    compacted: Compacted
+    open: bool = False
+
+    def render(self, ctx: RenderContext) -> Rendered:
+        palette = ctx.palette
+        arrow = "▾" if self.open else "▸"
+        rule = Text(f"{arrow} ── conversation compacted ", Style.parse(f"bold {palette.accent}"))
+        rule.append("─" * max(ctx.width - rule.cell_len, 0), palette.accent)
+        lines = text_lines(rule, ctx) + text_lines(Text(compaction_summary(self.compacted), palette.muted), ctx)
+        if self.open:
+            lines += _prefixed(markdown_lines(self.compacted.summary, _narrower(ctx, 2)), "  ", Style())
+        return Rendered(lines, {0: "summary"})
+
+    def toggle(self, key: str) -> None:
+        self.open = not self.open
+
+    def copy_text(self) -> str:
+        return self.compacted.summary
+
+    def estimate_height(self, width: int) -> int:
+        return 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 CACHE_BLOCKS = 16_384  # the prefix cache's capacity, in 16-token blocks
+MAX_MODEL_LEN = 131_072  # vLLM's --max-model-len: tokens a request may hold, prompt and answer
 # Anthropic's minimum cacheable prompt for Sonnet-class models; shorter prefixes are not cached.
 CACHE_MIN_TOKENS = 1024
 Policy = Literal["fcfs", "priority"]  # vLLM's --scheduling-policy

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hotloop.providers.sim.cache import BreakpointCache, CacheBlock, CacheUse, PrefixCache, block_hashes
-from hotloop.providers.sim.defaults import CACHE_BLOCKS, CACHE_MIN_TOKENS, PROMPT_TOKENS_DETAILS, SCHEDULING_POLICY
+from hotloop.providers.sim.defaults import (
+    CACHE_BLOCKS,
+    CACHE_MIN_TOKENS,
+    MAX_MODEL_LEN,
+    PROMPT_TOKENS_DETAILS,
+    SCHEDULING_POLICY,
+)
 from hotloop.providers.sim.model import Faults, Refusal, Reply, padded, reply, scenario_step, thinking_for
 from hotloop.providers.sim.template import END, Call, Turn, assistant_body, call_text, render
 from hotloop.providers.sim.tokenizer import encode, pieces
@@ -44,7 +50,7 @@ class SimConfig:
     cache_blocks: int = CACHE_BLOCKS
     scenario: tuple[Reply, ...] = ()
     prompt_tokens_details: bool = PROMPT_TOKENS_DETAILS
-    max_model_len: int = 131_072
+    max_model_len: int = MAX_MODEL_LEN
     cache_min_tokens: int = CACHE_MIN_TOKENS
     # vLLM's --max-num-seqs (None: unlimited) and --scheduling-policy (fcfs or priority).
     max_running: int | None = None

@@ -357,7 +357,7 @@ def scenario_step(turns: list[Turn]) -> int:
 def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply, ...] = ()) -> Reply:
     """The reply to a conversation, from the scenario while it lasts, then from the planner.
 
-    A side job (classify a task, title a conversation, summarize a tool result) is answered
+    A side job (classify a task, title a conversation, summarize a tool result, compact the conversation) is answered
     whatever the scenario says: a scenario scripts the main agent's steps.
     """
     side_job = _side_job(turns)
@@ -383,6 +383,9 @@ _SPLIT_PARTS = re.compile(
 )
 _POLITE = re.compile(r"^(?:please|can you|could you|would you|i want you to|i'd like you to)\s+", re.IGNORECASE)
 _SUMMARY_WORDS = re.compile(r"at most (\d+) words")
+# hotloop's compaction instruction (agent/compaction.py) says this; the summary it asks for replaces the conversation.
+_COMPACTING = "is about to be compacted"
+_SUMMARY_BLOCK = re.compile(r"<summary>\n(.*)\n</summary>", re.DOTALL)
 
 
 def _side_job(turns: list[Turn]) -> Reply | None:
@@ -394,6 +397,8 @@ def _side_job(turns: list[Turn]) -> Reply | None:
         return fresh
     # Asked at the end of the conversation it is about, to read its cached prefix: a title is about all of it.
     about, _, instruction = turns[-1].text.rpartition("\n\n")
+    if _COMPACTING in instruction:
+        return Reply(text=conversation_summary(turns[:-1]))
     return _job(instruction, about or first_user)
 
 
@@ -407,6 +412,31 @@ def _job(instruction: str, about: str) -> Reply | None:
         words = _SUMMARY_WORDS.search(instruction)
         return Reply(text=summary_of(about, int(words.group(1)) if words else 60))
     return None
+
+
+def conversation_summary(turns: list[Turn]) -> str:
+    """A compaction's summary: each request of the user, the tools it took, and the first line of the answer.
+
+    An earlier summary (the conversation was compacted before) is kept whole at the top.
+    """
+    lines = ["## The conversation so far"]
+    for turn in turns:
+        if turn.role == "user" and (earlier := _SUMMARY_BLOCK.search(turn.text)):
+            lines += earlier.group(1).splitlines()[1:]
+        elif turn.role == "user":
+            lines.append(f"- The user asked: {_clipped(_strip_context(turn.text), 100)}")
+        elif turn.role == "assistant" and turn.calls:
+            calls = ", ".join(f"{call.name}({_clipped(call.arguments, 60)})" for call in turn.calls)
+            lines.append(f"  - called {calls}")
+        elif turn.role == "assistant":
+            first = next((line for line in turn.text.splitlines() if line.strip(" #")), "")
+            lines.append(f"  - answered: {_clipped(first.strip(' #'), 100)}")
+    return "\n".join(lines)
+
+
+def _clipped(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def classify(task: str) -> str:

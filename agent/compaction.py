@@ -1,0 +1,73 @@
+"""Compaction that keeps the cache: the conversation summarized by its own model, then replaced by the summary.
+
+The summary request is the conversation's next request as the agent would send it (system
+prompt, tools, every message, byte for byte) with one more user message: the instruction. So
+it reads the whole conversation from the provider's cache and prefills only the instruction.
+The compacted conversation keeps the static prefix (system prompt and tools) as it was, so the
+first request after it reads that from the cache too; only the summary and the new prompt are
+prefilled. A naive compaction (a fresh summarization prompt over a transcript, then a fresh
+conversation) prefills everything twice: `benchmarks/compaction.py` measures both.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from hotloop.providers.conversation import ChatRequest, Message, UserMessage
+
+INSTRUCTION = (
+    "The conversation above is about to be compacted: write the summary that will replace it. Don't call any "
+    "tool. Keep what the work needs to go on: the user's requests and constraints, decisions made and why, "
+    "files read or changed (with paths), commands run and their outcome, errors met, and what is left to do. "
+    "Drop pleasantries and repetition. Reply with the summary only, in Markdown."
+)
+OPENING = (
+    "This conversation was compacted to save context: its earlier turns are summarized below. "
+    "Go on from this summary; ask the user if something you need is missing from it."
+)
+DEFAULT_THRESHOLD = 0.8  # of the context window, before a turn
+# How servers refuse a request longer than the context: vLLM and OpenAI, Anthropic, llama.cpp, SGLang.
+_TOO_LONG = re.compile(
+    r"maximum context length|context_length_exceeded|prompt is too long|exceeds the available context size"
+    r"|exceed_context_size_error|longer than the model's context length",
+    re.IGNORECASE,
+)
+
+
+def summary_messages(messages: list[Message]) -> list[Message]:
+    """The summary request's messages: the conversation's own, then the instruction."""
+    return [*messages, UserMessage(INSTRUCTION)]
+
+
+def compacted_messages(summary: str) -> list[Message]:
+    """The conversation after compaction: one user message holding the summary.
+
+    The next prompt follows it as another user message; Anthropic merges the two into one turn,
+    and the summary stays the start of every request's messages from then on.
+    """
+    return [UserMessage(f"{OPENING}\n\n<summary>\n{summary.strip()}\n</summary>")]
+
+
+def compacted_size(
+    frame: ChatRequest, asked: ChatRequest, asked_tokens: int | None, summary_tokens: int | None
+) -> int | None:
+    """The compacted conversation's size in tokens: the summary's own count, and an estimate of the rest.
+
+    `frame` is the compacted request with an empty summary (system prompt, tools, the opening);
+    its tokens are scaled from `asked`, the summary request, whose count the provider reported.
+    Bytes per token vary with the tokenizer and the text, so the ratio comes from the same
+    conversation rather than a fixed guess; the summary, the part that varies most, is counted.
+    """
+    if asked_tokens is None or summary_tokens is None:
+        return None
+    size = len(msgspec.json.encode(asked))
+    return round(asked_tokens * len(msgspec.json.encode(frame)) / size) + summary_tokens if size else None
+
+
+def with_fix(refusal: str) -> str:
+    """A provider's refusal, with what to do when it was for a conversation longer than the model's context."""
+    if _TOO_LONG.search(refusal):
+        return f"{refusal} · the conversation no longer fits the context: /compact summarizes it, /new starts afresh"
+    return refusal
