@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Literal
 
+import msgspec
+
 from hotloop.agent.events import AgentEvent, Compacted, ProviderSwitched, ResponseFinished, StepFinished, StepStarted
 from hotloop.providers.events import UsageLedger
 
@@ -275,6 +277,25 @@ class StepPricer:
     def cost(self, step: StepFinished) -> Cost | None:
         """The step's cost, priced as the provider and model of the last `StepStarted`."""
         return self.price(step, *self.using)
+
+    def saved_by_cache(self, step: ResponseFinished | StepFinished, provider: str, model: str) -> Decimal | None:
+        """Dollars the step's cache reads saved, against its prompt priced whole as uncached input.
+
+        Cache writes are priced as input in that comparison too, so a write premium can make it
+        negative. None without a price-table price on both sides (an estimate from GPU time, or a
+        provider's own figure, has no per-token rates to compare).
+        """
+        usage = step.usage
+        if usage is None or not usage.cache_read or usage.prompt_total is None:
+            return None
+        whole = msgspec.structs.replace(
+            usage, uncached=usage.prompt_total, cache_read=0, cache_write=0, cache_write_1h=0, reported_cost=None
+        )
+        actual = self.price(step, provider, model)
+        uncached = self.price(msgspec.structs.replace(step, usage=whole), provider, model)
+        if actual is None or uncached is None or actual.source != "price table" or actual.source != uncached.source:
+            return None
+        return uncached.total - actual.total
 
     def price(self, step: ResponseFinished | StepFinished | Compacted, provider: str, model: str) -> Cost | None:
         """A step's cost, from its response when it was cut short before it finished (the model was paid)."""

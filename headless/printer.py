@@ -38,6 +38,7 @@ from hotloop.agent.events import (
     encode,
 )
 from hotloop.agent.figures import compaction_summary, seconds, step_summary
+from hotloop.agent.pricing import Cost, StepPricer, dollars
 from hotloop.agent.switching import describe_switch
 from hotloop.agent.text import inert
 from hotloop.headless.markdown_stream import MarkdownStream
@@ -57,23 +58,29 @@ class Printer:
         err: TextIO | None = None,
         json_lines: bool = False,
         secrets: list[str] | None = None,
+        pricer: StepPricer | None = None,
     ) -> None:
+        """`pricer` prices each step line (and `--json`'s `step_finished` lines); without one, no dollars are said."""
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.console = Console(file=self.err, highlight=False, soft_wrap=True) if self.err.isatty() else None
         # A terminal gets the answer rendered as Markdown while it streams; a pipe gets the raw text.
         self.markdown = MarkdownStream(Console(file=self.out)) if self.out.isatty() and not json_lines else None
         self.json_lines = json_lines
+        self.pricer = pricer
         self._masker = Masker(secrets or [])
         self._open: str | None = None  # "text" or "reasoning" while a stream is mid-line
         self.session_id: str | None = None  # set by the caller once the session's log exists
         self._held: list[str] | None = [] if json_lines else None  # JSON lines waiting for the id; None once it's out
 
     def __call__(self, event: AgentEvent) -> None:
+        if self.pricer is not None:
+            self.pricer.learn(event)
         if self.json_lines:
-            self._json(
-                [_escaped(self._masker.masked(encode(masked)).decode()) for masked in self._masker.events(event)]
-            )
+            lines = [_escaped(self._masker.masked(encode(masked)).decode()) for masked in self._masker.events(event)]
+            if isinstance(event, (StepFinished, Compacted)) and self.pricer is not None and lines:
+                lines[-1] = _with_cost(lines[-1], self._cost(event))
+            self._json(lines)
             if isinstance(event, Notice) and event.level != "info":
                 self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
             return
@@ -88,7 +95,7 @@ class Printer:
         elif isinstance(event, ServerToolUsed):
             self._status(f"  ⚙ {event.name} (run by the provider) {_clip(event.arguments, 120)}", "dim")
         elif isinstance(event, StepFinished):
-            self._status(_step_line(event), "cyan")
+            self._status(self._priced(_step_line(event), event), "cyan")
         elif isinstance(event, ApprovalAsked):
             self._status(f"  ? {event.name} asked to run: {_clip(event.subject, 120)}", "yellow")
         elif isinstance(event, ApprovalDecided) and event.allowed:  # a refusal is the call's own error line
@@ -100,9 +107,20 @@ class Printer:
         elif isinstance(event, SessionTitled):
             self._status(f"session titled: {event.title}", "dim")
         elif isinstance(event, Compacted):
-            self._status(compaction_summary(event), "cyan")
+            self._status(self._priced(compaction_summary(event), event), "cyan")
         elif isinstance(event, TurnFinished):
             self._end_stream()
+
+    def _cost(self, event: StepFinished | Compacted) -> Cost | None:
+        assert self.pricer is not None
+        return (
+            self.pricer.price(event, event.provider, event.model)
+            if isinstance(event, Compacted)
+            else self.pricer.cost(event)
+        )
+
+    def _priced(self, line: str, event: StepFinished | Compacted) -> str:
+        return line if self.pricer is None else f"{line} · {dollars(self._cost(event))}"
 
     def close(self) -> None:
         """End a stream left open (a replay of a session that stopped mid-answer); write JSON lines still held."""
@@ -187,6 +205,12 @@ def _with_session(line: str, session_id: str) -> str:
     if not comma:
         return line  # not an event line as the encoder writes them: left as it is
     return f'{tag}","session":{msgspec.json.encode(session_id).decode()},{rest}'
+
+
+def _with_cost(line: str, cost: Cost | None) -> str:
+    """A step's JSON line with its dollars, `"cost":{"usd":0.0123,"source":"price table"}`; `"cost":null`: unknown."""
+    priced = "null" if cost is None else f'{{"usd":{cost.total},"source":"{cost.source}"}}'
+    return f'{line[:-1]},"cost":{priced}}}'
 
 
 def _escaped(line: str) -> str:

@@ -27,6 +27,9 @@ async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: b
         printer(event)
 
     session = Session(config, options, show)
+    printer.pricer = (
+        session.config.pricer()
+    )  # the config as the session points it: a --base-url server is priced as one
     if options.resume is None:
         check_switches(session.config, resolve(session.config, session.choice).settings.name, prompts)
     try:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from hotloop import paths
-from hotloop.agent.events import AgentEvent
 from hotloop.agent.figures import counted, short_model
 from hotloop.agent.pricing import PRICE_UNKNOWN, CostTotals, money
 from hotloop.agent.text import inert
@@ -206,7 +205,7 @@ def waterfall(pick: Pick) -> int:
     _warn(session.warnings)
     console = Console(highlight=False)
     cost = prefill_cost(session.events)
-    for turn in waterfalls(session.events):
+    for turn in waterfalls(session.events, session.header.pricer()):
         console.print(render(_inert(turn), console.width, cost))
     return 0
 
@@ -250,14 +249,14 @@ def print_replay(session: LoggedSession, speed: float) -> int:
     """`hotloop replay --headless`: the session printed again, as `hotloop run` printed it."""
     import asyncio
 
-    return asyncio.run(_print_replay(session.events, speed))
+    return asyncio.run(_print_replay(session, speed))
 
 
-async def _print_replay(events: list[AgentEvent], speed: float) -> int:
+async def _print_replay(session: LoggedSession, speed: float) -> int:
     from hotloop.headless.printer import Printer
     from hotloop.sessions.replay import paced
 
-    printer = Printer()
+    events, printer = session.events, Printer(pricer=session.header.pricer())
     async for event in paced(events, speed):
         printer(event)
     printer.close()

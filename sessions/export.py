@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from hotloop.agent.figures import seconds, step_summary
-from hotloop.agent.pricing import Cost, CostTotals, StepPricer, dollars
+from hotloop.agent.pricing import Cost, CostTotals, dollars
 from hotloop.agent.text import inert
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.projection import CallRecord, StepRecord, TurnRecord, project
@@ -47,8 +47,7 @@ Costs = dict[int, Cost | None]  # by the `id` of a step's record; a step the mod
 
 def _costs(session: LoggedSession, turns: list[TurnRecord]) -> Costs:
     """Each answered step's cost, priced by the server its provider was (the header's, or a switch's)."""
-    header = session.header
-    pricer = StepPricer(servers={header.provider: header.base_url} if header.base_url else {})
+    pricer = session.header.pricer()
     for event in session.events:
         pricer.learn(event)
     return {

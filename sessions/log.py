@@ -29,6 +29,7 @@ from hotloop.agent.events import (
     TurnStarted,
     encode,
 )
+from hotloop.agent.pricing import StepPricer
 from hotloop.sessions.caps import LogCaps
 from hotloop.sessions.masking import Masker
 from hotloop.sessions.summary import Summary, read_summary, summary_bytes, summary_path
@@ -58,6 +59,10 @@ class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"
     parent: str = ""  # the session this one was forked from
     forked_at_turn: int = 0
     cache_key: str = ""  # the key its requests are routed to a cache by, when it isn't the id (a fork's)
+
+    def pricer(self) -> StepPricer:
+        """Prices the session's steps by the log alone: its provider's server here, a switch's as it comes."""
+        return StepPricer(servers={self.provider: self.base_url} if self.base_url else {})
 
     @property
     def routing_key(self) -> str:

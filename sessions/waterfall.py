@@ -6,15 +6,18 @@ each step's request, then the tool that finished last, if it outlasted the respo
 figures say what the latency techniques saved: parallel tools (the sum of tool time minus
 the tool phases' wall time), early dispatch (tool time that ran while the model was still
 writing), and the cache (tokens read from it × the prefill cost per uncached token, fitted
-over this session's own steps).
+over this session's own steps; in dollars, each step priced against its prompt billed whole as
+uncached input).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from hotloop.agent.events import AgentEvent, ResponseFinished
+from hotloop.agent.pricing import StepPricer, money
 from hotloop.sessions.projection import TurnRecord, project
 
 if TYPE_CHECKING:
@@ -44,6 +47,7 @@ class TurnWaterfall:
     saved_early: float = 0.0
     saved_prefetch: float = 0.0
     cache_read: int = 0
+    cache_dollars: Decimal | None = None  # what the cache reads saved, at the price table's rates, if known
 
 
 @dataclass
@@ -52,12 +56,15 @@ class _Step:
     tools: list[Bar] = field(default_factory=list)
 
 
-def waterfalls(events: list[AgentEvent]) -> list[TurnWaterfall]:
-    """Every turn of a session's events, as bars on the turn's own time axis."""
-    return [_turn(record) for record in project(events).turns]
+def waterfalls(events: list[AgentEvent], pricer: StepPricer | None = None) -> list[TurnWaterfall]:
+    """Every turn of a session's events, as bars on the turn's own time axis; `pricer` prices what the cache saved."""
+    if pricer is not None:
+        for event in events:
+            pricer.learn(event)  # the servers of the providers switched to
+    return [_turn(record, pricer) for record in project(events).turns]
 
 
-def _turn(record: TurnRecord) -> TurnWaterfall:
+def _turn(record: TurnRecord, pricer: StepPricer | None) -> TurnWaterfall:
     # A prompt's hooks run before its turn starts: the axis begins with them.
     origin = min([record.started, *(hook.ts - hook.seconds for hook in record.hooks)])
     turn = TurnWaterfall(record.turn, record.prompt.strip().splitlines()[0] if record.prompt.strip() else "")
@@ -71,6 +78,9 @@ def _turn(record: TurnRecord) -> TurnWaterfall:
             bar.first_token = bar.start + response.ttft if response.ttft is not None else None
             bar.connect, bar.done = response.connect, True
             turn.cache_read += (response.usage.cache_read or 0) if response.usage else 0
+            saved = pricer.saved_by_cache(response, step.provider, step.model) if pricer is not None else None
+            if saved is not None:
+                turn.cache_dollars = (turn.cache_dollars or Decimal(0)) + saved
         tools = []
         for call in sorted((c for c in step.calls.values() if c.started is not None), key=lambda c: c.started or 0.0):
             start = (call.started or 0.0) - origin
@@ -170,6 +180,12 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
         if turn.cache_read
         else "no cache reads"
     )
+    if turn.cache_dollars is not None:
+        cache += (
+            f" · {money(turn.cache_dollars)} at the price table's rates"
+            if turn.cache_dollars >= 0
+            else (f" · {money(-turn.cache_dollars)} more than uncached: its writes cost more than its reads saved")
+        )
     text.append(
         f"saved: {turn.saved_parallel:.2f} s by parallel tools · {turn.saved_early:.2f} s by early dispatch · "
         f"{turn.saved_prefetch:.2f} s by prefetch · {cache}\n",

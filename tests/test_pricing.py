@@ -347,3 +347,58 @@ def test_session_totals_add_up_the_steps_dollars() -> None:
 
     assert (totals.cost.known, totals.cost.priced, totals.cost.unknown) == (2 * Decimal("0.002106"), 2, 1)
     assert str(totals.cost) == "$0.0042 + 1 step price unknown"
+
+
+def test_headless_replay_prices_each_step_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from hotloop.headless.session_commands import print_replay
+
+    assert print_replay(read_session(write_session(tmp_path)), 0) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("turn ")]
+    assert [line.rsplit(" · ", 1)[1] for line in lines] == ["$0.0021", "price unknown"]
+
+
+def test_run_prices_its_step_lines_and_json_from_the_sessions_server(
+    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A self-hosted server with cost_per_hour: each line says its estimate, and --json carries the dollars."""
+    from hotloop.cli import main
+
+    (isolated_home / "config.toml").write_text(
+        "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+        '[providers.sim]\nkind = "sim"\ncost_per_hour = 3600\n'
+    )
+    monkeypatch.chdir(workspace)
+    assert main(["run", "read README.md"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("turn ")]
+    assert len(lines) == 2 and all(line.endswith(" (estimate)") and " · ~$" in line for line in lines)
+
+    assert main(["run", "--json", "hi"]) == 0
+    finished = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"step_finished"' in line]
+    (step,) = finished
+    # $3,600 an hour is a dollar a second of model time.
+    assert step["cost"] == {"usd": pytest.approx(step["model_time"]), "source": "estimate"}
+
+
+def test_the_waterfall_says_what_the_cache_saved_in_dollars() -> None:
+    """8,000 tokens read at gpt-4o's cached rate ($1.25/M) instead of its input rate ($2.50/M): $0.0100 saved."""
+    from hotloop.agent.events import ResponseFinished
+    from hotloop.sessions.waterfall import render, waterfalls
+
+    usage = UsageLedger(prompt_total=10_000, cache_read=8_000, uncached=2_000, output=100)
+    finished = step_finished(1, 1, usage)
+    events = [
+        TurnStarted(ts=WHEN - 3, turn=1, prompt="go"),
+        StepStarted(ts=WHEN - 2, turn=1, step=1, provider="openai", model="gpt-4o"),
+        ResponseFinished(
+            ts=WHEN - 1, turn=1, step=1, usage=usage, ttft=0.5, decode_tps=50.0, model_time=1.0, finish_reason="stop"
+        ),
+        finished,
+        TurnFinished(ts=WHEN, turn=1, reason="answer", steps=1, wall=3.0),
+    ]
+    (turn,) = waterfalls(events, StepPricer(servers={"openai": OPENAI}))
+    assert turn.cache_dollars == Decimal("0.01")
+    assert "no cache reads" not in render(turn, 100, None).plain
+    assert " · $0.0100 at the price table's rates" in render(turn, 100, None).plain
+    # Without a price (the simulator), the time saved is all it says.
+    (unpriced,) = waterfalls(events)
+    assert unpriced.cache_dollars is None and "price table" not in render(unpriced, 100, None).plain

@@ -270,7 +270,8 @@ class HotloopApp(App[None]):
             self.say("no turns yet", severity="warning")
             return
         log.flush()
-        self.push_screen(WaterfallScreen(read_session(log.path).events))
+        logged = read_session(log.path)
+        self.push_screen(WaterfallScreen(logged.events, logged.header.pricer()))
 
     def action_toggle_server(self) -> None:
         from hotloop.tui.widgets.server_panel import ServerPanel

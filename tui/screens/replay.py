@@ -126,7 +126,7 @@ class ReplayScreen(Screen[None]):
     def action_waterfall(self) -> None:
         from hotloop.tui.screens.waterfall import WaterfallScreen
 
-        self.app.push_screen(WaterfallScreen(self.session.events))
+        self.app.push_screen(WaterfallScreen(self.session.events, self.session.header.pricer()))
 
     def action_leave(self) -> None:
         self._left = True

@@ -47,4 +47,4 @@ class SessionView(Screen[None]):
         """Where the time of the session on screen went (not the live one's)."""
         from hotloop.tui.screens.waterfall import WaterfallScreen
 
-        self.app.push_screen(WaterfallScreen(self.session.events))
+        self.app.push_screen(WaterfallScreen(self.session.events, self.session.header.pricer()))

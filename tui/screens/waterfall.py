@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from hotloop.agent.events import AgentEvent
+from hotloop.agent.pricing import StepPricer
 from hotloop.tui.render import inert_text
 
 
@@ -22,9 +23,11 @@ class WaterfallScreen(ModalScreen[None]):
     """
     BINDINGS = [Binding("escape,f3,q", "app.pop_screen", "Close")]
 
-    def __init__(self, events: list[AgentEvent]) -> None:
+    def __init__(self, events: list[AgentEvent], pricer: StepPricer | None = None) -> None:
+        """`pricer` (a session's `header.pricer()`) puts what the cache saved in dollars."""
         super().__init__()
         self.events = events
+        self.pricer = pricer
         self.plain = ""
 
     def compose(self) -> ComposeResult:
@@ -33,7 +36,7 @@ class WaterfallScreen(ModalScreen[None]):
         width = max(self.app.size.width * 95 // 100 - 4, 40)
         cost = prefill_cost(self.events)
         # Prompts, model and tool names label the bars.
-        drawn = [inert_text(render(turn, width, cost)) for turn in waterfalls(self.events)]
+        drawn = [inert_text(render(turn, width, cost)) for turn in waterfalls(self.events, self.pricer)]
         self.plain = "\n".join(text.plain for text in drawn)  # what it says, for a test or a copy
         body = Group(*drawn) if drawn else "No turns yet."
         with VerticalScroll():
