@@ -81,6 +81,11 @@ def _fence(text: str, language: str = "") -> str:
     return f"{ticks}{language}\n{text}\n{ticks}"
 
 
+def _quoted(note: str) -> str:
+    """A note as a Markdown quote, every line of it (a compaction's carries its summary)."""
+    return "\n".join(f"> {line}" if line else ">" for line in note.splitlines())
+
+
 def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRecord], costs: Costs) -> str:
     header = session.header
     spent = f" · {_total(costs)}" if costs else ""
@@ -90,12 +95,12 @@ def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRe
         f"Session `{header.id}` · {_started(session)} · {len(turns)} turn{'s' if len(turns) != 1 else ''}{spent}",
         "",
     ]
-    lines += [f"> {note}" for note in preamble] + ([""] if preamble else [])
+    lines += [_quoted(note) for note in preamble] + ([""] if preamble else [])
     for turn in turns:
         lines += [f"## Turn {turn.turn}", "", "**You**", "", turn.prompt.strip(), ""]
         for step in turn.steps:
             lines += _step_markdown(step, turn.cut_short(step), costs)
-        lines += [f"> {note}" for note in turn.notes] + ([""] if turn.notes else [])
+        lines += [_quoted(note) for note in turn.notes] + ([""] if turn.notes else [])
         if turn.end != "answer":
             lines += [f"*The turn ended: {(turn.end or 'interrupted').replace('_', ' ')}.*", ""]
     return "\n".join(lines).rstrip() + "\n"
@@ -146,6 +151,7 @@ def _as_json(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> d
         "id": header.id,
         "started": datetime.fromtimestamp(header.started).isoformat(timespec="seconds"),
         "hotloop": header.hotloop,
+        **({"parent": header.parent, "forked_at_turn": header.forked_at_turn} if header.parent else {}),
         # The priced steps' dollars, and how many steps had no price (their cost is unknown, not 0).
         "cost": {"total": str(totals.known), "priced_steps": totals.priced, "unpriced_steps": totals.unknown},
         "turns": [

@@ -14,6 +14,7 @@ from hotloop.agent.events import (
     AgentEvent,
     ApprovalAsked,
     ApprovalDecided,
+    Compacted,
     HookRan,
     Notice,
     ProviderSwitched,
@@ -26,6 +27,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
+from hotloop.agent.figures import compaction_summary
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import (
     ReasoningDelta,
@@ -136,9 +138,8 @@ class Projection:
             if self.turn is not None:
                 self.turn.end, self.turn.wall = event.reason, event.wall
             self.step = None
-        elif isinstance(event, Notice | ProviderSwitched):
-            note = describe_switch(event) if isinstance(event, ProviderSwitched) else f"{event.level}: {event.message}"
-            (self.turn.notes if self.turn is not None else self.preamble).append(note)
+        elif isinstance(event, Notice | ProviderSwitched | Compacted):
+            (self.turn.notes if self.turn is not None else self.preamble).append(_note(event))
         elif isinstance(event, _STEP_EVENTS):
             self._step_event(self.step or self._new_step(0, "", "", event.ts), event)
 
@@ -220,3 +221,12 @@ def project(events: list[AgentEvent]) -> Projection:
         else:
             projection.apply(event)
     return projection
+
+
+def _note(event: Notice | ProviderSwitched | Compacted) -> str:
+    """What an export says of an event between the steps: a notice, a switch and its cost, a compaction."""
+    if isinstance(event, ProviderSwitched):
+        return describe_switch(event)
+    if isinstance(event, Compacted):
+        return f"{compaction_summary(event)}; the summary that replaced them:\n{event.summary}"
+    return f"{event.level}: {event.message}"

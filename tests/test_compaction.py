@@ -80,6 +80,12 @@ def test_a_30_turn_session_compacts_once_reading_the_cache_and_keeps_the_static_
     messages = rebuild(events).messages
     assert messages[0] == summary and len(messages) == 1 + 2 * (30 - compacted.turns)
     assert isinstance(messages[-1], AssistantMessage)
+    # The export keeps every turn and quotes the compaction where it happened, summary included.
+    assert main(["sessions", "export", "--format", "md"]) == 0
+    markdown = capsys.readouterr().out
+    assert "write 120 words about topic 1\n" in markdown
+    assert f"> compacted {compacted.turns} turns (auto) · " in markdown
+    assert "> - The user asked: write 120 words about topic 1\n" in markdown
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])

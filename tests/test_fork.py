@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,9 @@ def test_sessions_fork_writes_a_new_session_that_resumes_and_leaves_the_parent_a
     header = read_session(fork).header
     assert (header.parent, header.forked_at_turn, header.routing_key) == (parent_id, 1, parent_id)
     assert prompts_of(fork) == [PROMPTS[0]]
+    assert main(["sessions", "export", fork_id, "--format", "json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert (exported["id"], exported["parent"], exported["forked_at_turn"]) == (fork_id, parent_id, 1)
 
     assert main(["run", "--resume", fork_id, "and now?"]) == 0
     capsys.readouterr()
