@@ -28,7 +28,7 @@ from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, usage_text
 
-PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
+PALETTE = Palette("#ffa62b", "#8d8d8d", "#a0a0a0", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", "#2b4a6b", dark=True)
 
 
 def fold_session(events: list) -> list:
