@@ -2,14 +2,16 @@
 
 Only the last top-level block of a growing document can change. Tokens are collected as
 they arrive and applied on a coalescing flush: at once after a pause, then at most 30 times a
-second. Finished blocks are rendered once, as many as a time budget allows per flush, and
-only the open block is rendered again. The lines are blocks joined as `markdown_lines` joins
+second, or back to back with a breather while a flood is behind. New text is parsed once:
+finished blocks queue up and are rendered once, as many as a time budget allows per flush,
+and only the open block is rendered again. The lines are blocks joined as `markdown_lines` joins
 them, so the finished answer's item shows exactly what streamed.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from itertools import pairwise
 
@@ -23,11 +25,13 @@ FLUSH_INTERVAL = 1 / 30
 # Seconds of rendering finished blocks per flush; what is left waits for the next one. A budget,
 # not a count of characters: a code block costs ~20 µs a character to render, prose ~1 µs.
 FLUSH_BUDGET = 0.010
-# Characters of pending text parsed in one budgeted flush (~0.2 µs each), more than a budget renders.
+# Characters of pending text parsed in one budgeted flush (~0.2 µs each).
 PARSE_LIMIT = 8_000
 MIN_DELAY = 0.001  # a Textual timer can't be set for 0 s
 # A flush that took long (a big open code block) pushes the next one back, so input stays responsive.
 FLUSH_BACKOFF = 2.0
+# Behind a flood, the next flush comes this soon after one ends: time enough for input and a frame.
+BACKLOG_BREATHER = 0.004
 
 
 class LiveAnswer:
@@ -53,9 +57,15 @@ class LiveAnswer:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
-        self.source = ""
-        self._pending: list[str] = []
-        self._open_start = 0  # offset in `source` of the open block
+        self._pending: list[str] = []  # text not parsed yet
+        self._forget_rendering()
+
+    def _forget_rendering(self) -> None:
+        self.source = ""  # the text on screen
+        self._done_source = ""  # the text of the finished blocks on screen
+        self._queue: deque[str] = deque()  # finished blocks, parsed but not rendered yet
+        self._open_text = ""  # the last block, which more text can still change
+        self._open_shown = False
         self._done: list[Strip] = []  # finished blocks, joined by blank lines
         self._open: list[Strip] = []
         self._lines: list[Strip] = []
@@ -67,8 +77,8 @@ class LiveAnswer:
 
     @property
     def text(self) -> str:
-        """Everything written so far, flushed or not."""
-        return self.source + "".join(self._pending)
+        """Everything written so far, on screen or not."""
+        return self._done_source + "".join(self._queue) + self._open_text + "".join(self._pending)
 
     def write(self, text: str) -> None:
         self._pending.append(text)
@@ -77,63 +87,77 @@ class LiveAnswer:
             # has no event after it to hurry it on screen.
             self._timer = self._set_timer(max(self._next_flush - time.perf_counter(), MIN_DELAY), self._tick)
 
+    @property
+    def _behind(self) -> bool:
+        return bool(self._pending or self._queue)
+
     def _tick(self) -> None:
         started = time.perf_counter()
         self.flush()
         took = time.perf_counter() - started
-        self._next_flush = started + max(FLUSH_INTERVAL, FLUSH_BACKOFF * took)
+        if self._behind:  # a backlog: drain it, with a breather for input and frames between flushes
+            self._next_flush = started + took + BACKLOG_BREATHER
+        else:
+            self._next_flush = started + max(FLUSH_INTERVAL, FLUSH_BACKOFF * took)
         self._timer = None
-        if self._pending:
+        if self._behind:
             self._timer = self._set_timer(max(self._next_flush - time.perf_counter(), MIN_DELAY), self._tick)
 
     def flush(self, everything: bool = False) -> None:
-        """Apply pending text: all of it with `everything`, else finished blocks up to FLUSH_BUDGET."""
-        if not self._pending:
+        """Show written text: all of it with `everything`, else finished blocks up to FLUSH_BUDGET."""
+        if not self._behind:
             return
+        context = self._context()
+        if context is not None:  # else no width yet: rendered by `rerender` once there is one
+            self._render(context, None if everything else FLUSH_BUDGET)
+
+    def _parse(self, budgeted: bool) -> None:
+        """Split pending text into blocks: the finished ones join the queue, the last stays open."""
         pending = "".join(self._pending)
         self._pending = []
-        context = self._context()
-        if context is not None:
-            self._render_new(context, pending, None if everything else FLUSH_BUDGET)
-        else:  # no width yet: rendered by `rerender` once there is one
-            self.source += pending
-
-    def _render_new(self, ctx: RenderContext, pending: str, budget: float | None) -> None:
-        """Render the open block with `pending` added; past `budget` seconds, later blocks stay pending."""
-        self._rendered_context = ctx
-        applied = len(self.source) - self._open_start  # the open block's text, already on screen
-        if budget is not None and len(pending) > PARSE_LIMIT:
-            # A backlog is parsed a piece at a time: parsing all of it each flush would eat the budget.
+        if budgeted and len(pending) > PARSE_LIMIT:
+            # A flood is parsed a piece at a time, so that one flush doesn't parse all of it.
             self._pending = [pending[PARSE_LIMIT:]]
             pending = pending[:PARSE_LIMIT]
-        tail = self.source[self._open_start :] + pending
+        tail = self._open_text + pending
+        starts = block_starts(tail)[1:]  # what comes before the second block belongs to the first
+        # The open block, if shown, is now the first of the queued ones, or longer: shown again either way.
+        self._queue.extend(tail[a:b] for a, b in pairwise([0, *starts]))
+        self._open_text = tail[starts[-1] :] if starts else tail
+        self._open_shown = False
+
+    def _render(self, ctx: RenderContext, budget: float | None) -> None:
+        """Render the queued blocks, then the open one; past `budget` seconds, later blocks wait."""
+        self._rendered_context = ctx
         deadline = None if budget is None else time.perf_counter() + budget
-        starts = block_starts(tail)
-        for start, end in pairwise(starts):
-            block = markdown_block(tail[start:end], ctx)
-            if block and self._done:
+        on_screen = len(self.source) - len(self._done_source)  # of the text queued, what was shown
+        if self._pending:
+            self._parse(budget is not None)
+        while self._queue and (deadline is None or on_screen > 0 or time.perf_counter() < deadline):
+            block = self._queue.popleft()
+            on_screen -= len(block)
+            lines = markdown_block(block, ctx)
+            if lines and self._done:
                 self._done.append(Strip.blank(0))
-            self._done.extend(block)
-            # Stop only past what was on screen already: the text shown never shrinks.
-            if deadline is not None and end >= applied and time.perf_counter() > deadline:
-                self._pending.insert(0, tail[end:])
-                self._open, taken, opened = [], end, end
-                break
-        else:
-            taken, opened = len(tail), starts[-1] if starts else 0
-            self._open = markdown_block(tail[opened:], ctx)
-        self.source = self.source[: self._open_start] + tail[:taken]
-        self._open_start += opened
+            self._done.extend(lines)
+            self._done_source += block
+        if self._queue:
+            self._open = []
+        elif not self._open_shown:
+            self._open = markdown_block(self._open_text, ctx)
+            self._open_shown = True
+        self.source = self._done_source + (self._open_text if self._open_shown else "")
         gap = [Strip.blank(0)] if self._done and self._open else []
         self._lines = [*self._done, *gap, *self._open]
         self._show(self._lines)
 
     def rerender(self) -> None:
         """Render everything again (width or theme changed)."""
-        self._open_start = 0
-        self._done, self._open, self._lines = [], [], []
+        text = self.text
+        self._forget_rendering()
+        self._pending = [text] if text else []
         context = self._context()
-        if context is not None and self.source:
-            self._render_new(context, "", None)
+        if context is not None and text:
+            self._render(context, None)
         else:
             self._show(self._lines)
