@@ -44,7 +44,7 @@ from hotloop.tui.live_answer import MIN_DELAY, LiveAnswer
 from hotloop.tui.live_panes import LivePanes
 from hotloop.tui.live_usage import LiveUsage
 from hotloop.tui.render import Palette, RenderContext
-from hotloop.tui.widgets.history_view import HistoryView
+from hotloop.tui.widgets.history_view import LIVE_PARTS, HistoryView
 from hotloop.tui.widgets.new_output import NewOutput
 
 WELCOME = (
@@ -296,7 +296,7 @@ class Transcript(Widget, can_focus=False):
         self._panes.clear()
         self._usage.clear()
         self._stale.clear()
-        for part in ("reasoning", "answer", "panes", "usage"):
+        for part in LIVE_PARTS:
             self._history.set_live(part, [])
 
     # -- drawing the step in flight ------------------------------------------------------
