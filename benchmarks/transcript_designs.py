@@ -2,7 +2,7 @@
 
 docs/architecture.md calls hotloop's transcript "design F" of a feasibility study
 (shared/notes/transcript_feasibility.md): everything finished is pre-rendered into one
-line-API widget (`HistoryView`), and the live answer streams into `StreamingText`, which
+line-API widget (`HistoryView`), which also draws the live answer (`LiveAnswer`): it
 renders finished Markdown blocks once and only the open block again, on a coalescing 30 Hz
 flush. The study found that Textual's own `Markdown` widget, streamed through
 `Markdown.get_stream`, can't keep up with a fast model once a session has some history.

@@ -9,7 +9,7 @@ as the event loop takes it (the producer yields after every token). Cases:
 - 20k paced, 20k unthrottled: 20 turns of history (20,000 tokens);
 - 100k paced, 100k unthrottled: 100 turns (100,000 tokens);
 - 20k paced + 3 panes: while the answer streams, three tool panes each get a line of output
-  every 10 ms (`ToolOutput` events into the live `ToolPane`s).
+  every 10 ms (`ToolOutput` events into the live tool panes).
 
 Measured per run, over the window from the first token to the frame that shows the last one:
 

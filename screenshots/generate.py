@@ -66,6 +66,11 @@ async def pause(args: dict[str, Any], ctx: Any) -> str:
     return "done"
 
 
+def running_panes(transcript: Any) -> int:
+    """How many of the step in flight's tool panes are running."""
+    return sum(pane.status == "running" for pane in transcript.panes.panes.values())
+
+
 async def shoot(workspace: Path) -> None:
     from hotloop.agent.tools.registry import Tool
     from hotloop.config import load_config
@@ -93,7 +98,7 @@ async def shoot(workspace: Path) -> None:
         app.save_screenshot("answer-with-code.svg", str(HERE))
 
         await turn(app, pilot, "Check three things at once", wait=False)
-        while len(app.query("ToolPane.-running")) < 3:
+        while running_panes(app.transcript) < 3:
             await asyncio.sleep(0.05)
         await pilot.pause(1.5)
         app.save_screenshot("tool-panes.svg", str(HERE))
@@ -109,7 +114,7 @@ async def shoot(workspace: Path) -> None:
         answers = app.query_one("AnswerList")
         answers.highlighted = answers.get_option_index("every")
         await pilot.press("enter")  # allow all three once
-        while len(app.query("ToolPane.-running")) < 3:
+        while running_panes(app.transcript) < 3:
             await asyncio.sleep(0.05)
         await pilot.pause(1.6)
         app.save_screenshot("shell-panes.svg", str(HERE))
@@ -117,7 +122,7 @@ async def shoot(workspace: Path) -> None:
             await asyncio.sleep(0.05)
 
         await turn(app, pilot, "Fix the typo in the README", wait=False)
-        while not app.query("ToolPane.-waiting"):
+        while not any(pane.status == "waiting" for pane in app.transcript.panes.panes.values()):
             await asyncio.sleep(0.05)
         await pilot.pause(0.5)
         app.save_screenshot("edit-approval.svg", str(HERE))
@@ -181,10 +186,11 @@ async def shoot_replay(sessions: Path) -> None:
     """The session just shot, replayed at its recorded pace, caught while its three panes run again."""
     from hotloop.sessions.store import find_session, read_session
     from hotloop.tui.replay_app import ReplayApp
+    from hotloop.tui.widgets.transcript import Transcript
 
     app = ReplayApp(read_session(find_session(sessions)), speed=1)
     async with app.run_test(size=(100, 30)) as pilot:
-        while len(app.screen.query("ToolPane.-running")) < 3:
+        while not app.screen.query("Transcript") or running_panes(app.screen.query_one(Transcript)) < 3:
             await asyncio.sleep(0.05)
         await pilot.pause(1.5)
         app.save_screenshot("replay.svg", str(HERE))

@@ -10,9 +10,9 @@ from hotloop.agent.events import ToolFinished, ToolOutput, ToolStarted
 from hotloop.core.session import SessionOptions
 from hotloop.sessions.store import read_session
 from hotloop.tui.items import ToolCallsItem
-from hotloop.tui.widgets.tool_pane import ToolPane
+from hotloop.tui.live_panes import LivePane
 
-from tui_support import idle, press, running_app, send, wait_until, write_config
+from tui_support import drawn, idle, live_panes, press, running_app, send, wait_until, write_config
 
 
 def shell(*commands: str) -> dict[str, Any]:
@@ -35,8 +35,10 @@ async def test_an_edit_shows_its_diff_and_waits_for_approval(isolated_home: Path
     async with running_app(workspace=tmp_path) as (app, pilot):
         await send(app, pilot, "improve the README")
         pane = await _pane(app)
-        await wait_until(lambda: pane.has_class("-waiting"))
-        diff = pane.query_one(".preview").content.code
+        await wait_until(lambda: pane.status == "waiting" and pane.preview is not None)
+        assert pane.preview is not None
+        diff = pane.preview.code
+        await wait_until(lambda: "+fast, and it says why" in drawn(app))  # the diff shows in the pane
         assert diff.startswith("--- a/README.md\n+++ b/README.md\n") and "-fast\n+fast, and it says why" in diff
         assert readme.read_text() == "# hotloop\n\nfast\n"  # nothing written before the answer
         await wait_until(lambda: type(app.focused).__name__ == "AnswerList")  # the answer's keys are the bar's
@@ -87,6 +89,6 @@ def _pids(app: Any) -> list[int]:
     return [int(pid) for pair in re.findall(r"pid (\d+) (\d+)", text) for pid in pair]
 
 
-async def _pane(app: Any) -> ToolPane:
-    await wait_until(lambda: bool(app.query(ToolPane)))
-    return app.query_one(ToolPane)
+async def _pane(app: Any) -> LivePane:
+    await wait_until(lambda: bool(live_panes(app.transcript)))
+    return live_panes(app.transcript)[0]

@@ -38,9 +38,8 @@ from hotloop.tui.screens.waterfall import WaterfallScreen
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
-from hotloop.tui.widgets.tool_pane import ToolPane
 
-from tui_support import connected, idle, press, send, wait_until, write_config
+from tui_support import connected, drawn, idle, live_panes, press, send, wait_until, write_config
 
 MARKUP = "[/bold] then [red]x[/red] then [not a tag"
 # Clear the screen, retitle the window, a hidden link (OSC 8), a clipboard write (OSC 52), a C1 CSI.
@@ -71,12 +70,6 @@ async def running_app(size: tuple[int, int] = (100, 30)) -> AsyncIterator[tuple[
     async with app.run_test(size=size, notifications=True) as pilot:
         await connected(app)
         yield app, pilot
-
-
-def drawn(app: Any) -> str:
-    """What the app's screen draws now: the text of every line, as it goes to the terminal."""
-    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
-    return "\n".join("".join(strip.text for strip in line) for line in update.strips)
 
 
 def assert_inert(text: str) -> None:
@@ -125,8 +118,8 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
     async with running_app(size=(120, 40)) as (app, pilot):
         app.session.runtime.tools.add(Tool("leak", "Leak.", schema, leak))
         await send(app, pilot, "go")
-        await wait_until(lambda: any("pwned" in line for log in app.query("ToolPane Log") for line in log.lines))
-        await wait_until(lambda: app.query(ToolPane).last().call.status == "error")
+        await wait_until(lambda: any("pwned" in line for pane in live_panes(app.transcript) for line in pane.output))
+        await wait_until(lambda: live_panes(app.transcript)[-1].status == "error")
         await pilot.pause()
         live = drawn(app)
         assert_inert(live)

@@ -20,7 +20,8 @@ SLOW = {"text": "streaming " * 200}  # at 5 ms a token: a second of output arriv
 
 
 def at_bottom(transcript: Transcript) -> bool:
-    return transcript.max_scroll_y > 0 and transcript.scroll_y >= transcript.max_scroll_y
+    view = transcript.history  # the one widget that scrolls
+    return view.max_scroll_y > 0 and view.scroll_y >= view.max_scroll_y
 
 
 def marker(app: HotloopApp) -> NewOutput:
@@ -36,7 +37,9 @@ async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(is
         transcript = app.transcript
         await wait_until(lambda: at_bottom(transcript))
         press(app, "pageup", "pageup")
-        await wait_until(lambda: not transcript.following and transcript.scroll_y < transcript.max_scroll_y - 20)
+        await wait_until(
+            lambda: not transcript.following and transcript.history.scroll_y < transcript.history.max_scroll_y - 20
+        )
         await send(app, pilot, "three")
         await idle(app, pilot)
         await wait_until(lambda: at_bottom(transcript) and transcript.following)
@@ -44,8 +47,8 @@ async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(is
         history = transcript.history
         last = history.items[-2]  # the answer, then its usage line
         assert isinstance(last, AnswerItem) and last.text == "The newest answer."
-        top = history.virtual_region.y + history._starts[-2]
-        assert transcript.scroll_y <= top < transcript.scroll_y + transcript.size.height
+        top = history._starts[-2]
+        assert transcript.history.scroll_y <= top < transcript.history.scroll_y + transcript.history.size.height
 
 
 async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_again(isolated_home: Path) -> None:
@@ -57,9 +60,9 @@ async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_a
         await send(app, pilot, "two")
         await wait_until(lambda: app.turn_running and transcript.answer.text)
         press(app, "ctrl+home")
-        await wait_until(lambda: transcript.scroll_y == 0 and not transcript.following)
+        await wait_until(lambda: transcript.history.scroll_y == 0 and not transcript.following)
         await wait_until(lambda: marker(app).has_class("-shown") and marker(app).display)
-        assert transcript.scroll_y == 0  # the stream did not pull the view down
+        assert transcript.history.scroll_y == 0  # the stream did not pull the view down
         press(app, "ctrl+end")
         await wait_until(lambda: transcript.following and not marker(app).has_class("-shown"))
         await idle(app, pilot)
@@ -74,7 +77,7 @@ async def test_the_marker_follows_when_clicked_and_scrolling_to_the_bottom_follo
         transcript = app.transcript
         await send(app, pilot, "two")
         await wait_until(lambda: app.turn_running and transcript.answer.text)
-        transcript.scroll_up(animate=False, immediate=True)  # the mouse wheel's way
+        transcript.history.scroll_up(animate=False, immediate=True)  # the mouse wheel's way
         await wait_until(lambda: not transcript.following and marker(app).has_class("-shown"))
         shown = marker(app)
         # Drawn where a click lands (the screen's map is rebuilt on the next refresh).
@@ -82,9 +85,9 @@ async def test_the_marker_follows_when_clicked_and_scrolling_to_the_bottom_follo
         await pilot.click(NewOutput)
         await wait_until(lambda: transcript.following and not marker(app).has_class("-shown"))
         await idle(app, pilot)
-        transcript.scroll_page_up(animate=False)
+        transcript.history.scroll_page_up(animate=False)
         await wait_until(lambda: not transcript.following)
-        transcript.scroll_end(animate=False, immediate=True)  # back at the bottom by scrolling
+        transcript.history.scroll_end(animate=False, immediate=True)  # back at the bottom by scrolling
         await wait_until(lambda: transcript.following)
 
 
@@ -113,13 +116,13 @@ async def test_tab_into_a_long_history_does_not_jump_to_its_top(isolated_home: P
             await idle(app, pilot)
         transcript = app.transcript
         await wait_until(lambda: at_bottom(transcript))
-        bottom = transcript.max_scroll_y
+        bottom = transcript.history.max_scroll_y
         press(app, "tab")
         await wait_until(lambda: isinstance(app.focused, HistoryView))
         await pilot.pause()
         await pilot.pause()
         # The cursor is on the last item: the view shows it, near the bottom, not turn 1.
-        assert transcript.scroll_y > bottom - transcript.size.height
+        assert transcript.history.scroll_y > bottom - transcript.history.size.height
 
 
 async def test_end_in_the_history_follows_again(isolated_home: Path) -> None:
@@ -132,6 +135,6 @@ async def test_end_in_the_history_follows_again(isolated_home: Path) -> None:
         press(app, "tab")
         await wait_until(lambda: isinstance(app.focused, HistoryView))
         press(app, "home")
-        await wait_until(lambda: transcript.scroll_y == 0 and not transcript.following)
+        await wait_until(lambda: transcript.history.scroll_y == 0 and not transcript.following)
         press(app, "end")
         await wait_until(lambda: at_bottom(transcript) and transcript.following)

@@ -50,7 +50,7 @@ from hotloop.tui.widgets.status_bar import StatusBar
 
 from support import Recorder, make_agent, sim_with_scenario, wait_until
 
-PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
+PALETTE = Palette("#ffa62b", "#8d8d8d", "#a0a0a0", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", "#2b4a6b", dark=True)
 BIG = "word " * 1_500  # a tool result that takes the next prompt well past Anthropic's cache minimum
 
 

@@ -14,12 +14,16 @@ from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.providers.conversation import AssistantMessage
 from hotloop.providers.server_metrics import ServerStats
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem
+from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.server_panel import ServerPanel
-from hotloop.tui.widgets.streaming_text import StreamingText
-from hotloop.tui.widgets.tool_pane import ToolPane
 
-from tui_support import idle, press, running_app, send, submit, wait_until, write_config
+from tui_support import drawn, idle, live_panes, press, running_app, send, submit, wait_until, write_config
+
+
+def on_screen(history: HistoryView, line: int) -> int:
+    """The row of the view that shows transcript line `line` (a short transcript sits at the bottom)."""
+    return line - history.scroll_offset.y + history._pad
 
 
 def items_of(app: Any, kind: type) -> list:
@@ -58,7 +62,7 @@ async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -
     write_config(isolated_home, [{"text": "## Streaming\n\n" + "word " * 150}], decode_ms=8)
     async with running_app() as (app, pilot):
         await send(app, pilot, "hello")
-        answer = app.query_one(StreamingText)
+        answer = app.transcript.answer
         await wait_until(lambda: len(answer.source) > 40)
         assert app.turn_running  # part of the answer is on screen before the model has finished
         partial = len(answer.source)
@@ -87,15 +91,15 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
     async with running_app() as (app, pilot):
         app.session.runtime.tools.add(Tool("pause", "Pause.", schema, pause))
         await send(app, pilot, "go")
-        await wait_until(lambda: len(app.query("ToolPane.-running")) == 3)
-        panes = list(app.query(ToolPane))
+        await wait_until(lambda: len(live_panes(app.transcript, "running")) == 3)
+        panes = live_panes(app.transcript)
         assert [pane.call.arguments for pane in panes] == [
             '{"seconds": 0.03}',
             '{"seconds": 0.02}',
             '{"seconds": 0.04}',
         ]
-        assert len({pane.region.y for pane in panes}) == 1  # side by side
-        await wait_until(lambda: "pausing 0.03 s" in "\n".join(panes[0].query_one("Log").lines))
+        await wait_until(lambda: any(line.count("╭─ pause ") == 3 for line in drawn(app).splitlines()))  # side by side
+        await wait_until(lambda: "pausing 0.03 s" in panes[0].output)
         gate.set()
         await idle(app, pilot)
 
@@ -105,7 +109,8 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
         assert tools.wall < 0.6 * sum(call.duration for call in tools.calls)
         rendered = [strip.text for strip in tools.render(app.transcript.context(96)).lines]
         assert rendered[-1].startswith("3 tools ran for ") and "from parallelism" in rendered[-1]
-        assert not app.query(ToolPane)  # finished panes collapse into one line each
+        assert not live_panes(app.transcript)  # finished panes collapse into one line each
+        assert "╭─ pause " not in drawn(app)
 
 
 async def test_the_usage_strip_shows_the_simulators_own_numbers(isolated_home: Path) -> None:
@@ -161,7 +166,7 @@ async def test_escape_mid_stream_leaves_a_valid_conversation(isolated_home: Path
     write_config(isolated_home, [{"text": "word " * 400}, {"text": "second answer"}], decode_ms=10)
     async with running_app() as (app, pilot):
         await send(app, pilot, "talk")
-        await wait_until(lambda: len(app.query_one(StreamingText).source) > 30)
+        await wait_until(lambda: len(app.transcript.answer.source) > 30)
         await pilot.press("escape")
         await idle(app, pilot)
         partial = app.agent.messages[-1]
@@ -257,12 +262,12 @@ async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None
     async with running_app(size=(120, 40)) as (app, pilot):
         app.session.runtime.tools.add(Tool("pause", "Pause.", {"type": "object"}, pause))
         await send(app, pilot, "go")
-        await wait_until(lambda: len(app.query("ToolPane.-running")) == 5)
-        await wait_until(lambda: all(pane.region.width for pane in app.query(ToolPane)))
-        await pilot.pause()
-        rows = sorted({pane.region.y for pane in app.query(ToolPane)})
-        columns = sorted({pane.region.x for pane in app.query(ToolPane)})
-        assert len(rows) == 2 and len(columns) == 3
+        await wait_until(lambda: len(live_panes(app.transcript, "running")) == 5)
+
+        def tops() -> list[int]:  # the panes' top borders, counted per line of the screen
+            return [line.count("╭─ pause ") for line in drawn(app).splitlines() if "╭─ pause " in line]
+
+        await wait_until(lambda: tops() == [3, 2])  # two rows: three columns, then two
         gate.set()
         await idle(app, pilot)
 
@@ -278,9 +283,9 @@ async def test_links_open_on_click_and_the_theme_redraws_the_transcript(isolated
         await idle(app, pilot)
         history = app.transcript.history
         slot = next(s for s in history._slots if isinstance(s.item, AnswerItem))
-        row = history._starts[history._slots.index(slot)]
+        row = on_screen(history, history._starts[history._slots.index(slot)])
         column = slot.rendered.lines[0].text.index("the docs")
-        await pilot.click(history, offset=(column + 2, row))
+        await pilot.click(history, offset=(1 + column + 2, row))  # past the view's padding
         assert opened == ["https://example.com/docs"]
 
         dark = [seg.style for seg in slot.rendered.lines[2]]
@@ -331,10 +336,10 @@ async def test_mouse_selection_copies_the_selected_text(isolated_home: Path) -> 
         await send(app, pilot, "x")
         await idle(app, pilot)
         history = app.transcript.history
-        row = history._starts[1]  # the answer's first line
-        await pilot.mouse_down(history, offset=(0, row))
-        await pilot.hover(history, offset=(15, row + 2))  # the end cell is part of the selection
-        await pilot.mouse_up(history, offset=(15, row + 2))
+        row = on_screen(history, history._starts[1])  # the answer's first line
+        await pilot.mouse_down(history, offset=(1, row))  # past the view's padding
+        await pilot.hover(history, offset=(16, row + 2))  # the end cell is part of the selection
+        await pilot.mouse_up(history, offset=(16, row + 2))
         await pilot.press("ctrl+c")
         assert app.clipboard == "alpha beta gamma delta\n\nsecond paragraph"
 

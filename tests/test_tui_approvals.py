@@ -10,9 +10,8 @@ from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.sessions.store import read_session
 from hotloop.tui.widgets.approval_bar import ApprovalBar
 from hotloop.tui.widgets.prompt_input import PromptInput
-from hotloop.tui.widgets.tool_pane import ToolPane
 
-from tui_support import idle, press, running_app, send, wait_until, write_config
+from tui_support import drawn, idle, live_panes, press, running_app, send, wait_until, write_config
 
 SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 
@@ -42,10 +41,11 @@ async def test_a_call_waits_in_its_pane_and_runs_when_allowed_once(isolated_home
         await wait_until(
             lambda: bar.display and bar.requests and app.focused is not None and bar in app.focused.ancestors
         )
-        pane = app.query_one(ToolPane)
-        await wait_until(lambda: pane.has_class("-waiting"))
+        (pane,) = live_panes(app.transcript)
+        await wait_until(lambda: pane.status == "waiting" and "⏸ waiting for approval" in drawn(app))
         assert ran == []
-        assert pane.query_one(".preview").content.code == "make test"  # a Syntax: highlighted as shell
+        assert pane.preview is not None and pane.preview.code == "make test"  # a Syntax: highlighted as shell
+        assert "make test" in drawn(app)
         press(app, "y")
         await idle(app, pilot)
         assert ran == ["make test"] and not bar.display and isinstance(app.focused, PromptInput)

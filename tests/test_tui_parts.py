@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 from rich.console import Console
+from textual.strip import Strip
+from textual.timer import Timer
+from textual.widget import Widget
 
 from hotloop.agent.events import (
     Notice,
@@ -26,9 +29,10 @@ from hotloop.providers.events import (
 )
 from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
+from hotloop.tui.live_answer import LiveAnswer
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, usage_text
 
-PALETTE = Palette("#ffa62b", "#8d8d8d", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", dark=True)
+PALETTE = Palette("#ffa62b", "#8d8d8d", "#a0a0a0", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", "#2b4a6b", dark=True)
 
 
 def fold_session(events: list) -> list:
@@ -224,6 +228,26 @@ def test_markdown_renders_block_by_block_like_the_stream() -> None:
     lines = [line.text.rstrip() for line in markdown_lines(source, context(60))]
     # One blank line between each pair of the four blocks, none at the edges.
     assert lines == ["Head".center(60).rstrip(), "", " • one", " • two", "", " x = 1", "", "End."]
+
+
+@pytest.mark.parametrize("budget", [None, 0.0])
+def test_a_streamed_answer_ends_in_the_lines_of_its_finished_item(budget: float | None) -> None:
+    """Token by token, flushed now and then (with no time budget at all: one finished block a flush),
+    the live answer ends with the finished answer's lines, and never shows less than it did."""
+    source = "# Head\n\nSome *text* here.\n\n- one\n- two\n\n```python\nx = 1\ny = 2\n```\n\nEnd " * 5
+    shown: list[list[Strip]] = []
+    # Flushed by hand here: its timer is never started.
+    answer = LiveAnswer(lambda: context(60), shown.append, lambda delay, callback: Timer(Widget(), delay))
+    on_screen = 0
+    for n, token in enumerate(source.split(" ")):
+        answer.write(token if n == 0 else " " + token)
+        if n % 7 == 0 and (answer._pending or answer._queue):
+            answer._render(context(60), budget)
+            assert len(answer.source) >= on_screen and source.startswith(answer.source)
+            on_screen = len(answer.source)
+    answer.flush(everything=True)
+    assert answer.source == source
+    assert [line.text for line in shown[-1]] == [line.text for line in markdown_lines(source, context(60))]
 
 
 def test_session_totals_count_a_missing_read_as_a_miss_from_a_server_that_reports_reads() -> None:

@@ -25,7 +25,7 @@ from hotloop.tui.screens.replay import ReplayScreen
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 
 from support import Recorder, killed_mid_answer, sim_with_scenario
-from tui_support import idle, press, running_app, send, wait_until, write_config
+from tui_support import idle, live_panes, press, running_app, send, wait_until, write_config
 
 PAUSES = (0.6, 0.4, 0.8)
 
@@ -103,7 +103,7 @@ async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(
         await wait_until(lambda: replay_drawn(app))
         screen = app.screen
         transcript = screen.transcript
-        await wait_until(lambda: len(screen.query("ToolPane.-running")) == 3)
+        await wait_until(lambda: len(live_panes(transcript, "running")) == 3)
         await wait_until(lambda: screen.replay.done)
         await pilot.pause()
         tools = [item for item in transcript.history.items if isinstance(item, ToolCallsItem)]

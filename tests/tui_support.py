@@ -25,11 +25,24 @@ from textual.pilot import Pilot
 from hotloop.config import load_config
 from hotloop.core.slash import SlashError, parse
 from hotloop.tui.app import HotloopApp
+from hotloop.tui.live_panes import LivePane
 from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.transcript import Transcript
 
 from support import wait_until
 
-__all__ = ["connected", "idle", "press", "running_app", "send", "submit", "wait_until", "write_config"]
+__all__ = [
+    "connected",
+    "drawn",
+    "idle",
+    "live_panes",
+    "press",
+    "running_app",
+    "send",
+    "submit",
+    "wait_until",
+    "write_config",
+]
 
 # Titles off: a title request would add to the requests the tests count; titles have tests of their own.
 FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
@@ -126,3 +139,14 @@ async def send(app: HotloopApp, pilot: Pilot[None], prompt: str) -> None:
     box.load_text(prompt)
     box.focus()
     await submit(app)
+
+
+def live_panes(transcript: Transcript, status: str | None = None) -> list[LivePane]:
+    """The step in flight's tool panes (those with `status`), in the order their calls started."""
+    return [pane for pane in transcript.panes.panes.values() if status is None or pane.status == status]
+
+
+def drawn(app: App[Any]) -> str:
+    """What the app's screen draws now: the text of every line, as it goes to the terminal."""
+    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    return "\n".join("".join(strip.text for strip in line) for line in update.strips)

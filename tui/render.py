@@ -31,10 +31,12 @@ class Palette:
 
     accent: str
     muted: str
+    text_muted: str  # the quiet text of the live step's strip and the welcome
     success: str
     warning: str
     error: str
     surface: str
+    frame: str  # a tool pane's border before its call runs
     dark: bool
 
     @property
@@ -67,15 +69,21 @@ def theme_palette(app: App[ReturnType]) -> Palette:
     background = Color.parse(variables["background"])
 
     def solid(name: str) -> str:
-        return (background + Color.parse(variables[name])).hex
+        value = variables[name]
+        if value.startswith("auto"):  # "auto 60%": text that contrasts with the background, that opaque
+            alpha = float(value.removeprefix("auto").strip().rstrip("%") or 100) / 100
+            return (background + background.get_contrast_text(alpha)).hex
+        return (background + Color.parse(value)).hex
 
     return Palette(
         accent=solid("accent"),
         muted=solid("foreground-muted"),
+        text_muted=solid("text-muted"),
         success=solid("success"),
         warning=solid("warning"),
         error=solid("error"),
         surface=solid("surface"),
+        frame=solid("primary-muted"),
         dark=app.current_theme.dark,
     )
 

@@ -1,8 +1,13 @@
-"""`HistoryView`: every finished part of the conversation, as pre-rendered lines in one widget.
+"""`HistoryView`: the conversation as pre-rendered lines in one scrolling widget.
 
-One widget, however long the session: items render to strips once per width, and only
-lines on screen are drawn. After a resize or theme change, items re-render lazily, visible
-first, then the rest in idle time.
+One widget, however long the session: the finished items render to strips once per width, the
+step in flight's parts (its answer, tool panes and usage strip) are lines handed in as they
+change, and only lines on screen are drawn. A frame while the answer streams is the few lines
+that changed, not a re-layout of widgets. After a resize or theme change, items re-render
+lazily, visible first, then the rest in idle time.
+
+The view follows its end whenever it is at the bottom; scrolling up by any means (keys, wheel,
+scrollbar, the cursor) stops following, and scrolling back to the bottom follows again.
 """
 
 from __future__ import annotations
@@ -15,12 +20,12 @@ from dataclasses import dataclass
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
+from textual.scroll_view import ScrollView
 from textual.selection import Selection
 from textual.strip import Strip
-from textual.widget import Widget
 
 from hotloop.core.markdown_blocks import code_blocks
 from hotloop.tui.items import Item, Rendered
@@ -28,6 +33,8 @@ from hotloop.tui.render import RenderContext
 from hotloop.tui.widgets.selectable import selected_text, with_selection
 
 FILL_BUDGET = 0.012  # seconds of rendering per idle tick, to keep input responsive
+# The step in flight's parts, in the order they show under the history.
+LIVE_PARTS = ("reasoning", "answer", "panes", "usage")
 
 
 @dataclass
@@ -47,14 +54,24 @@ class _Place:
     line: int  # line within the item
 
 
-class HistoryView(Widget, can_focus=True):
-    """The finished transcript. Click or Enter expands an entry; ctrl+c copies the item under the cursor.
+class HistoryView(ScrollView, can_focus=True):
+    """The transcript's lines. Click or Enter expands an entry; ctrl+c copies the item under the cursor.
 
     Its keys are never printable: a letter typed here goes to the prompt.
     """
 
     DEFAULT_CSS = """
-    HistoryView { height: auto; }
+    HistoryView {
+        height: 1fr;
+        /* Lines as wide as when the transcript was a scrolling container: two more columns by the scrollbar. */
+        padding: 0 3 0 1;
+        overflow-x: hidden;
+        /* Always there: lines are pre-rendered for a width, which a scrollbar appearing would change. */
+        overflow-y: scroll;
+        scrollbar-background: $background;
+        scrollbar-background-hover: $background;
+        scrollbar-background-active: $background;
+    }
     HistoryView > .history-view--cursor { background: $boost; text-style: bold; }
     """
     COMPONENT_CLASSES = {"history-view--cursor"}
@@ -70,6 +87,7 @@ class HistoryView(Widget, can_focus=True):
     ]
 
     cursor: reactive[int] = reactive(-1, layout=False)
+    following: var[bool] = var(True)
 
     class Copied(Message):
         """Text was copied from the history (the app shows a notice)."""
@@ -77,6 +95,9 @@ class HistoryView(Widget, can_focus=True):
         def __init__(self, what: str) -> None:
             super().__init__()
             self.what = what
+
+    class WidthChanged(Message):
+        """Lines are now rendered for another width: what is drawn from outside must be rendered again."""
 
     def __init__(
         self,
@@ -91,11 +112,22 @@ class HistoryView(Widget, can_focus=True):
         self._render_context = context
         self._slots: list[_Slot] = []
         self._starts: list[int] = []
-        self._total = 0
+        self._lead: list[Strip] = []  # lines above the history (the welcome)
+        self._history = 0  # where the history ends: the lead's and the finished items' lines, gaps included
+        self._live: dict[str, list[Strip]] = {part: [] for part in LIVE_PARTS}
+        self._live_lines: list[Strip] = []
         self._width = 0
         self._filling = False
-        self._drawn: dict[int, Strip] = {}  # finished screen lines, by y
+        # Drawn screen lines by transcript line, with the source strip each was drawn from: a line
+        # whose source is still the same strip is not drawn again.
+        self._drawn: dict[int, tuple[Strip | None, Strip]] = {}
         self._style: Style | None = None
+        self._background = Style()
+
+    @property
+    def width(self) -> int:
+        """The width lines are rendered for (0 until the view is laid out)."""
+        return self._width
 
     # -- items -------------------------------------------------------------------------
 
@@ -133,21 +165,66 @@ class HistoryView(Widget, can_focus=True):
         self._relayout()
         self._schedule_fill()
 
+    def set_lead(self, lines: list[Strip]) -> None:
+        """Show `lines` above the history."""
+        if lines != self._lead:
+            self._lead = lines
+            self._relayout()
+
+    def set_live(self, part: str, lines: list[Strip]) -> None:
+        """Show `lines` as the step in flight's `part` (one of LIVE_PARTS); only lines that changed are drawn."""
+        self._live[part] = lines
+        old = self._live_lines
+        new = [line for part_lines in self._live.values() for line in part_lines]
+        first = None
+        for y, (was, line) in enumerate(zip(old, new, strict=False)):
+            if line is not was:
+                if line == was:  # rendered again the same: its drawn line stays good
+                    new[y] = was
+                elif first is None:
+                    first = y
+        self._live_lines = new
+        if first is None:
+            first = min(len(old), len(new))
+        if len(new) != len(old):
+            self._resized()
+        top = self._history + 1 + first - self.scroll_offset.y + self._pad
+        changed = Region(0, top, self.size.width, max(len(old), len(new)) - first).intersection(self.size.region)
+        if changed:
+            self.refresh(changed)
+
     # -- geometry ----------------------------------------------------------------------
 
+    @property
+    def _total(self) -> int:
+        # A blank line parts the history from the step in flight.
+        return self._history + 1 + len(self._live_lines)
+
+    @property
+    def _pad(self) -> int:
+        """Blank lines above a transcript shorter than the view: it sits at the bottom, by the prompt."""
+        return max(self.scrollable_content_region.height - self._total, 0)
+
     def _relayout(self) -> None:
-        starts, line = [], 0
+        starts, line = [], len(self._lead)
         for slot in self._slots:
             line += slot.gap
             starts.append(line)
             line += slot.height
-        self._starts, self._total = starts, line
+        self._starts, self._history = starts, line
         self._drawn.clear()
-        self.virtual_size = Size(self._width, line)
-        self.refresh(layout=True)
+        self._resized()
+        self.refresh()
 
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return self._total
+    def _resized(self) -> None:
+        """The transcript's length changed: keep the end in view if following."""
+        padded = self._pad > 0 or self.virtual_size.height < self.scrollable_content_region.height
+        self.virtual_size = Size(self._width, self._total)
+        if padded:  # every line moved
+            self._drawn.clear()
+            self.refresh()
+        if self.following:
+            self.scroll_to(y=self.max_scroll_y, animate=False)
 
     def _render_slot(self, slot: _Slot) -> bool:
         """Render a slot at the current width; True if its height changed."""
@@ -157,7 +234,7 @@ class HistoryView(Widget, can_focus=True):
         return changed
 
     def _locate(self, y: int) -> tuple[int, int] | None:
-        """(slot index, line within the item) for transcript line `y`, or None on a gap."""
+        """(slot index, line within the item) for history line `y`, or None on a gap."""
         index = bisect_right(self._starts, y) - 1
         if index < 0:
             return None
@@ -165,16 +242,17 @@ class HistoryView(Widget, can_focus=True):
         return (index, line) if line < self._slots[index].height else None
 
     def on_resize(self, event: events.Resize) -> None:
-        if event.size.width != self._width:
-            old = self._width
-            self._width = event.size.width
+        width = self.scrollable_content_region.width
+        if width != self._width:
+            old, self._width = self._width, width
             for slot in self._slots:
                 if old and slot.rendered is not None:
                     # Keep the layout close to right until the item is rendered again.
-                    slot.height = max(1, round(slot.height * old / self._width))
+                    slot.height = max(1, round(slot.height * old / width))
                 slot.rendered = None
             self._relayout()
             self._schedule_fill()
+            self.post_message(self.WidthChanged())
 
     def _schedule_fill(self) -> None:
         if not self._filling:
@@ -197,6 +275,20 @@ class HistoryView(Widget, can_focus=True):
         else:
             self._filling = False
 
+    # -- following ---------------------------------------------------------------------
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value >= self.max_scroll_y:
+            self.following = True
+        elif new_value < old_value:
+            self.following = False
+
+    def follow(self) -> None:
+        """Go to the bottom and stay there as the transcript grows."""
+        self.following = True
+        self.scroll_to(y=self.max_scroll_y, animate=False)
+
     # -- drawing -----------------------------------------------------------------------
 
     def notify_style_update(self) -> None:
@@ -204,36 +296,48 @@ class HistoryView(Widget, can_focus=True):
         self._style = None
         self._drawn.clear()
 
-    def render_line(self, y: int) -> Strip:
-        drawn = self._drawn.get(y)
-        if drawn is None or drawn.cell_length != self.size.width:
-            drawn = self._drawn[y] = self._draw(y)
-        return drawn
-
-    def _draw(self, y: int) -> Strip:
-        width = self.size.width
-        if self._style is None:
-            self._style = self.rich_style  # ~40 µs to compute: once per style change, not per line
-        style = self._style
+    def _source(self, y: int) -> Strip | None:
+        """Transcript line `y` as rendered (None for a blank one); renders its item if it isn't yet."""
+        if y < len(self._lead):
+            return self._lead[y] if y >= 0 else None
+        if y >= self._history:
+            live = y - self._history - 1
+            return self._live_lines[live] if 0 <= live < len(self._live_lines) else None
         place = self._locate(y)
         if place is None:
-            return Strip.blank(width, style)
+            return None
         index, line = place
         slot = self._slots[index]
         if slot.rendered is None and self._render_slot(slot):
             self.call_after_refresh(self._relayout)
         assert slot.rendered is not None
-        if line >= len(slot.rendered.lines):
-            return Strip.blank(width, style)
-        strip = slot.rendered.lines[line]
-        if self.has_focus and self._cursor_line() == y:
+        return slot.rendered.lines[line] if line < len(slot.rendered.lines) else None
+
+    def render_line(self, y: int) -> Strip:
+        line = self.scroll_offset.y + y - self._pad
+        source = self._source(line)
+        cached = self._drawn.get(line)
+        width = self._width
+        if cached is not None and cached[0] is source and cached[1].cell_length == width:
+            return cached[1]
+        if self._style is None:
+            self._style = self.rich_style  # ~40 µs to compute: once per style change, not per line
+            self._background = Style(bgcolor=self._style.bgcolor)
+        style = self._style
+        strip = source or Strip.blank(0)
+        # Outside the items (the welcome, the step in flight, blank space), lines end in the background
+        # alone, as the widgets that drew them did.
+        fill = style if len(self._lead) <= line < self._history else self._background
+        if self.has_focus and line < self._history and self._cursor_line() == line:
             strip = strip.apply_style(self.get_component_rich_style("history-view--cursor"))
         # Rich leaves unstyled cells; the widget's own colours go under every line.
-        return with_selection(self, strip.apply_style(style), y).crop_extend(0, width, style).apply_offsets(0, y)
+        drawn = with_selection(self, strip.apply_style(style), line).crop_extend(0, width, fill).apply_offsets(0, line)
+        self._drawn[line] = (source, drawn)
+        return drawn
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
         changed = False
-        lines: list[str] = []
+        lines = [strip.text for strip in self._lead]
         for slot in self._slots:
             if slot.rendered is None:
                 changed |= self._render_slot(slot)
@@ -243,6 +347,8 @@ class HistoryView(Widget, can_focus=True):
         if changed:
             # The fill skips what is rendered here, so it would not lay these heights out.
             self._relayout()
+        lines.append("")
+        lines.extend(strip.text for strip in self._live_lines)
         return selected_text(lines, selection)
 
     def selection_updated(self, selection: Selection | None) -> None:
@@ -276,23 +382,20 @@ class HistoryView(Widget, can_focus=True):
         self.refresh()
 
     def scroll_visible_line(self, line: int) -> None:
-        parent = self.parent
-        if isinstance(parent, Widget):
-            top = self.virtual_region.y + line
-            if not parent.scroll_y <= top < parent.scroll_y + parent.size.height:
-                parent.scroll_to(y=max(top - parent.size.height // 2, 0), animate=False)
+        height = self.scrollable_content_region.height
+        if not self.scroll_y <= line < self.scroll_y + height:
+            self.scroll_to(y=max(line - height // 2, 0), animate=False)
 
     def on_focus(self) -> None:
         places = self._places()
         if self.cursor < 0:
             self.set_reactive(HistoryView.cursor, len(places) - 1)  # not watched: that would show its first line
-        parent = self.parent
-        if 0 <= self.cursor < len(places) and isinstance(parent, Widget):
+        if 0 <= self.cursor < len(places):
             # The view stays where it is if the cursor's item shows in it at all.
             slot = places[self.cursor].slot
-            top = self.virtual_region.y + self._starts[slot]
-            if not parent.scroll_y - self._slots[slot].height < top < parent.scroll_y + parent.size.height:
-                self.scroll_visible_line(self._starts[slot] + places[self.cursor].line)
+            top = self._starts[slot]
+            if not self.scroll_y - self._slots[slot].height < top < self.scroll_y + self.size.height:
+                self.scroll_visible_line(top + places[self.cursor].line)
         self._drawn.clear()
         self.refresh()
 
@@ -323,7 +426,8 @@ class HistoryView(Widget, can_focus=True):
         if link:
             self.app.open_url(link)
             return
-        place = self._locate(event.y)
+        y = self.scroll_offset.y + event.y - self._pad
+        place = self._locate(y) if len(self._lead) <= y < self._history else None
         if place is None:
             return
         index, line = place

@@ -16,7 +16,7 @@ class NewOutput(Static):
         layer: marker;
         width: auto;
         height: 1;
-        margin-left: 2;
+        margin-left: 3;  /* under the transcript's text, which starts a column in */
         padding: 0 1;
         background: $accent;
         color: $text;
