@@ -199,10 +199,9 @@ class SessionTotals:
             return
         if isinstance(event, Compacted):
             self._using = (event.provider, event.model)
-            self.cost.add(self.pricer.price(event, event.provider, event.model))
         else:
             self.steps += 1
-            self.cost.add(self.pricer.cost(event))
+        self.cost.add(self.pricer.cost(event))
         usage = event.usage
         if usage is None or usage.prompt_total is None:
             self.unreported += 1

@@ -274,8 +274,10 @@ class StepPricer:
         elif isinstance(event, ProviderSwitched) and event.base_url:
             self.servers[event.provider] = event.base_url
 
-    def cost(self, step: StepFinished) -> Cost | None:
-        """The step's cost, priced as the provider and model of the last `StepStarted`."""
+    def cost(self, step: StepFinished | Compacted) -> Cost | None:
+        """A step's cost, priced as the provider and model of the last `StepStarted`; a compaction as its own."""
+        if isinstance(step, Compacted):
+            return self.price(step, step.provider, step.model)
         return self.price(step, *self.using)
 
     def saved_by_cache(self, step: ResponseFinished | StepFinished, provider: str, model: str) -> Decimal | None:
@@ -293,7 +295,7 @@ class StepPricer:
         )
         actual = self.price(step, provider, model)
         uncached = self.price(msgspec.structs.replace(step, usage=whole), provider, model)
-        if actual is None or uncached is None or actual.source != "price table" or actual.source != uncached.source:
+        if actual is None or uncached is None or actual.source != "price table" or uncached.source != "price table":
             return None
         return uncached.total - actual.total
 

@@ -177,9 +177,7 @@ class Session:
             self._unanswered = False
         if isinstance(event, StepFinished):
             self.cut_off_steps += event.finish_reason == "length"
-            self._measure(event)
-        elif isinstance(event, Compacted):
-            self.context_used = event.after_tokens
+        self._measure(event)
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
             self.unapproved_calls += 1
         self._sink(event)
@@ -310,21 +308,22 @@ class Session:
         self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
         self.context_used = None
         for event in resumed.session.events:
-            if isinstance(event, StepFinished):
-                self._measure(event)
-            elif isinstance(event, Compacted):
-                self.context_used = event.after_tokens
+            self._measure(event)
         self._open_log(log)
         self._restored(resumed.session)
         for event in resumed.opening_events(notes + moved):
             self.emit(event)
 
-    def _measure(self, step: StepFinished) -> None:
-        usage = step.usage
-        if usage is not None and usage.prompt_total is not None:
-            self.context_used = usage.prompt_total + (usage.output or 0)
-        else:
-            self.context_used = None
+    def _measure(self, event: AgentEvent) -> None:
+        """The context after a step (its prompt and answer) or a compaction (its estimate); other events leave it."""
+        if isinstance(event, Compacted):
+            self.context_used = event.after_tokens
+        elif isinstance(event, StepFinished):
+            usage = event.usage
+            if usage is not None and usage.prompt_total is not None:
+                self.context_used = usage.prompt_total + (usage.output or 0)
+            else:
+                self.context_used = None
 
     def _open_log(self, log: SessionLog) -> None:
         self.log = log
@@ -397,9 +396,8 @@ class Session:
         from hotloop.providers.errors import ProviderError
 
         assert self.agent is not None
-        measured = self.context()
         try:
-            return await self.agent.compact(trigger, *(measured or (self.context_used, None)))
+            return await self.agent.compact(trigger, self.context_used, self.context_window())
         except ProviderError as error:
             self.emit(Notice(level="error", message=f"compaction failed: {error}; the conversation is unchanged"))
             return None

@@ -79,7 +79,7 @@ class Printer:
         if self.json_lines:
             lines = [_escaped(self._masker.masked(encode(masked)).decode()) for masked in self._masker.events(event)]
             if isinstance(event, (StepFinished, Compacted)) and self.pricer is not None and lines:
-                lines[-1] = _with_cost(lines[-1], self._cost(event))
+                lines[-1] = _with_cost(lines[-1], self.pricer.cost(event))
             self._json(lines)
             if isinstance(event, Notice) and event.level != "info":
                 self._status(f"{event.level}: {event.message}", _NOTICE_STYLE[event.level])
@@ -111,16 +111,8 @@ class Printer:
         elif isinstance(event, TurnFinished):
             self._end_stream()
 
-    def _cost(self, event: StepFinished | Compacted) -> Cost | None:
-        assert self.pricer is not None
-        return (
-            self.pricer.price(event, event.provider, event.model)
-            if isinstance(event, Compacted)
-            else self.pricer.cost(event)
-        )
-
     def _priced(self, line: str, event: StepFinished | Compacted) -> str:
-        return line if self.pricer is None else f"{line} · {dollars(self._cost(event))}"
+        return line if self.pricer is None else f"{line} · {dollars(self.pricer.cost(event))}"
 
     def close(self) -> None:
         """End a stream left open (a replay of a session that stopped mid-answer); write JSON lines still held."""
