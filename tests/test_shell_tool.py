@@ -85,20 +85,14 @@ async def test_each_call_runs_in_its_workspace(tmp_path: Path) -> None:
     assert [result.split("\n")[1] for result in results] == [str(one), "/", str(one)]
 
 
-async def test_cancel_kills_the_whole_group_grandchildren_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    ["sleep 100 & echo $$ $!; wait", "trap '' TERM; sleep 100 & echo $$ $!; wait"],
+    ids=["grandchildren too", "one that ignores SIGTERM too"],
+)
+async def test_cancel_kills_the_whole_group(tmp_path: Path, command: str) -> None:
     pane = Pane()
-    task = run(tmp_path, "sleep 100 & echo $$ $!; wait", pane)
-    await wait_until(lambda: pane.text.endswith("\n"))
-    pids = [int(pid) for pid in pane.text.split()]
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
-
-
-async def test_a_command_that_ignores_sigterm_is_killed_too(tmp_path: Path) -> None:
-    pane = Pane()
-    task = run(tmp_path, "trap '' TERM; sleep 100 & echo $$ $!; wait", pane)
+    task = run(tmp_path, command, pane)
     await wait_until(lambda: pane.text.endswith("\n"))
     pids = [int(pid) for pid in pane.text.split()]
     task.cancel()
