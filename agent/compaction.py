@@ -28,6 +28,8 @@ OPENING = (
     "Go on from this summary; ask the user if something you need is missing from it."
 )
 DEFAULT_THRESHOLD = 0.8  # of the context window, before a turn
+# English text in the BPE tokenizers of OpenAI, Anthropic, Llama and Qwen: ~4 bytes a token.
+BYTES_PER_TOKEN = 4
 # How servers refuse a request longer than the context: vLLM and OpenAI, Anthropic, llama.cpp, SGLang.
 _TOO_LONG = re.compile(
     r"maximum context length|context_length_exceeded|prompt is too long|exceeds the available context size"
@@ -62,8 +64,20 @@ def compacted_size(
     """
     if asked_tokens is None or summary_tokens is None:
         return None
-    size = len(msgspec.json.encode(asked))
-    return round(asked_tokens * len(msgspec.json.encode(frame)) / size) + summary_tokens if size else None
+    return scaled_tokens(frame, len(msgspec.json.encode(asked)), asked_tokens) + summary_tokens
+
+
+def scaled_tokens(request: ChatRequest, known_bytes: int, known_tokens: int) -> int:
+    """`request`'s tokens, estimated from a request of the same conversation: its encoded size
+    and the token count the provider reported for it."""
+    return round(known_tokens * len(msgspec.json.encode(request)) / known_bytes) if known_bytes else 0
+
+
+def grown_tokens(request: ChatRequest, known_bytes: int, known_tokens: int) -> int:
+    """`request`'s tokens, estimated from the one before it in the conversation: its reported count,
+    plus what was added since at BYTES_PER_TOKEN. The added part (an answer, tool results) is
+    mostly text, which a tokenizer counts more sparsely than the tool schemas of the prefix."""
+    return known_tokens + max(len(msgspec.json.encode(request)) - known_bytes, 0) // BYTES_PER_TOKEN
 
 
 def with_fix(refusal: str) -> str:

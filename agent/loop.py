@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import msgspec
+
 from hotloop.agent.approvals import Approvals, Request, Verdict, subject_of
 from hotloop.agent.cache_explainer import CacheExplainer
-from hotloop.agent.compaction import compacted_messages, compacted_size, summary_messages, with_fix
+from hotloop.agent.compaction import compacted_messages, compacted_size, grown_tokens, summary_messages, with_fix
 from hotloop.agent.events import (
     AgentEvent,
     ApprovalAsked,
@@ -51,7 +53,7 @@ from hotloop.agent.step import CANCELLED_RESULT, ArgumentError, StepAccumulator,
 from hotloop.agent.switching import CacheWarmth
 from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, ToolRegistry, call_key, cap_output
 from hotloop.providers.base import Provider
-from hotloop.providers.conversation import Message, ToolCall, ToolResultMessage, UserMessage, repaired
+from hotloop.providers.conversation import ChatRequest, Message, ToolCall, ToolResultMessage, UserMessage, repaired
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import ProviderWarning, ServerHint, StreamStarted, ToolCallReady
 from hotloop.providers.lanes import Lanes
@@ -143,6 +145,7 @@ class Agent:
         self.messages: list[Message] = []
         self._checked = 0  # messages already repaired: history only grows, so only the rest needs a look
         self._last_finish = ""  # the last step's finish reason
+        self._sized: tuple[int, int] | None = None  # the last request's encoded size and its reported prompt tokens
         self.turn = 0
         self._builder = PromptBuilder(system if system is not None else system_prompt(), tools)
         self._context = context or (lambda: volatile_context(workspace))
@@ -160,6 +163,14 @@ class Agent:
     def system(self, text: str) -> None:
         """A new system prompt from the next request on (it costs the cache everything after it)."""
         self._builder.system = text
+
+    def context_window(self) -> int | None:
+        """Tokens a request may hold on the model in use: its server's figure, else the price table's (hosted APIs)."""
+        from hotloop.agent.pricing import known_window
+
+        if self.provider.server is not None:
+            return self.provider.server.max_model_len(self.provider.model)
+        return known_window(self.provider.model, self.provider.base_url)
 
     def restore(self, messages: list[Message], turns: int, warmth: CacheWarmth) -> None:
         """Go on with a conversation rebuilt from its session log."""
@@ -281,6 +292,7 @@ class Agent:
         self._repair()
         self._using = (self.provider.name, self.provider.model)
         request = self._builder.request(self.messages, self.max_tokens, self.cache_key)
+        size = len(msgspec.json.encode(request))
         if self.prefetcher is not None:
             self.prefetcher.start(self._prefetch_context)  # runs while the model prefills and decodes
         fingerprint = self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
@@ -289,6 +301,7 @@ class Agent:
                 turn=turn, step=step, provider=self.provider.name, model=self.provider.model, fingerprint=fingerprint
             )
         )
+        self._warn_if_too_long(step, request)
         stream = StepAccumulator(started=time.perf_counter())
         phase = _ToolPhase()
         early: dict[str, asyncio.Task[ToolResultMessage]] = {}
@@ -329,6 +342,8 @@ class Agent:
         )
         self.emit(response)
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
+        if stream.usage is not None and stream.usage.prompt_total:
+            self._sized = (size, stream.usage.prompt_total)
         self.messages.append(stream.message())
         self._last_finish = stream.finish_reason
         await self._run_tools(stream.calls, phase, early, stream.problems())
@@ -353,6 +368,23 @@ class Agent:
             )
         )
         return bool(stream.calls)
+
+    def _warn_if_too_long(self, step: int, request: ChatRequest) -> None:
+        """Say so before a request the model's context can't hold, estimated from the last step's count."""
+        window = self.context_window()
+        if self._sized is None or not window:
+            return
+        estimate = grown_tokens(request, *self._sized)
+        reserved = f" + {self.max_tokens:,} reserved for the answer" if self.max_tokens else ""
+        if estimate + (self.max_tokens or 0) > window:
+            self.emit(
+                Notice(
+                    level="warning",
+                    message=f"step {step}'s request is ≈ {estimate:,} tokens{reserved}, more than the "
+                    f"{window:,} tokens {self.provider.model} holds: the server will likely refuse it "
+                    "(/compact once this turn ends, or switch to a model with a longer context)",
+                )
+            )
 
     def _interactive(self) -> AbstractAsyncContextManager[None]:
         return self.lanes.interactive() if self.lanes is not None else nullcontext()

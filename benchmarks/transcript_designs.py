@@ -244,6 +244,7 @@ async def run_hotloop(
     from textual.app import App, ComposeResult
 
     from hotloop.agent.events import AgentEvent, ResponseFinished, StepFinished, StepStarted, TurnFinished, TurnStarted
+    from hotloop.agent.pricing import StepPricer
     from hotloop.providers.events import TextDelta, UsageLedger
     from hotloop.tui.render import Palette, theme_palette
     from hotloop.tui.widgets.transcript import Transcript
@@ -256,7 +257,7 @@ async def run_hotloop(
             self._palette: Palette | None = None
 
         def compose(self) -> ComposeResult:
-            yield Transcript(time.time, self.palette, id="transcript")
+            yield Transcript(time.time, self.palette, StepPricer, id="transcript")
 
         def palette(self) -> Palette:
             if self._palette is None:
@@ -304,13 +305,13 @@ async def run_hotloop(
             await asyncio.sleep(0)
 
         async def shown() -> None:
-            while answer.text != answer.source:  # the flush timer has applied every token
+            while not answer.complete:  # the flush timer has applied every token
                 await asyncio.sleep(0.001)
             await pilot.pause()
             await app.screen.wait_for_refresh()
 
         result = await drive(write, shown, tokens, rate, cap)
-        ok = answer.source == "".join(sent)
+        ok = answer.complete and answer.text == "".join(sent)
     return result, ok, widgets, history_s
 
 

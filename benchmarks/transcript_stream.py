@@ -160,6 +160,12 @@ def finished_turn(app: HotloopApp, turn: int, tokens: list[str]) -> None:
     app.show(TurnFinished(turn=turn, reason="answer", steps=1, wall=1.0))
 
 
+def shown_to(answer: Any) -> int:
+    """Where the newest text on screen ends in the answer (a baseline from before the answer
+    rendered newest first has only `source`, the text on screen)."""
+    return answer.shown_to if hasattr(answer, "shown_to") else len(answer.source)
+
+
 def start_panes(app: HotloopApp, count: int) -> list[str]:
     """`count` tool calls, ready and running: their panes take output from now on."""
     ids = [f"call-{n}" for n in range(count)]
@@ -188,8 +194,8 @@ async def stream(app: HotloopApp, case: Case) -> dict[str, Any]:
     def on_display(screen: Any, renderable: Any) -> None:
         display(screen, renderable)
         if renderable is not None and sent:
-            frames.append((time.perf_counter(), len(answer.source)))
-            if len(sent) == len(tokens) and len(answer.source) >= ends[-1]:
+            frames.append((time.perf_counter(), shown_to(answer)))
+            if len(sent) == len(tokens) and shown_to(answer) >= ends[-1]:
                 all_shown.set()
 
     display = app._display

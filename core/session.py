@@ -411,15 +411,8 @@ class Session:
         return switched
 
     def context_window(self) -> int | None:
-        """Tokens a request may hold on the model in use: its server's figure, else the price table's (hosted APIs)."""
-        from hotloop.agent.pricing import known_window
-
-        if self.agent is None:
-            return None
-        provider = self.agent.provider
-        if provider.server is not None:
-            return provider.server.max_model_len(provider.model)
-        return known_window(provider.model, provider.base_url)
+        """Tokens a request may hold on the model in use (None before the agent exists, or if unknown)."""
+        return self.agent.context_window() if self.agent is not None else None
 
     def tier_label(self, provider: str, model: str) -> str | None:
         """The tier that names this provider and model, as the status bar shows it (`auto → fast`)."""

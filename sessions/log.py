@@ -116,7 +116,8 @@ class SessionLog:
         stamp = datetime.fromtimestamp(started).strftime("%Y%m%dT%H%M%S")
         path = folder / f"{stamp}_{session_id}.jsonl"
         fd = _locked(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
-        summary = Summary(servers={provider: base_url} if base_url else {}, costed=True)
+        own_since = started if forked_from is not None else 0.0
+        summary = Summary(servers={provider: base_url} if base_url else {}, costed=True, own_since=own_since)
         log = cls(path, session_id, fd, summary, secrets_to_mask)
         header = SessionHeader(
             session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system, base_url

@@ -52,8 +52,16 @@ class _Server(msgspec.Struct, gc=False):
     base_url: str = ""
 
 
+class _Header(_Server, gc=False):
+    """A header's part: its server, and for a fork when it was made."""
+
+    started: float = 0.0
+    parent: str = ""
+
+
 _turn = msgspec.json.Decoder(TurnStarted)
 _server = msgspec.json.Decoder(_Server)
+_header = msgspec.json.Decoder(_Header)
 _step = msgspec.json.Decoder(StepFinished)
 _compacted = msgspec.json.Decoder(Compacted)
 _titled = msgspec.json.Decoder(SessionTitled)
@@ -78,6 +86,9 @@ class Summary(msgspec.Struct, gc=False):
     unpriced: int = 0
     servers: dict[str, str] = msgspec.field(default_factory=dict)
     costed: bool = False
+    # A fork's log starts with its parent's turns, stamped with their own times: the steps before the
+    # fork was made are the parent's spend, counted in the parent's summary, not again in the fork's.
+    own_since: float = 0.0
 
     @property
     def costs(self) -> CostTotals | None:
@@ -106,7 +117,7 @@ class Summary(msgspec.Struct, gc=False):
             self.titled = event.title
         elif isinstance(event, ProviderSwitched):
             self.learn(event.provider, event.base_url)
-        elif isinstance(event, (StepFinished, Compacted)):
+        elif isinstance(event, (StepFinished, Compacted)) and event.ts >= self.own_since:
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
@@ -143,9 +154,14 @@ class Summary(msgspec.Struct, gc=False):
                     self.observe(_compacted.decode(line))
                 elif line.startswith(_TITLE_PREFIX):
                     self.observe(_titled.decode(line))
-                elif line.startswith((_SWITCHED_PREFIX, _HEADER_PREFIX)):
+                elif line.startswith(_SWITCHED_PREFIX):
                     server = _server.decode(line)
                     self.learn(server.provider, server.base_url)
+                elif line.startswith(_HEADER_PREFIX):
+                    header = _header.decode(line)
+                    self.learn(header.provider, header.base_url)
+                    if header.parent:
+                        self.own_since = header.started
             except msgspec.DecodeError:
                 continue
         self.size += len(data)

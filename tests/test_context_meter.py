@@ -77,3 +77,30 @@ def test_a_hosted_models_window_comes_from_the_price_table_and_a_local_namesake_
     assert known_window("gpt-4o", "https://api.openai.com/v1") == 128_000
     assert known_window("claude-sonnet-4-5", "https://api.anthropic.com") == 200_000
     assert known_window("gpt-4o", "http://127.0.0.1:8000/v1") is None  # a self-hosted server says its own
+
+
+def test_a_request_past_the_window_is_foretold_before_it_is_sent(
+    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tool result makes step 2's request longer than the server's window: a warning line says so,
+    with an estimate near the count the server then refuses it with, before the refusal."""
+    import re
+
+    import hotloop.agent.loop
+    from hotloop.cli import main
+
+    (workspace / "big.txt").write_text(Path(hotloop.agent.loop.__file__).read_text()[:6_000])  # code and prose
+    read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt"}}]}
+    write_config(isolated_home, [read, {"text": "done"}], sim="max_model_len = 2500\n")
+    monkeypatch.chdir(workspace)
+
+    assert main(["run", "read big.txt"]) != 0
+    err = capsys.readouterr().err
+    warning = re.search(
+        r"warning: step 2's request is ≈ ([\d,]+) tokens, more than the 2,500 tokens sim-\S+ holds", err
+    )
+    refused = re.search(r"your request has (\d+) input tokens", err)
+    assert warning is not None and refused is not None and warning.start() < refused.start()
+    estimate, actual = int(warning[1].replace(",", "")), int(refused[1])
+    assert actual > 2_500 and abs(estimate - actual) < 0.15 * actual
+    assert "step 1's request" not in err  # the first request fit: nothing foretold

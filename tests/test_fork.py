@@ -66,18 +66,19 @@ async def test_a_forks_first_request_reads_the_parents_prefix_and_the_forked_tur
         await wait_until(lambda: any("has no turn 9" in str(n.message) for n in app._notifications))
         assert app.session.log.path == parent  # a fork that can't be made leaves the conversation where it was
 
+        press(app, "ctrl+b")  # the sidebar stays open while the fork is made
+        await wait_until(lambda: bool(app.query(SessionsSidebar)))
+        listed = app.query_one(SessionsSidebar).query_one(SessionList)
+        await wait_until(lambda: listed.option_count == 1)
+
         await send(app, pilot, "/fork 2")
         await wait_until(lambda: app.session.log is not None and app.session.log.path != parent, what="the fork")
         assert app.agent is not None and app.agent.turn == 2
         assert app.agent.cache_key == session_id_of(parent)  # the parent's prompt_cache_key, not the fork's id
+        await wait_until(lambda: listed.option_count == 2, what="the fork in the open sidebar")
         await send(app, pilot, "what did you find?")
         await idle(app, pilot)
         fork = app.session.log.path
-
-        press(app, "ctrl+b")
-        await wait_until(lambda: bool(app.query(SessionsSidebar)))
-        listed = app.query_one(SessionsSidebar).query_one(SessionList)
-        await wait_until(lambda: listed.option_count == 2)
         # The fork started later, so newest first would put it on top: it sits under its parent instead.
         assert session_id_of(parent) in str(listed.get_option_at_index(0).prompt)
         under = str(listed.get_option_at_index(1).prompt)
@@ -209,3 +210,29 @@ def test_fork_takes_nothing_or_one_turn_number() -> None:
     for bad in ("/fork 0", "/fork two", "/fork 1 2", "/fork ²"):
         with pytest.raises(SlashError, match="/fork takes nothing, or a turn number"):
             parse(bad)
+
+
+def test_a_forks_summary_counts_only_what_the_fork_spent(here: Path, isolated_home: Path) -> None:
+    """The parent's turns copied into a fork are the parent's tokens and dollars: the fork's summary
+    (what `sessions list` and the sidebar show) counts only its own steps, written live or read again."""
+    from hotloop.sessions.store import list_sessions
+    from hotloop.sessions.summary import summary_path
+
+    def spent(folder: Path) -> dict[str, int | None]:
+        return {s.id: s.tokens for s in list_sessions(folder).sessions}
+
+    assert main(["run", *PROMPTS]) == 0
+    (parent,) = sessions_folder(isolated_home).glob("*.jsonl")
+    parent_id = session_id_of(parent)
+    parent_tokens = spent(sessions_folder(isolated_home))[parent_id]
+    assert main(["sessions", "fork", parent_id, "--turn", "2"]) == 0
+    (fork,) = [p for p in sessions_folder(isolated_home).glob("*.jsonl") if p != parent]
+    fork_id = session_id_of(fork)
+    assert spent(sessions_folder(isolated_home)) == {parent_id: parent_tokens, fork_id: None}
+
+    assert main(["run", "--resume", fork_id, "and now?"]) == 0
+    own = [e for e in read_session(fork).events if isinstance(e, StepFinished) and e.turn == 3]
+    expected = sum(e.usage.prompt_total + e.usage.output for e in own if e.usage is not None)
+    assert expected > 0 and spent(sessions_folder(isolated_home))[fork_id] == expected
+    summary_path(fork).unlink()  # read again from the log alone
+    assert spent(sessions_folder(isolated_home)) == {parent_id: parent_tokens, fork_id: expected}

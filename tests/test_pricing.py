@@ -349,6 +349,28 @@ def test_session_totals_add_up_the_steps_dollars() -> None:
     assert str(totals.cost) == "$0.0042 + 1 step price unknown"
 
 
+def test_the_transcripts_usage_strips_say_each_steps_dollars(tmp_path: Path) -> None:
+    """The strip under each step ends in its cost, priced as the headless lines are; a step with no
+    price says nothing there (the status bar's total says `price unknown`), and never $0."""
+    from rich.console import Console
+
+    from hotloop.tui.fold import TranscriptFold
+    from hotloop.tui.items import UsageItem
+    from hotloop.tui.render import Palette, RenderContext
+
+    session = read_session(write_session(tmp_path))
+    palette = Palette("#ffa62b", "#8d8d8d", "#a0a0a0", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", "#2b4a6b", dark=True)
+    ctx = RenderContext(Console(width=200, color_system=None), 200, palette)
+
+    def strips(fold: TranscriptFold) -> list[str]:
+        items = [item for item, _ in fold.apply_all(session.events) if isinstance(item, UsageItem)]
+        return [item.render(ctx).lines[0].text.rstrip() for item in items]
+
+    priced = strips(TranscriptFold(session.header.pricer()))
+    assert priced[0].endswith(" · $0.0021") and "$" not in priced[1] and PRICE_UNKNOWN not in priced[1]
+    assert priced[1] == strips(TranscriptFold())[1]  # as without a pricer: no dollars said
+
+
 def test_headless_replay_prices_each_step_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from hotloop.headless.session_commands import print_replay
 

@@ -63,9 +63,9 @@ async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -
     async with running_app() as (app, pilot):
         await send(app, pilot, "hello")
         answer = app.transcript.answer
-        await wait_until(lambda: len(answer.source) > 40)
+        await wait_until(lambda: answer.shown_to > 40)
         assert app.turn_running  # part of the answer is on screen before the model has finished
-        partial = len(answer.source)
+        partial = answer.shown_to
         await idle(app, pilot)
 
         (item,) = items_of(app, AnswerItem)
@@ -166,7 +166,7 @@ async def test_escape_mid_stream_leaves_a_valid_conversation(isolated_home: Path
     write_config(isolated_home, [{"text": "word " * 400}, {"text": "second answer"}], decode_ms=10)
     async with running_app() as (app, pilot):
         await send(app, pilot, "talk")
-        await wait_until(lambda: len(app.transcript.answer.source) > 30)
+        await wait_until(lambda: app.transcript.answer.shown_to > 30)
         await pilot.press("escape")
         await idle(app, pilot)
         partial = app.agent.messages[-1]

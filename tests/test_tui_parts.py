@@ -230,23 +230,32 @@ def test_markdown_renders_block_by_block_like_the_stream() -> None:
     assert lines == ["Head".center(60).rstrip(), "", " • one", " • two", "", " x = 1", "", "End."]
 
 
-@pytest.mark.parametrize("budget", [None, 0.0])
-def test_a_streamed_answer_ends_in_the_lines_of_its_finished_item(budget: float | None) -> None:
+@pytest.mark.parametrize(("budget", "rows"), [(None, 0), (0.0, 0), (0.0, 4)])
+def test_a_streamed_answer_ends_in_the_lines_of_its_finished_item(budget: float | None, rows: int) -> None:
     """Token by token, flushed now and then (with no time budget at all: one finished block a flush),
-    the live answer ends with the finished answer's lines, and never shows less than it did."""
+    the live answer never shows less than it did and ends with the finished answer's lines. While
+    the view follows the end (`rows` > 0), every flush shows the newest text, as the last lines of
+    the whole answer rendered at once, however many blocks above it wait."""
     source = "# Head\n\nSome *text* here.\n\n- one\n- two\n\n```python\nx = 1\ny = 2\n```\n\nEnd " * 5
     shown: list[list[Strip]] = []
     # Flushed by hand here: its timer is never started.
-    answer = LiveAnswer(lambda: context(60), shown.append, lambda delay, callback: Timer(Widget(), delay))
-    on_screen = 0
+    timer = lambda delay, callback: Timer(Widget(), delay)  # noqa: E731
+    answer = LiveAnswer(lambda: context(60), shown.append, timer, lambda: rows)
+    on_screen, behind = 0, False
     for n, token in enumerate(source.split(" ")):
         answer.write(token if n == 0 else " " + token)
-        if n % 7 == 0 and (answer._pending or answer._queue):
+        if n % 7 == 0:
             answer._render(context(60), budget)
-            assert len(answer.source) >= on_screen and source.startswith(answer.source)
-            on_screen = len(answer.source)
+            assert answer.shown_to >= on_screen
+            on_screen = answer.shown_to
+            if rows:
+                assert answer.shown_to == len(answer.text)
+                whole = [line.text for line in markdown_lines(answer.text, context(60))]
+                assert [line.text for line in shown[-1][-rows:]] == whole[-rows:]
+                behind |= not answer.complete
+    assert behind or not rows  # some flushes left blocks above the view to later ones
     answer.flush(everything=True)
-    assert answer.source == source
+    assert answer.complete and answer.shown_to == len(source)
     assert [line.text for line in shown[-1]] == [line.text for line in markdown_lines(source, context(60))]
 
 

@@ -132,7 +132,7 @@ class HotloopApp(App[None]):
 
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
-        yield Transcript(self.clock, self.palette, id="transcript")
+        yield Transcript(self.clock, self.palette, lambda: self.session.config.pricer(), id="transcript")
         yield ApprovalBar(id="approvals")
         yield PromptInput(id="prompt")
         yield QueuedPrompts(id="queued")
@@ -508,6 +508,9 @@ class HotloopApp(App[None]):
         await self._resume_here(forked.path)
         if self.session.log is not None and self.session.log.path == forked.path:
             self.say(f"forked session {forked.parent} at turn {forked.turn}: this is session {forked.id}")
+        sidebars = self.query(SessionsSidebar)
+        if sidebars and sidebars.first().has_class("-open"):  # the fork joins the list, under its parent
+            self.load_sessions()
 
     @work(exclusive=True, group="mcp", exit_on_error=False)
     async def mcp(self, restart: str | None) -> None:

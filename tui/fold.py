@@ -19,6 +19,7 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.figures import counted
+from hotloop.agent.pricing import StepPricer, dollars
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import TextDelta
 from hotloop.sessions.projection import CUT_SHORT, FINAL, CallRecord, Projection, StepRecord
@@ -28,8 +29,10 @@ from hotloop.tui.items import AnswerItem, CompactionItem, Item, NoticeItem, Tool
 class TranscriptFold:
     """The step in flight (`open`), and the items each finished step becomes."""
 
-    def __init__(self) -> None:
+    def __init__(self, pricer: StepPricer | None = None) -> None:
+        """`pricer` puts each step's dollars on its usage strip; without one, none are said."""
         self.projection = Projection(keep=False)
+        self.pricer = pricer
 
     @property
     def open(self) -> StepRecord | None:
@@ -39,6 +42,8 @@ class TranscriptFold:
         """Record `event`; return the items it completes, each with the blank lines to put before it."""
         before = self.projection.step
         self.projection.apply(event)
+        if self.pricer is not None:
+            self.pricer.learn(event)
         if isinstance(event, TurnStarted):
             # A turn that starts while a step is open: the log lost the end of the last turn.
             return [*self._close(before, None), (UserItem(event.prompt), 1)]
@@ -53,7 +58,7 @@ class TranscriptFold:
         if isinstance(event, ProviderSwitched):
             return [(NoticeItem("info", describe_switch(event)), 1)]
         if isinstance(event, Compacted):
-            return [(CompactionItem(event), 1)]
+            return [(CompactionItem(event, self._cost(event)), 1)]
         return []
 
     def apply_all(self, events: list[AgentEvent]) -> list[tuple[Item, int]]:
@@ -90,8 +95,13 @@ class TranscriptFold:
             items.append((NoticeItem("warning", f"turn cancelled{calls}"), 1))
         return items
 
-    @staticmethod
-    def _close(step: StepRecord | None, finished: StepFinished | None) -> list[tuple[Item, int]]:
+    def _cost(self, event: StepFinished | Compacted) -> str | None:
+        """What a step cost, for its strip; None without a price (the status bar's total says
+        `price unknown` once, rather than every strip)."""
+        cost = None if self.pricer is None else self.pricer.cost(event)
+        return None if cost is None else dollars(cost)
+
+    def _close(self, step: StepRecord | None, finished: StepFinished | None) -> list[tuple[Item, int]]:
         """A step as items; `finished=None` for a step that was cut short."""
         if step is None:
             return []
@@ -111,5 +121,5 @@ class TranscriptFold:
             total = finished.tool_sum if finished is not None else sum(durations)
             items.append((ToolCallsItem(calls, wall, total), 1))
         if finished is not None:
-            items.append((UsageItem(finished), 0))
+            items.append((UsageItem(finished, self._cost(finished)), 0))
         return items

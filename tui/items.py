@@ -188,10 +188,13 @@ class ToolCallsItem(Item):
 @dataclass
 class UsageItem(Item):
     step: StepFinished
+    cost: str | None = None  # what the step cost, as `dollars` says it
 
     def render(self, ctx: RenderContext) -> Rendered:
         line = Text(f"step {self.step.step} · ", ctx.palette.muted)
         line.append_text(response_text(self.step, ctx.palette))
+        if self.cost is not None:
+            line.append(f" · {self.cost}")
         return Rendered(text_lines(line, ctx))
 
 
@@ -216,6 +219,7 @@ class CompactionItem(Item):
     """A rule where the conversation was compacted, its figures, and the summary that replaced it (click to read)."""
 
     compacted: Compacted
+    cost: str | None = None  # what the summary request cost, as `dollars` says it
     open: bool = False
 
     def render(self, ctx: RenderContext) -> Rendered:
@@ -223,7 +227,8 @@ class CompactionItem(Item):
         arrow = "▾" if self.open else "▸"
         rule = Text(f"{arrow} ── conversation compacted ", Style.parse(f"bold {palette.accent}"))
         rule.append("─" * max(ctx.width - rule.cell_len, 0), palette.accent)
-        lines = text_lines(rule, ctx) + text_lines(Text(compaction_summary(self.compacted), palette.muted), ctx)
+        summary = compaction_summary(self.compacted) + (f" · {self.cost}" if self.cost is not None else "")
+        lines = text_lines(rule, ctx) + text_lines(Text(summary, palette.muted), ctx)
         if self.open:
             lines += _prefixed(markdown_lines(self.compacted.summary, _narrower(ctx, 2)), "  ", Style())
         return Rendered(lines, {0: "summary"})

@@ -53,7 +53,7 @@ class ReplayScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="title", markup=False)
-        yield Transcript(self.replay.recorded_time, self.palette)
+        yield Transcript(self.replay.recorded_time, self.palette, self.session.header.pricer)
         yield Footer()
 
     @property

@@ -37,7 +37,7 @@ class SessionView(Screen[None]):
         yield Static(inert(title), id="title", markup=False)
         # A finished session's time stands still: its last event is "now".
         last = self.session.events[-1].ts if self.session.events else header.started
-        yield Transcript(lambda: last, self.palette)
+        yield Transcript(lambda: last, self.palette, self.session.header.pricer)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -218,8 +218,16 @@ class HistoryView(ScrollView, can_focus=True):
 
     def _resized(self) -> None:
         """The transcript's length changed: keep the end in view if following."""
-        padded = self._pad > 0 or self.virtual_size.height < self.scrollable_content_region.height
-        self.virtual_size = Size(self._width, self._total)
+        height = self.scrollable_content_region.height
+        padded = self._pad > 0 or self.virtual_size.height < height
+        size = Size(self._width, self._total)
+        if self.show_vertical_scrollbar and min(size.height, self.virtual_size.height) > height:
+            # The scrollbar stays: set the size without the screen-wide layout that assigning the
+            # reactive asks for. That layout repaints every widget on screen, each frame of a stream.
+            self.set_reactive(HistoryView.virtual_size, size)
+            self._scroll_update(size)
+        else:
+            self.virtual_size = size
         if padded:  # every line moved
             self._drawn.clear()
             self.refresh()

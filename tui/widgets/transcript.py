@@ -36,6 +36,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
+from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.edit import is_diff
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted
 from hotloop.tui.fold import TranscriptFold
@@ -64,6 +65,7 @@ class Transcript(Widget, can_focus=False):
         self,
         clock: Callable[[], float],
         palette: Callable[[], Palette],
+        pricer: Callable[[], StepPricer],
         *,
         name: str | None = None,
         id: str | None = None,
@@ -73,18 +75,19 @@ class Transcript(Widget, can_focus=False):
         super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self.clock = clock
         self.palette = palette
+        self.pricer = pricer
         # Kept, not queried: `apply` runs per token, and a query costs ~10 µs. Made here, so they
         # exist from the start: a mounted transcript's children may not be mounted yet.
         self._marker = NewOutput(id="new-output")
         self._history = HistoryView(self.context, id="history")
-        self._answer = LiveAnswer(self._live_context, self._show_answer, self.set_timer)
+        self._answer = LiveAnswer(self._live_context, self._show_answer, self.set_timer, self._rows_followed)
         self._panes = LivePanes(clock)
         self._usage = LiveUsage(clock)
         self._stale: set[str] = set()  # live parts to draw again
         self._drawing: Timer | None = None
         self._next_draw = 0.0
         self._ticker: Timer | None = None
-        self.fold = TranscriptFold()
+        self.fold = TranscriptFold(pricer())
         self._handlers: dict[type, Callable[..., None]] = {
             TurnStarted: self._turn_started,
             StepStarted: self._step_started,
@@ -140,6 +143,9 @@ class Transcript(Widget, can_focus=False):
     def context(self, width: int) -> RenderContext:
         return RenderContext(self.app.console, width, self.palette())
 
+    def _rows_followed(self) -> int:
+        return self._history.scrollable_content_region.height if self.following else 0
+
     def _live_context(self) -> RenderContext | None:
         width = self._history.width
         return self.context(width) if width else None
@@ -181,7 +187,7 @@ class Transcript(Widget, can_focus=False):
         self._draw_live()
 
     def clear(self) -> None:
-        self.fold = TranscriptFold()
+        self.fold = TranscriptFold(self.pricer())
         self._reset_live()
         self._history.clear()
         self._start(False)
@@ -276,7 +282,7 @@ class Transcript(Widget, can_focus=False):
     def _hand_over(self, item: AnswerItem) -> None:
         """Give the finished answer the lines the live view already rendered, so it isn't rendered twice."""
         context, lines = self._answer.lines
-        if context is not None and self._answer.source == item.text:
+        if context is not None and self._answer.complete and self._answer.text == item.text:
             item.rendered_text[(context.width, context.palette)] = lines
 
     def _sync_pane(self, call_id: str) -> None:
