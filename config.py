@@ -37,7 +37,10 @@ from hotloop.providers.transport import RequestTimeout
 OPENAI_URL = "https://api.openai.com/v1"
 # openai: any OpenAI-compatible server; anthropic: any Anthropic-compatible one; sim and
 # sim-anthropic: the embedded simulator, over each protocol.
-Kind = Literal["openai", "anthropic", "sim", "sim-anthropic"]
+# `openai` is the Responses API on api.openai.com and Chat Completions elsewhere; `openai-chat` and
+# `openai-responses` choose one for any server.
+Kind = Literal["openai", "openai-chat", "openai-responses", "anthropic", "sim", "sim-responses", "sim-anthropic"]
+_OPENAI_KINDS = ("openai", "openai-chat", "openai-responses")
 KINDS: tuple[str, ...] = get_args(Kind)
 TierName = Literal["fast", "balanced", "strong"]
 TIER_NAMES: tuple[str, ...] = get_args(TierName)
@@ -100,11 +103,22 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
         """The URL requests go to ("" for the simulator); without base_url, the protocol's own API."""
         if self.base_url or self.is_simulator:
             return self.base_url or ""
-        return OPENAI_URL if self.kind == "openai" else ANTHROPIC_URL
+        return ANTHROPIC_URL if self.kind == "anthropic" else OPENAI_URL
 
     @property
     def protocol(self) -> str:
-        return "anthropic" if self.kind in ("anthropic", "sim-anthropic") else "openai"
+        """The wire protocol: `openai` (Chat Completions), `openai-responses` or `anthropic`."""
+        if self.kind in ("anthropic", "sim-anthropic"):
+            return "anthropic"
+        if self.kind in ("openai-responses", "sim-responses"):
+            return "openai-responses"
+        # OpenAI's own API carries reasoning across steps only on the Responses API.
+        return "openai-responses" if self.kind == "openai" and self.server == OPENAI_URL else "openai"
+
+    @property
+    def sdk(self) -> str:
+        """The official SDK the protocol is spoken through."""
+        return "anthropic" if self.protocol == "anthropic" else "openai"
 
     @property
     def is_simulator(self) -> bool:
@@ -113,7 +127,7 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     @property
     def key_required(self) -> bool:
         """Whether this is OpenAI's or Anthropic's own API, which need a key (gateways and local servers may not)."""
-        if self.kind == "openai":
+        if self.kind in _OPENAI_KINDS:
             return (self.base_url or OPENAI_URL).rstrip("/") == OPENAI_URL
         return self.kind == "anthropic" and (self.base_url or ANTHROPIC_URL).rstrip("/") in (
             ANTHROPIC_URL,
@@ -124,7 +138,7 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     def sends_prompt_cache_key(self) -> bool:
         if self.prompt_cache_key is not None:
             return self.prompt_cache_key
-        return self.kind == "openai" and self.key_required
+        return self.kind in _OPENAI_KINDS and self.key_required
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -192,6 +206,9 @@ BUILTIN_PROVIDERS = {
     "sim": ProviderSettings("sim", "sim", models=SIM_MODELS, default_model="sim-balanced"),
     "sim-anthropic": ProviderSettings(
         "sim-anthropic", "sim-anthropic", models=SIM_MODELS, default_model="sim-balanced"
+    ),
+    "sim-responses": ProviderSettings(
+        "sim-responses", "sim-responses", models=SIM_MODELS, default_model="sim-balanced"
     ),
     "openai": ProviderSettings("openai", "openai", OPENAI_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
     "anthropic": ProviderSettings(

@@ -16,6 +16,7 @@ from hotloop.providers.events import (
     Event,
     Finished,
     ReasoningDelta,
+    ReasoningItemDone,
     ReasoningSignature,
     RedactedReasoning,
     ServerToolUsed,
@@ -211,6 +212,7 @@ AgentEvent = (
     | ReasoningDelta
     | ReasoningSignature
     | RedactedReasoning
+    | ReasoningItemDone
     | ToolCallStarted
     | ToolCallArgsDelta
     | ToolCallReady

@@ -331,7 +331,7 @@ class Agent:
             step=step,
             usage=stream.usage,
             ttft=stream.ttft(),
-            decode_tps=stream.decode_tps(per_delta=self.provider.protocol == "openai"),
+            decode_tps=stream.decode_tps(per_delta=self.provider.protocol != "anthropic"),
             model_time=time.perf_counter() - stream.started,
             finish_reason=stream.finish_reason,
             route=self.route,

@@ -24,6 +24,7 @@ from hotloop.providers.events import (
     Finished,
     ModelEvent,
     ReasoningDelta,
+    ReasoningItemDone,
     ReasoningSignature,
     RedactedReasoning,
     ServerTimings,
@@ -91,6 +92,7 @@ class StepAccumulator:
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     thinking: list[Thinking] = field(default_factory=list)
+    reasoning_items: list[str] = field(default_factory=list)
     signed_upto: int = 0  # reasoning parts already closed into a signed block
     calls: list[ToolCall] = field(default_factory=list)
     usage: UsageLedger | None = None
@@ -119,6 +121,8 @@ class StepAccumulator:
             self.signed_upto = len(self.reasoning)
         elif isinstance(event, RedactedReasoning):
             self.thinking.append(Thinking(redacted=event.data))
+        elif isinstance(event, ReasoningItemDone):
+            self.reasoning_items.append(event.item)
         elif isinstance(event, ToolCallReady):
             self.calls.append(ToolCall(event.call_id, event.name, event.arguments))
         elif isinstance(event, Usage):
@@ -145,7 +149,14 @@ class StepAccumulator:
         calls = tuple(
             msgspec.structs.replace(call, arguments=STAND_IN) if call.id in problems else call for call in self.calls
         )
-        return AssistantMessage("".join(self.text), "".join(self.reasoning), calls, interrupted, tuple(self.thinking))
+        return AssistantMessage(
+            "".join(self.text),
+            "".join(self.reasoning),
+            calls,
+            interrupted,
+            tuple(self.thinking),
+            tuple(self.reasoning_items),
+        )
 
     def cut_short(self, results: Mapping[str, ToolResultMessage]) -> list[Message]:
         """What a step that stopped mid-stream leaves in the history.

@@ -26,6 +26,7 @@ from hotloop.providers.base import Provider
 from hotloop.providers.errors import ConnectionFailed, ProviderError, UnknownModel
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.model import ScenarioError, load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
@@ -96,7 +97,11 @@ class Runtime:
         """For an OpenAI-compatible server: what it is, so requests carry `priority` where vLLM reads it."""
         from hotloop.providers.vllm import discover
 
-        if not isinstance(provider, OpenAIChatProvider) or provider.server is not None or provider.official:
+        if (
+            not isinstance(provider, OpenAIChatProvider | OpenAIResponsesProvider)
+            or provider.server is not None
+            or provider.official
+        ):
             await _warm(provider)
             return
         try:
@@ -106,7 +111,7 @@ class Runtime:
             return
         except (ProviderError, TimeoutError):
             return  # not a server that describes itself; requests work all the same
-        if provider.server is not None:
+        if provider.server is not None and isinstance(provider, OpenAIChatProvider):
             provider.send_priority = provider.server.takes_priority and self.config.routing.lanes
 
     async def switch(self, agent: Agent, choice: Choice) -> ProviderSwitched:
@@ -117,7 +122,7 @@ class Runtime:
         key = (settings.name, settings.base_url)
         if key not in self._providers:
             # An SDK takes a second or more to import here: off the event loop, so a screen stays live.
-            await asyncio.to_thread(importlib.import_module, settings.protocol)  # each SDK is named after its protocol
+            await asyncio.to_thread(importlib.import_module, settings.sdk)
             if key not in self._providers:
                 self._providers[key] = self._open(settings)
         provider = self._providers[key]
@@ -157,11 +162,10 @@ class Runtime:
                 cache_breakpoints=settings.cache_breakpoints,
                 cache_min_tokens=sim_minimum or settings.cache_min_tokens,
             )
-        from hotloop.providers.openai_chat import OpenAIChatProvider
-
         # OpenAI caches prompts of 1,024 tokens and more: a shorter one is not a miss.
-        official_minimum = 1024 if settings.kind == "openai" and settings.key_required else None
-        return OpenAIChatProvider(
+        official_minimum = 1024 if settings.key_required else None
+        kind = OpenAIResponsesProvider if settings.protocol == "openai-responses" else OpenAIChatProvider
+        return kind(
             **common,
             base_url=f"{base_url}/v1" if settings.is_simulator else base_url,
             prompt_cache_key=settings.sends_prompt_cache_key,

@@ -46,13 +46,16 @@ class Thinking(msgspec.Struct, frozen=True, gc=False):
 
 
 class AssistantMessage(msgspec.Struct, frozen=True, gc=False, tag="assistant"):
-    """`reasoning` is the reasoning text as people read it; `thinking` holds the signed blocks, if any."""
+    """`reasoning` is the reasoning text as people read it; `thinking` holds Anthropic's signed blocks,
+    `reasoning_items` the Responses API's reasoning items (each the item's JSON as the API sent it).
+    Each protocol sends back what it can carry and drops the rest."""
 
     text: str = ""
     reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     interrupted: bool = False
     thinking: tuple[Thinking, ...] = ()
+    reasoning_items: tuple[str, ...] = ()
 
 
 class ToolResultMessage(msgspec.Struct, frozen=True, gc=False, tag="tool_result"):

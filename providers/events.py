@@ -90,6 +90,20 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
         )
 
     @classmethod
+    def from_openai_responses(cls, usage: dict[str, Any]) -> UsageLedger:
+        """Read the Responses API's `usage`: `input_tokens` is the whole prompt, cached tokens included."""
+        details, output_details = usage.get("input_tokens_details"), usage.get("output_tokens_details")
+        return cls.from_openai(
+            {
+                **usage,  # a provider's own cost, if it says one
+                "prompt_tokens": usage.get("input_tokens"),
+                "completion_tokens": usage.get("output_tokens"),
+                "prompt_tokens_details": details,
+                "completion_tokens_details": output_details,
+            }
+        )
+
+    @classmethod
     def from_anthropic(cls, start: dict[str, Any] | None, delta: dict[str, Any] | None) -> UsageLedger:
         """Read Anthropic's usage: `message_start`'s, overwritten by the cumulative values of `message_delta`.
 
@@ -257,6 +271,12 @@ class RedactedReasoning(Event, frozen=True):
     data: str
 
 
+class ReasoningItemDone(Event, frozen=True):
+    """A Responses API reasoning item, as its JSON came (`encrypted_content` included): it goes back verbatim."""
+
+    item: str
+
+
 class ServerToolUsed(Event, frozen=True):
     """A tool the provider ran on its own side (web search, code execution); hotloop only shows it."""
 
@@ -320,6 +340,7 @@ ModelEvent = (
     | ReasoningDelta
     | ReasoningSignature
     | RedactedReasoning
+    | ReasoningItemDone
     | ToolCallStarted
     | ToolCallArgsDelta
     | ToolCallReady

@@ -20,6 +20,7 @@ from hotloop.providers.server_metrics import MetricsSample, parse_metrics
 if TYPE_CHECKING:
     from hotloop.providers.base import Provider
     from hotloop.providers.openai_chat import OpenAIChatProvider
+    from hotloop.providers.openai_responses import OpenAIResponsesProvider
 
 # `owned_by` in /v1/models names the server family.
 _OWNERS = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp", "library": "ollama", "ollama": "ollama"}
@@ -73,7 +74,7 @@ class ServerInfo:
         return served.context if served is not None else None
 
 
-async def discover(provider: OpenAIChatProvider) -> ServerInfo:
+async def discover(provider: OpenAIChatProvider | OpenAIResponsesProvider) -> ServerInfo:
     """What the server at the provider's base URL is; a ProviderError if it does not answer /v1/models."""
     listing = await provider.fetch_json(provider.base_url + "/models")
     cards = listing.get("data") if isinstance(listing, dict) else None
@@ -121,7 +122,11 @@ def _tokens(value: object) -> int | None:
 
 
 async def _with_contexts(
-    provider: OpenAIChatProvider, root: str, kind: str, models: tuple[ServedModel, ...], props: dict[str, Any]
+    provider: OpenAIChatProvider | OpenAIResponsesProvider,
+    root: str,
+    kind: str,
+    models: tuple[ServedModel, ...],
+    props: dict[str, Any],
 ) -> tuple[ServedModel, ...]:
     """The context sizes /v1/models leaves out or overstates: llama.cpp's per slot, Ollama's of loaded models."""
     if kind == "llama.cpp" and len(models) == 1:
@@ -150,7 +155,7 @@ def _loaded_contexts(listing: object) -> dict[str, int]:
     return contexts
 
 
-async def _json(provider: OpenAIChatProvider, url: str) -> object:
+async def _json(provider: OpenAIChatProvider | OpenAIResponsesProvider, url: str) -> object:
     try:
         return await provider.fetch_json(url)
     except ProviderError:

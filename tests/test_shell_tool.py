@@ -227,7 +227,8 @@ async def test_cancel_kills_everything_in_the_sandbox(tmp_path: Path) -> None:
     marker = f"{os.getpid()}.{time.monotonic_ns() % 10**6}"  # a sleep no other test runs
     task = run(tmp_path, f"sleep {marker} & echo started; wait", pane, ShellSettings(sandbox="workspace-write"))
     await wait_until(lambda: "started" in pane.text)
-    assert running_marker(f"sleep\0{marker}")
+    # The shell echoes while its background child may not have exec'd `sleep` yet (a busy machine).
+    await wait_until(lambda: running_marker(f"sleep\0{marker}"), timeout=5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -1,0 +1,99 @@
+"""OpenAI's Responses API: a real recorded stream over loopback HTTP to the real `openai` SDK, and the request bytes."""
+
+from __future__ import annotations
+
+import msgspec
+from test_openai_fixtures import sse_file
+
+from hotloop.providers.conversation import (
+    AssistantMessage,
+    ChatRequest,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
+from hotloop.providers.events import (
+    Finished,
+    ModelEvent,
+    StreamStarted,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+    Usage,
+    UsageLedger,
+)
+from hotloop.providers.openai_responses import OpenAIResponsesProvider
+
+from support import serve_events
+
+CALL = "call_HQHdUC4vy1PBrZTJ85nBHmeQ"
+TOOL = ToolSpec(
+    "get_capital", "The capital of a country.", {"type": "object", "properties": {"country": {"type": "string"}}}
+)
+
+
+async def stream_fixture(events: list[bytes]) -> list[ModelEvent]:
+    async for base_url in serve_events(events, "/v1/responses"):
+        provider = OpenAIResponsesProvider(name="fixture", model="gpt-4o", base_url=base_url, max_retries=0)
+        try:
+            request = ChatRequest(system="", tools=(TOOL,), messages=(UserMessage("What is the capital of France?"),))
+            return [event async for event in provider.stream(request)]
+        finally:
+            await provider.aclose()
+    raise AssertionError("server did not start")
+
+
+async def test_a_recorded_function_call_stream_parses_exactly() -> None:
+    events = await stream_fixture(sse_file("openai_responses_tool_call.sse"))
+
+    fragments = ['{"', "country", '":"', "France", '"}']
+    assert events == [
+        StreamStarted(ts=events[0].ts),
+        ToolCallStarted(0, CALL, "get_capital", ts=events[1].ts),
+        *[ToolCallArgsDelta(0, CALL, f, ts=e.ts) for f, e in zip(fragments, events[2:7], strict=True)],
+        ToolCallReady(0, CALL, "get_capital", '{"country":"France"}', ts=events[7].ts),
+        Usage(
+            ledger=UsageLedger(prompt_total=39, cache_read=0, uncached=39, output=16, reasoning=0),
+            raw={
+                "input_tokens": 39,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 16,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 55,
+            },
+            ts=events[8].ts,
+        ),
+        Finished("tool_calls", ts=events[9].ts),
+    ]
+
+
+def test_each_request_is_the_last_one_plus_what_was_added() -> None:
+    """Stateless by default, reasoning items asked back encrypted; tools flat; an answer's reasoning item goes
+    back byte for byte, before its text and calls; and each body minus its closing `]}` prefixes the next."""
+    provider = OpenAIResponsesProvider(name="p", model="gpt-5", base_url="http://127.0.0.1:9/v1", prompt_cache_key=True)
+    item = '{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAA=="}'
+    first = (UserMessage("capital of France?"),)
+    answer = AssistantMessage(
+        tool_calls=(ToolCall(CALL, "get_capital", '{"country":"France"}'),), reasoning_items=(item,)
+    )
+    second = (*first, answer, ToolResultMessage(CALL, "get_capital", "Paris"))
+    body1 = provider.request_body(ChatRequest("Be brief.", (TOOL,), first, max_tokens=100, cache_key="s1"))
+    body2 = provider.request_body(ChatRequest("Be brief.", (TOOL,), second, max_tokens=100, cache_key="s1"))
+
+    assert body2.startswith(body1[:-2])
+    sent = msgspec.json.decode(body2)
+    assert (sent["store"], sent["include"], sent["prompt_cache_key"]) == (False, ["reasoning.encrypted_content"], "s1")
+    assert (sent["instructions"], sent["max_output_tokens"]) == ("Be brief.", 100)
+    assert sent["tools"] == [
+        {"type": "function", "name": TOOL.name, "description": TOOL.description, "parameters": TOOL.parameters}
+    ]
+    assert item.encode() in body2
+    assert [i["type"] for i in sent["input"]] == ["message", "reasoning", "function_call", "function_call_output"]
+    assert sent["input"][2] == {
+        "type": "function_call",
+        "call_id": CALL,
+        "name": "get_capital",
+        "arguments": '{"country":"France"}',
+    }
+    assert sent["input"][3] == {"type": "function_call_output", "call_id": CALL, "output": "Paris"}
