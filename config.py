@@ -94,6 +94,10 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     cache_min_tokens: Positive | None = None
     # OpenAI: route a session's requests to one cache with `prompt_cache_key` (default: on for api.openai.com).
     prompt_cache_key: bool | None = None
+    # Responses API only: reasoning summaries streamed as they are written, and sending only what a request
+    # adds to the last one, naming it (`previous_response_id`, for a server that stores responses).
+    reasoning_summary: bool = False
+    previous_response_id: bool = False
     request_timeout: RequestTimeoutSettings = RequestTimeoutSettings()
     # Dollars an hour the server's GPUs cost (self-hosted): each step's model time is priced at it, as an estimate.
     cost_per_hour: Annotated[float, _rule("must be 0 or more", ge=0)] | None = None

@@ -164,13 +164,19 @@ class Runtime:
             )
         # OpenAI caches prompts of 1,024 tokens and more: a shorter one is not a miss.
         official_minimum = 1024 if settings.key_required else None
-        kind = OpenAIResponsesProvider if settings.protocol == "openai-responses" else OpenAIChatProvider
-        return kind(
+        openai: dict[str, Any] = {
             **common,
-            base_url=f"{base_url}/v1" if settings.is_simulator else base_url,
-            prompt_cache_key=settings.sends_prompt_cache_key,
-            cache_min_tokens=settings.cache_min_tokens or official_minimum,
-        )
+            "base_url": f"{base_url}/v1" if settings.is_simulator else base_url,
+            "prompt_cache_key": settings.sends_prompt_cache_key,
+            "cache_min_tokens": settings.cache_min_tokens or official_minimum,
+        }
+        if settings.protocol == "openai-responses":
+            return OpenAIResponsesProvider(
+                **openai,
+                reasoning_summary=settings.reasoning_summary,
+                previous_response_id=settings.previous_response_id,
+            )
+        return OpenAIChatProvider(**openai)
 
     def open_session_log(self, provider: Provider, workspace: Path, system: str) -> SessionLog:
         """A new session log that masks every configured key's value, or a one-line ConfigError."""

@@ -6,6 +6,12 @@ default: `store: false`, with each reasoning item asked for as `encrypted_conten
 verbatim in the next request, so a reasoning model carries its reasoning across steps and each
 request is the previous one plus what was added (its prefix is what the server cached).
 
+With `previous_response_id` (for a server that stores responses), a request that continues the
+last one sends only what was added since, naming the last response: less upload, but the
+server holds the conversation (OpenAI keeps stored responses 30 days; not for zero data
+retention), and the response ids live in this process only: a resumed, forked, compacted or
+switched conversation is sent whole once, then continues that way.
+
 Static part first, then `input`: each request body, minus its closing `]}`, is a byte prefix
 of the next.
 """
@@ -46,6 +52,7 @@ from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider, ut
 _encode = msgspec.json.Encoder().encode
 # Reasoning comes back as encrypted items, which a stateless request sends back as they came.
 _STATELESS = b',"store":false,"include":["reasoning.encrypted_content"]'
+_STORED = b',"store":true'
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -70,11 +77,16 @@ class OpenAIResponsesProvider(SdkProvider):
         prompt_cache_key: bool = False,
         cache_min_tokens: int | None = None,
         reasoning_summary: bool = False,
+        previous_response_id: bool = False,
     ) -> None:
         super().__init__(name, model, location, base_url, api_key, max_retries, timeout)
         self._prompt_cache_key = prompt_cache_key
         self._cache_min_tokens = cache_min_tokens
         self._reasoning_summary = reasoning_summary
+        self._stored = previous_response_id
+        # The last stored response and the messages its request held: a request whose messages
+        # start with those and that answer sends only the rest.
+        self._last: tuple[str, tuple[Message, ...]] | None = None
         self._sent: dict[Message, bytes] = {}
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
 
@@ -84,7 +96,15 @@ class OpenAIResponsesProvider(SdkProvider):
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the input items, each as first serialized."""
-        head = b'{"model":' + _encode(self.model) + b',"stream":true' + _STATELESS
+        messages, head = request.messages, b'{"model":' + _encode(self.model) + b',"stream":true'
+        if not self._stored:
+            head += _STATELESS
+        else:
+            head += _STORED
+            continued = self._continued(messages)
+            if continued is not None:
+                head += b',"previous_response_id":' + _encode(continued[0])
+                messages = continued[1]
         if request.max_tokens is not None:
             head += b',"max_output_tokens":' + _encode(request.max_tokens)
         if self._prompt_cache_key and request.cache_key:
@@ -95,8 +115,20 @@ class OpenAIResponsesProvider(SdkProvider):
             head += b',"instructions":' + _encode(request.system)
         if request.tools:
             head += b',"tools":' + self._tools_bytes(request.tools)
-        items = b",".join(self._message_bytes(message) for message in request.messages)
+        items = b",".join(self._message_bytes(message) for message in messages)
         return head + b',"input":[' + items + b"]}"
+
+    def _continued(self, messages: tuple[Message, ...]) -> tuple[str, tuple[Message, ...]] | None:
+        """The last response's id and the messages after its answer, if `messages` continue it."""
+        if self._last is None:
+            return None
+        response_id, sent = self._last
+        answered = len(sent) + 1
+        if len(messages) <= answered or messages[: len(sent)] != sent:
+            return None
+        if not isinstance(messages[len(sent)], AssistantMessage):
+            return None
+        return response_id, messages[answered:]
 
     def _tools_bytes(self, tools: tuple[ToolSpec, ...]) -> bytes:
         if self._tools is None or self._tools[0] is not tools:
@@ -112,7 +144,9 @@ class OpenAIResponsesProvider(SdkProvider):
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         parser = ResponsesParser(self._cache_min_tokens, self.where)
         started = mangled = False
-        async with aclosing(self.server_events(self.request_body(request))) as stream:
+        body = self.request_body(request)
+        self._last = None  # until this response completes, there is nothing to continue
+        async with aclosing(self.server_events(body)) as stream:
             async for data in stream:
                 if isinstance(data, ProviderWarning):
                     yield data
@@ -128,6 +162,8 @@ class OpenAIResponsesProvider(SdkProvider):
                     yield event
         for event in parser.finish():
             yield event
+        if self._stored and parser.response_id:
+            self._last = (parser.response_id, request.messages)
 
     def _event(self, data: bytes) -> StreamEvent:
         try:
@@ -204,6 +240,7 @@ class ResponsesParser:
         self._calls: dict[str, tuple[int, str, str]] = {}  # by item id: index, call id, name
         self._ids = CallIds(where)
         self._finished = False
+        self.response_id = ""  # the completed response's, to continue it
         self._streamed = 0  # characters of text, reasoning and arguments, to check the usage against
 
     def feed(self, event: StreamEvent) -> list[ModelEvent]:
@@ -246,6 +283,7 @@ class ResponsesParser:
 
     def _ended(self, response: dict[str, Any]) -> list[ModelEvent]:
         self._finished = True
+        self.response_id = str(response.get("id") or "")
         events: list[ModelEvent] = []
         usage = response.get("usage")
         if isinstance(usage, dict):

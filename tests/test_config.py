@@ -99,7 +99,15 @@ def test_config_show_prints_every_setting_as_toml_that_loads_back_the_same(isola
     for name, settings in config.providers.items():  # the built-ins too, each with every field that has a value
         set_fields = {field for field in settings_of(ProviderSettings) if getattr(settings, field) is not None}
         assert set(shown["providers"][name]) == set_fields, name
-    assert list(shown["providers"]) == ["sim", "sim-anthropic", "sim-responses", "openai", "anthropic", "local", "claude.work"]
+    assert list(shown["providers"]) == [
+        "sim",
+        "sim-anthropic",
+        "sim-responses",
+        "openai",
+        "anthropic",
+        "local",
+        "claude.work",
+    ]
     assert shown["providers"]["openai"]["max_retries"] == 5 and shown["providers"]["local"]["prompt_cache_key"] is True
     claude = shown["providers"]["claude.work"]
     assert (claude["thinking_budget"], claude["cache_min_tokens"], claude["cache_ttl"]) == (2048, 2048, "1h")
@@ -203,7 +211,8 @@ def test_an_unknown_setting_anywhere_is_refused_in_one_line(isolated_home, capsy
         ),
         (
             "[providers.x]\nkind = 'grpc'",
-            "providers.x.kind must be one of openai, openai-chat, openai-responses, anthropic, sim, sim-responses, sim-anthropic (got 'grpc')",
+            "providers.x.kind must be one of openai, openai-chat, openai-responses, anthropic, sim, sim-responses, "
+            "sim-anthropic (got 'grpc')",
         ),
         ("[providers.x]\nbase_url = 'http://x'", "providers.x.kind is required"),
         ("[providers.x]\nkind = 'openai'\nmodels = ['a', 3]", "providers.x.models must be a list of model names"),
@@ -218,7 +227,8 @@ def test_an_unknown_setting_anywhere_is_refused_in_one_line(isolated_home, capsy
         ),
         (
             "default_provider = 'nope'",
-            "default_provider names an unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic, sim-responses)",
+            "default_provider names an unknown provider 'nope' "
+            "(configured: anthropic, openai, sim, sim-anthropic, sim-responses)",
         ),
         ("[tiers.fast]\nprovider = 'nope'\nmodel = 'm'", "tiers.fast.provider names an unknown provider 'nope'"),
         ("[tiers.turbo]\nprovider = 'sim'\nmodel = 'm'", "tiers.turbo is not a tier (tiers: fast, balanced, strong)"),
