@@ -13,6 +13,11 @@ the rounds, and the table gives medians with ratios against the shipped configur
 - with prefetch: the opt-in prefetch on, having learned from one earlier session of the same
   task (as from a past session's log in the workspace).
 
+A second table runs the shipped configuration and the one without early dispatch on each wire
+protocol the simulator speaks (Chat Completions, the Responses API, Anthropic Messages): each
+starts a call at its own "arguments complete" event (a finished call's index passed, a
+`function_call_arguments.done`, a `content_block_stop`).
+
 The theoretical minimum is, per step, the TTFT of only the step's new tokens plus its
 decode, plus the slowest tool of the step.
 
@@ -34,7 +39,10 @@ from hotloop.agent.events import AgentEvent, StepFinished, ToolStarted, TurnFini
 from hotloop.agent.loop import Agent
 from hotloop.agent.prompt import system_prompt
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import Provider
 from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.sim.engine import TIERS, SimConfig
 from hotloop.providers.sim.model import load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
@@ -75,6 +83,15 @@ STEPS = [
 ]
 SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
 CONFIGURATIONS = ("shipped", "sequential tools", "no early dispatch", "unstable prefix", "with prefetch")
+PROTOCOLS = ("Chat Completions", "Responses", "Anthropic Messages")
+
+
+def provider_for(protocol: str, sim: EmbeddedSimulator) -> Provider:
+    if protocol == "Responses":
+        return OpenAIResponsesProvider(name="sim", model=MODEL, base_url=sim.base_url)
+    if protocol == "Anthropic Messages":
+        return AnthropicProvider(name="sim", model=MODEL, base_url=sim.url, max_tokens=4096)
+    return OpenAIChatProvider(name="sim", model=MODEL, base_url=sim.base_url)
 
 
 async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -91,13 +108,15 @@ def tools() -> ToolRegistry:
     )
 
 
-async def run(configuration: str, folder: Path, past: list[AgentEvent] | None = None) -> list[AgentEvent]:
+async def run(
+    configuration: str, folder: Path, past: list[AgentEvent] | None = None, protocol: str = PROTOCOLS[0]
+) -> list[AgentEvent]:
     scenario = folder / "scenario.json"
     scenario.write_text(json.dumps(STEPS))
     config = SimConfig(scenario=load_scenario(scenario)).with_latency(prefill_per_token=PREFILL_PER_TOKEN)
     events: list[AgentEvent] = []
     with EmbeddedSimulator(config) as sim:
-        provider = OpenAIChatProvider(name="sim", model=MODEL, base_url=sim.base_url)
+        provider = provider_for(protocol, sim)
         await provider.fetch(sim.url + "/health")  # a warm connection, as the runtime leaves it
         agent = Agent(
             provider,
@@ -179,6 +198,23 @@ async def main(rounds: int) -> None:
         )
     floor = statistics.median(minimum)
     print(f"  {'theoretical min':<18} {floor:7.2f}s {floor / shipped_wall:9.2f}×")
+    await early_dispatch_by_protocol(rounds)
+
+
+async def early_dispatch_by_protocol(rounds: int) -> None:
+    walls: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for protocol in PROTOCOLS:
+                for configuration in ("shipped", "no early dispatch"):
+                    events = await run(configuration, Path(tmp), protocol=protocol)
+                    walls.setdefault((protocol, configuration), []).append(figures(events)[0])
+    print(f"\nearly dispatch by protocol (same task, median of {rounds} rounds)")
+    print(f"  {'protocol':<20} {'shipped':>8} {'no early dispatch':>18} {'saved':>7}")
+    for protocol in PROTOCOLS:
+        shipped = statistics.median(walls[(protocol, "shipped")])
+        late = statistics.median(walls[(protocol, "no early dispatch")])
+        print(f"  {protocol:<20} {shipped:7.2f}s {late:17.2f}s {late - shipped:6.2f}s")
 
 
 if __name__ == "__main__":
