@@ -1,0 +1,263 @@
+"""`hotloop bench`: N agent sessions at once against one provider, at each concurrency of a ramp.
+
+Each agent is hotloop's own `Agent`, with its own session key (so a router can keep it on one
+replica), the scenario's system prompt and tools, and its own history. The tools sleep for
+fixed times: the bench loads the LLM server only. Against the embedded simulator the scenario's
+steps script the model; against any other provider the model answers the prompts as it will.
+Every figure comes from the agents' own events (`StepFinished`, `TurnFinished`), as the
+transcript's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
+from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.config import Choice
+from hotloop.providers.base import Provider
+
+# The built-in task: a research question in two turns, each two rounds of tool calls and an answer.
+RULES = "\n".join(
+    f"- Rule {n}: cite the file and line of every claim, and prefer primary sources over summaries." for n in range(60)
+)
+BUILTIN = {
+    "system": f"You are a research agent. Use the tools, then answer in Markdown.\n\n{RULES}",
+    "prompts": [
+        "Research how a prefix cache evicts blocks shared between requests.",
+        "Now compare that with a plain LRU cache, in a short table.",
+    ],
+    "tools": {"search": 0.3, "fetch": 0.2},
+    "steps": [
+        {"tool_calls": [{"name": "search", "arguments": {"query": f"prefix cache eviction {n}"}} for n in range(3)]},
+        {"tool_calls": [{"name": "fetch", "arguments": {"url": f"https://docs.example/cache/{n}"}} for n in range(2)]},
+        {
+            "text": "## Eviction\n\n"
+            + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 4
+        },
+        {"tool_calls": [{"name": "search", "arguments": {"query": "lru cache comparison"}}]},
+        {
+            "text": "| cache | evicts |\n|---|---|\n"
+            "| prefix | the tail of the least recent prompt |\n| LRU | a whole entry |\n"
+        },
+    ],
+}
+
+
+class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A bench task: the system prompt, the turns' prompts, each tool's fixed latency in seconds, and
+    for the simulator, the scripted steps (its scenario format, one step per assistant message)."""
+
+    system: str
+    prompts: list[str]
+    tools: dict[str, float]
+    steps: list[dict[str, Any]] = []
+
+    @classmethod
+    def load(cls, path: Path | None) -> Scenario:
+        if path is None:
+            return msgspec.convert(BUILTIN, cls)
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=cls)
+        except (OSError, msgspec.ValidationError, msgspec.DecodeError) as error:
+            raise ValueError(f"bench scenario {path}: {error}") from None
+
+
+def tools_of(scenario: Scenario) -> ToolRegistry:
+    schema = {"type": "object", "properties": {"query": {"type": "string"}, "url": {"type": "string"}}}
+
+    def sleeper(seconds: float) -> Callable[[dict[str, Any], ToolContext], Any]:
+        async def run(args: dict[str, Any], ctx: ToolContext) -> str:
+            await asyncio.sleep(seconds)
+            return f"result for {json.dumps(args)}: " + "a relevant passage about caches and eviction. " * 8
+
+        return run
+
+    return ToolRegistry(
+        [
+            Tool(name, f"{name.title()} (takes {s:g} s).", schema, sleeper(s), read_only=True)
+            for name, s in scenario.tools.items()
+        ]
+    )
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0–100) by linear interpolation; None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    return {"p50": percentile(values, 50), "p95": percentile(values, 95), "p99": percentile(values, 99)}
+
+
+@dataclass
+class Level:
+    """One concurrency level's events, by agent, and its wall time."""
+
+    agents: int
+    events: list[list[AgentEvent]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    wall: float = 0.0
+
+    def figures(self) -> dict[str, Any]:
+        steps = [e for agent in self.events for e in agent if isinstance(e, StepFinished)]
+        turns = [e for agent in self.events for e in agent if isinstance(e, TurnFinished)]
+        usage = [s.usage for s in steps if s.usage is not None and s.usage.prompt_total is not None]
+        prompt = sum(u.prompt_total or 0 for u in usage)
+        # A server that leaves the figure out of a total miss (vLLM, the simulator) read nothing.
+        read = sum(u.cache_read or 0 for u in usage)
+        output = sum(u.output or 0 for u in usage)
+        per_agent = []
+        for agent in self.events:
+            agent_steps = [e for e in agent if isinstance(e, StepFinished) and e.usage is not None]
+            model_time = sum(s.model_time for s in agent_steps)
+            if model_time > 0:
+                per_agent.append(sum(s.usage.output or 0 for s in agent_steps if s.usage) / model_time)
+        return {
+            "agents": self.agents,
+            "turns": len(turns),
+            "steps": len(steps),
+            "ttft_s": spread([s.ttft for s in steps if s.ttft is not None]),
+            "step_s": spread([s.wall for s in steps]),
+            "turn_s": spread([t.wall for t in turns]),
+            "output_tok_s_per_agent": statistics.median(per_agent) if per_agent else None,
+            "output_tok_s_total": output / self.wall if self.wall else None,
+            "cache_hit": read / prompt if prompt else None,
+            "prompt_tokens": prompt,
+            "uncached_prefill_tokens": prompt - read,
+            "errors": len(self.errors) + sum(t.reason == "error" for t in turns),
+            "wall_s": self.wall,
+        }
+
+
+async def run_level(
+    provider: Provider, scenario: Scenario, agents: int, on_event: Callable[[AgentEvent], None]
+) -> Level:
+    """`agents` sessions at once, each the scenario's turns in order."""
+    from hotloop.agent.loop import Agent
+
+    level = Level(agents)
+    registry = tools_of(scenario)
+
+    async def one(n: int) -> None:
+        events: list[AgentEvent] = []
+        level.events.append(events)
+
+        def emit(event: AgentEvent) -> None:
+            events.append(event)
+            on_event(event)
+
+        agent = Agent(
+            provider,
+            registry,
+            emit=emit,
+            workspace=Path.cwd(),
+            system=scenario.system,
+            cache_key=f"bench-{uuid.uuid4().hex[:12]}",
+        )
+        try:
+            for prompt in scenario.prompts:
+                await agent.run_turn(f"{prompt} (agent {n + 1})")
+        except Exception as error:  # one agent's failure is a figure of the level, not the end of the bench
+            level.errors.append(f"agent {n + 1}: {error}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(agents)))
+    level.wall = time.perf_counter() - started
+    return level
+
+
+def results(provider: Provider, levels: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
+    return {
+        "provider": provider.name,
+        "model": provider.model,
+        "server": provider.base_url,
+        "scenario": scenario,
+        "started": time.time(),
+        "levels": levels,
+    }
+
+
+def save(result: dict[str, Any], folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(result["started"]))
+    path = folder / f"{stamp}_{result['provider']}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
+
+
+def load(name: str, folder: Path) -> dict[str, Any]:
+    """A saved result by path, file name or unique prefix of its name."""
+    path = Path(name)
+    if not path.is_file():
+        found = sorted(folder.glob(f"{name}*.json")) if folder.is_dir() else []
+        if len(found) != 1:
+            many = f"{len(found)} saved results start with {name!r}" if found else f"no saved bench result {name!r}"
+            raise ValueError(f"{many} (in {folder})")
+        path = found[0]
+    try:
+        loaded: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read bench result {path}: {error}") from None
+    return loaded
+
+
+async def bench(choice: Choice, ramp: list[int], scenario_path: Path | None, json_out: bool) -> int:
+    """Run the ramp; print the table and chart (or JSON), save the result; 0 if no level had an error."""
+    import tempfile
+
+    from msgspec import structs
+    from rich.console import Console
+    from rich.live import Live
+
+    from hotloop import paths
+    from hotloop.config import load_config, resolve
+    from hotloop.core.runtime import Runtime
+    from hotloop.headless.bench_view import Progress, chart, table
+
+    scenario = Scenario.load(scenario_path)
+    config, choice = load_config().pointed_at(choice)
+    target = resolve(config, choice)
+    err, out = Console(stderr=True), Console()
+    with tempfile.TemporaryDirectory() as folder:
+        if target.settings.is_simulator and scenario.steps:
+            script = Path(folder) / "scenario.json"
+            script.write_bytes(msgspec.json.encode(scenario.steps))
+            config = structs.replace(config, sim=structs.replace(config.sim, scenario=script))
+        runtime = Runtime(config)
+        try:
+            provider = await runtime.connect(resolve(config, choice))
+            progress = Progress(ramp, len(scenario.prompts))
+            with Live(progress, console=err, refresh_per_second=4, transient=True, auto_refresh=err.is_terminal):
+                for agents in ramp:
+                    progress.start(agents)
+                    level = await run_level(provider, scenario, agents, progress.take)
+                    progress.levels.append(level.figures())
+        finally:
+            await runtime.aclose()
+    result = results(provider, progress.levels, scenario_path.name if scenario_path else "built-in research task")
+    path = save(result, paths.data_dir() / "bench")
+    if json_out:
+        out.print_json(data=result)
+    else:
+        out.print(table(result))
+        if len(result["levels"]) >= 2:
+            out.print(chart(result["levels"]))
+    err.print(f"saved {path} · hotloop bench compare {path.stem} OTHER", highlight=False)
+    return 1 if any(level["errors"] for level in result["levels"]) else 0

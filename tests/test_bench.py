@@ -1,0 +1,64 @@
+"""`hotloop bench`: agents at once against the simulator, level by level, with figures from their own events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hotloop.cli import main
+
+from tui_support import write_config
+
+
+def test_a_ramp_runs_every_agent_and_saves_what_it_measured(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_config(isolated_home)  # a simulator that answers at once
+    assert main(["bench", "--agents", "1,3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+
+    one, three = result["levels"]
+    assert (result["provider"], result["model"], one["agents"], three["agents"]) == ("sim", "sim-balanced", 1, 3)
+    for level in (one, three):
+        # The built-in task: two turns of five steps in all, for every agent.
+        assert (level["turns"], level["steps"], level["errors"]) == (2 * level["agents"], 5 * level["agents"], 0)
+        for figure in ("ttft_s", "step_s", "turn_s"):
+            spread = level[figure]
+            assert 0 <= spread["p50"] <= spread["p95"] <= spread["p99"]
+        assert 0 < level["uncached_prefill_tokens"] < level["prompt_tokens"]
+        assert level["cache_hit"] == 1 - level["uncached_prefill_tokens"] / level["prompt_tokens"]
+    # Three agents send three times the prompts; they share the system prompt and tools, so less is prefilled.
+    assert three["prompt_tokens"] == 3 * one["prompt_tokens"]
+    assert three["uncached_prefill_tokens"] < 3 * one["uncached_prefill_tokens"]
+
+    (saved,) = (isolated_home / "data" / "bench").glob("*.json")
+    assert json.loads(saved.read_text()) == result
+    assert main(["bench", "compare", saved.stem, str(saved)]) == 0
+    table = capsys.readouterr().out
+    assert "ttft p95 s" in table and "cache hit" in table and "+0%" in table
+
+
+def test_the_table_and_chart_say_each_level(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_config(isolated_home)
+    assert main(["bench", "--agents", "1,2"]) == 0
+    out, err = capsys.readouterr()
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == ["1", "2"]
+    assert "agents at once" in out  # the chart's axis
+    assert "saved " in err and "hotloop bench compare" in err
+
+
+@pytest.mark.parametrize(
+    ("ramp", "message"), [("0", "every level must be at least 1 agent"), ("a,b", "must be numbers of agents")]
+)
+def test_a_bad_ramp_says_why(isolated_home: Path, capsys: pytest.CaptureFixture[str], ramp: str, message: str) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--agents", ramp])
+    assert message in capsys.readouterr().err
+
+
+def test_comparing_a_result_that_isnt_there_says_so(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "compare", "nope", "nada"]) == 2
+    assert "no saved bench result 'nope'" in capsys.readouterr().err
