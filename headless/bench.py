@@ -18,13 +18,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.config import Choice
+
+if TYPE_CHECKING:
+    from rich.console import Console
 from hotloop.providers.base import Provider
 
 # The built-in task: a research question in two turns, each two rounds of tool calls and an answer.
@@ -218,8 +221,11 @@ def load(name: str, folder: Path) -> dict[str, Any]:
     return loaded
 
 
-async def bench(choice: Choice, ramp: list[int], scenario_path: Path | None, json_out: bool) -> int:
-    """Run the ramp; print the table and chart (or JSON), save the result; 0 if no level had an error."""
+async def bench(
+    choice: Choice, ramp: list[int], scenario_path: Path | None, json_out: bool, out: Console | None = None
+) -> int:
+    """Run the ramp; print the table and chart (or JSON) to `out` (stdout), save the result; 0 if no level
+    had an error."""
     import tempfile
 
     from msgspec import structs
@@ -234,7 +240,7 @@ async def bench(choice: Choice, ramp: list[int], scenario_path: Path | None, jso
     scenario = Scenario.load(scenario_path)
     config, choice = load_config().pointed_at(choice)
     target = resolve(config, choice)
-    err, out = Console(stderr=True), Console()
+    err, out = Console(stderr=True), out or Console()
     with tempfile.TemporaryDirectory() as folder:
         if target.settings.is_simulator and scenario.steps:
             script = Path(folder) / "scenario.json"

@@ -196,6 +196,18 @@ async def shoot_replay(sessions: Path) -> None:
         app.save_screenshot("replay.svg", str(HERE))
 
 
+async def shoot_bench() -> None:
+    """`hotloop bench --agents 1,8,32` against the simulator: its final table and chart, as the terminal shows them."""
+    from rich.console import Console
+
+    from hotloop.config import Choice
+    from hotloop.headless.bench import bench
+
+    out = Console(record=True, width=110, force_terminal=True)
+    await bench(Choice(), [1, 8, 32], None, json_out=False, out=out)
+    out.save_svg(str(HERE / "bench.svg"), title="hotloop bench --agents 1,8,32")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
@@ -214,6 +226,7 @@ def main() -> None:
         os.environ["HOTLOOP_DATA_DIR"] = str(home / "data")
         asyncio.run(shoot(workspace))
         asyncio.run(shoot_replay(home / "data" / "sessions"))
+        asyncio.run(shoot_bench())
     print(f"screenshots written to {HERE}")
 
 
