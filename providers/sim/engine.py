@@ -133,8 +133,7 @@ class Generation:
     @property
     def generated(self) -> str:
         """The decoded text of the whole output, as the chat template would show it."""
-        body = assistant_body(self.text, self.calls)
-        return f"<think>\n{self.reasoning}\n</think>\n\n{body}" if self.reasoning else body
+        return assistant_body(self.text, self.calls, self.reasoning)
 
     @property
     def calls(self) -> list[Call]:
@@ -147,6 +146,18 @@ class Generation:
                 found[e.index][1].append(e.text)
         # Joined once: adding fragment by fragment is quadratic, and `huge_argument` makes megabytes of them.
         return [replace(call, arguments="".join(parts)) for call, parts in found.values()]
+
+    @property
+    def runs(self) -> list[list[Emission]]:
+        """The emissions as the output's parts, in order: the reasoning, the text, then each call from its start."""
+        runs: list[list[Emission]] = []
+        for emission in self.emissions:
+            kind = emission.kind
+            if runs and (kind == "call_args" or kind == runs[-1][0].kind != "call_start"):
+                runs[-1].append(emission)
+            else:
+                runs.append([emission])
+        return runs
 
     @property
     def invalid_utf8_emission(self) -> Emission | None:
