@@ -1,4 +1,4 @@
-"""The simulated inference engine behind both wire protocols.
+"""The simulated inference engine behind every wire protocol.
 
 It turns a parsed request into a `Generation`: the prompt's token count and prefix-cache
 hit, the reply, and the reply cut into timed emissions. It also keeps vLLM's counters, and
@@ -100,7 +100,7 @@ class SimRequest:
     max_tokens: int | None = None
     blocks: tuple[CacheBlock, ...] | None = None
     thinking: bool | None = None
-    call_ids: str = "vllm"  # or "anthropic": the id format of the tool calls made
+    call_ids: str = "vllm"  # or "anthropic" or "responses": the id format of the tool calls made
 
 
 @dataclass
@@ -293,7 +293,7 @@ def _model_root(model: str) -> int:
     return int.from_bytes(hashlib.blake2b(model.encode(), digest_size=8).digest(), "big")
 
 
-_CALL_ID_FORMATS = {"vllm": ("chatcmpl-tool-", 16), "anthropic": ("toolu_", 12)}
+_CALL_ID_FORMATS = {"vllm": ("chatcmpl-tool-", 16), "anthropic": ("toolu_", 12), "responses": ("call_", 12)}
 
 
 def _with_call_ids(answer: Reply, request_id: str, style: str) -> Reply:

@@ -47,7 +47,7 @@ def joined_text(content: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Turn:
-    """One message, in the protocol-neutral form both wire APIs are parsed into."""
+    """One message, in the protocol-neutral form every wire API is parsed into."""
 
     role: str  # system | user | assistant | tool
     text: str = ""
