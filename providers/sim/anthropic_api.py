@@ -382,6 +382,7 @@ def _event(payload: dict[str, Any]) -> bytes:
 
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 _TEXT_KEYS = {"text": "text", "reasoning": "thinking", "call_args": "partial_json"}
+_BLOCK_KINDS = {"reasoning": "thinking", "text": "text", "call_start": "tool_use"}
 
 
 def usage(generation: Generation) -> dict[str, Any]:
@@ -396,18 +397,6 @@ def usage(generation: Generation) -> dict[str, Any]:
     }
     body.update((key, value) for key, value in generation.reply.faults.usage if key in ANTHROPIC_USAGE)
     return body
-
-
-def _content_runs(generation: Generation) -> list[tuple[str, list[Emission]]]:
-    """The emissions grouped into content blocks: thinking, text, one tool_use per call."""
-    runs: list[tuple[str, list[Emission]]] = []
-    for emission in generation.emissions:
-        kind = {"reasoning": "thinking", "text": "text"}.get(emission.kind, f"tool_use:{emission.index}")
-        if runs and runs[-1][0] == kind:
-            runs[-1][1].append(emission)
-        else:
-            runs.append((kind, [emission]))
-    return runs
 
 
 def _opening_block(kind: str, emissions: list[Emission]) -> dict[str, Any]:
@@ -443,7 +432,8 @@ def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
     yield 1, _event({"type": "message_start", "message": message})
     decoded = 0
     broken = generation.invalid_utf8_emission
-    for index, (kind, emissions) in enumerate(_content_runs(generation)):
+    for index, emissions in enumerate(generation.runs):
+        kind = _BLOCK_KINDS[emissions[0].kind]
         yield (
             max(decoded, 1),
             _event({"type": "content_block_start", "index": index, "content_block": _opening_block(kind, emissions)}),

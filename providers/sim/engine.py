@@ -1,4 +1,4 @@
-"""The simulated inference engine behind both wire protocols.
+"""The simulated inference engine behind every wire protocol.
 
 It turns a parsed request into a `Generation`: the prompt's token count and prefix-cache
 hit, the reply, and the reply cut into timed emissions. It also keeps vLLM's counters, and
@@ -100,7 +100,7 @@ class SimRequest:
     max_tokens: int | None = None
     blocks: tuple[CacheBlock, ...] | None = None
     thinking: bool | None = None
-    call_ids: str = "vllm"  # or "anthropic": the id format of the tool calls made
+    call_ids: str = "vllm"  # or "anthropic" or "responses": the id format of the tool calls made
 
 
 @dataclass
@@ -133,8 +133,7 @@ class Generation:
     @property
     def generated(self) -> str:
         """The decoded text of the whole output, as the chat template would show it."""
-        body = assistant_body(self.text, self.calls)
-        return f"<think>\n{self.reasoning}\n</think>\n\n{body}" if self.reasoning else body
+        return assistant_body(self.text, self.calls, self.reasoning)
 
     @property
     def calls(self) -> list[Call]:
@@ -147,6 +146,18 @@ class Generation:
                 found[e.index][1].append(e.text)
         # Joined once: adding fragment by fragment is quadratic, and `huge_argument` makes megabytes of them.
         return [replace(call, arguments="".join(parts)) for call, parts in found.values()]
+
+    @property
+    def runs(self) -> list[list[Emission]]:
+        """The emissions as the output's parts, in order: the reasoning, the text, then each call from its start."""
+        runs: list[list[Emission]] = []
+        for emission in self.emissions:
+            kind = emission.kind
+            if runs and (kind == "call_args" or kind == runs[-1][0].kind != "call_start"):
+                runs[-1].append(emission)
+            else:
+                runs.append([emission])
+        return runs
 
     @property
     def invalid_utf8_emission(self) -> Emission | None:
@@ -282,7 +293,7 @@ def _model_root(model: str) -> int:
     return int.from_bytes(hashlib.blake2b(model.encode(), digest_size=8).digest(), "big")
 
 
-_CALL_ID_FORMATS = {"vllm": ("chatcmpl-tool-", 16), "anthropic": ("toolu_", 12)}
+_CALL_ID_FORMATS = {"vllm": ("chatcmpl-tool-", 16), "anthropic": ("toolu_", 12), "responses": ("call_", 12)}
 
 
 def _with_call_ids(answer: Reply, request_id: str, style: str) -> Reply:

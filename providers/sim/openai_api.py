@@ -23,9 +23,10 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.kind, self.param = status, message, kind, param
+        self.code: int | str | None = status  # vLLM's; OpenAI's own API names the problem instead
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The simulator's HTTP server: vLLM's OpenAI-compatible endpoints and Anthropic's Messages API on a real socket.
+"""The simulator's HTTP server: vLLM's OpenAI-compatible endpoints, OpenAI's Responses API and Anthropic's Messages
+API on a real socket.
 
 It also plays the faults that are about the connection: a refused request (`status`), silence
 (`stall`) and a stream cut short (`drop_after`); model.py's docstring lists every fault.
@@ -21,11 +22,12 @@ from typing import Any
 from aiohttp import web
 
 from hotloop import __version__
-from hotloop.providers.sim import anthropic_api, openai_api
+from hotloop.providers.sim import anthropic_api, openai_api, responses_api
 from hotloop.providers.sim.anthropic_api import AnthropicError
 from hotloop.providers.sim.engine import Generation, ModelNotFound, Refused, SimConfig, SimEngine, SimRequest
 from hotloop.providers.sim.model import Faults
 from hotloop.providers.sim.openai_api import ApiError
+from hotloop.providers.sim.responses_api import ResponsesError
 from hotloop.providers.sim.scheduler import Admission
 
 
@@ -54,6 +56,7 @@ class SimServer:
         self.engine = SimEngine(config)
         self.admission = Admission(self.config.max_running, self.config.scheduling, self.engine.metrics.set_waiting)
         self.requests: deque[RecordedRequest] = deque(maxlen=1024)
+        self.stored_responses = responses_api.ResponseStore()
         self.started = time.time()
 
     @property
@@ -63,6 +66,7 @@ class SimServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/responses", self.responses)
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
@@ -105,6 +109,42 @@ class SimServer:
                 )
             chunks = openai_api.stream_chunks(generation, call.include_usage, details)
             return await self._respond_stream(request, generation, chunks, arrived)
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's Responses API over the engine and prefix cache of Chat Completions, refusing what OpenAI refuses."""
+        raw = await request.read()
+        try:
+            call = responses_api.parse_responses(_json(raw, ResponsesError), self.stored_responses)
+            self._check_model(call.request.model)
+        except ModelNotFound as missing:
+            unknown = ResponsesError(
+                400, f"The requested model '{missing}' does not exist.", "model", "model_not_found"
+            )
+            return _json_response(unknown.body(), unknown.status)
+        except ApiError as error:
+            return _json_response(error.body(), error.status)
+        async with self._scheduled(call.request.model) as arrived:
+            try:
+                generation = self._generate(call.request)
+            except ContextTooLong:
+                too_long = ResponsesError(
+                    400,
+                    "Your input exceeds the context window of this model. Please adjust your input and try again.",
+                    "input",
+                    "context_length_exceeded",
+                )
+                return _json_response(too_long.body(), too_long.status)
+            except Refused as refused:
+                refusal = openai_api.refusal(refused.refusal.status)
+                answer = _json_response(refusal.body(), refusal.status)
+                return await self._refuse(request, raw, call.request.model, refused, answer)
+            self._record(request, raw, generation)
+            response = responses_api.Answer(call, generation)
+            self.stored_responses.keep(response)
+            if not call.stream:
+                failure = openai_api.failure(generation.reply.error) if generation.reply.error else None
+                return await self._respond_whole(generation, response.response(response.status), failure, arrived)
+            return await self._respond_stream(request, generation, responses_api.stream_events(response), arrived)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         """Anthropic's Messages API over the same engine, cached at the request's breakpoints."""

@@ -47,12 +47,13 @@ def joined_text(content: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Turn:
-    """One message, in the protocol-neutral form both wire APIs are parsed into."""
+    """One message, in the protocol-neutral form every wire API is parsed into."""
 
     role: str  # system | user | assistant | tool
     text: str = ""
     calls: tuple[Call, ...] = ()
     call_id: str = ""
+    reasoning: str = ""  # an assistant's, rendered back only where the client returned it (Responses)
 
 
 @dataclass
@@ -69,9 +70,10 @@ def call_text(name: str, arguments: str) -> str:
     return f'\n<tool_call>\n{{"name": {json.dumps(name)}, "arguments": {arguments or "{}"}}}\n</tool_call>'
 
 
-def assistant_body(text: str, calls: tuple[Call, ...] | list[Call]) -> str:
+def assistant_body(text: str, calls: tuple[Call, ...] | list[Call], reasoning: str = "") -> str:
     """What the model generates for a message, and what the template renders back for it."""
-    return text + "".join(call_text(call.name, call.arguments) for call in calls)
+    body = text + "".join(call_text(call.name, call.arguments) for call in calls)
+    return f"<think>\n{reasoning}\n</think>\n\n{body}" if reasoning else body
 
 
 def render(turns: list[Turn], tools: list[dict[str, Any]]) -> Prompt:
@@ -95,7 +97,7 @@ def render(turns: list[Turn], tools: list[dict[str, Any]]) -> Prompt:
 def _render_turn(prompt: Prompt, turn: Turn) -> None:
     if turn.role == "assistant":
         prompt.add(ASSISTANT_HEADER)
-        prompt.add(assistant_body(turn.text, turn.calls))
+        prompt.add(assistant_body(turn.text, turn.calls, turn.reasoning))
         prompt.add(END)
     elif turn.role == "tool":
         prompt.add(f"<|im_start|>user\n<tool_response>\n{turn.text}\n</tool_response>{END}")
