@@ -22,6 +22,7 @@ from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.sim.engine import NO_LATENCY, LatencyProfile, SimConfig
 from hotloop.providers.sim.model import load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
@@ -165,8 +166,15 @@ def killed_mid_answer(home: Path) -> Path:
     return path
 
 
-def provider_on(sim: EmbeddedSimulator, protocol: str) -> OpenAIChatProvider | AnthropicProvider:
-    """A provider on the simulator, over OpenAI's API or Anthropic's (with thinking, whose signatures go back)."""
+def provider_on(
+    sim: EmbeddedSimulator, protocol: str
+) -> OpenAIChatProvider | OpenAIResponsesProvider | AnthropicProvider:
+    """A provider on the simulator, over OpenAI's Chat Completions, its Responses API (with reasoning, whose
+    items go back) or Anthropic's Messages (with thinking, whose signatures go back)."""
+    if protocol == "openai-responses":
+        return OpenAIResponsesProvider(
+            name="sim-responses", model="sim-fast", base_url=sim.base_url, max_retries=0, reasoning_summary=True
+        )
     if protocol == "anthropic":
         return AnthropicProvider(
             name="sim-anthropic",

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+
 import msgspec
 from test_openai_fixtures import sse_file
 
+from hotloop.agent.events import StepFinished
+from hotloop.agent.loop import Agent
+from hotloop.agent.tools.builtins import builtin_tools
+from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -16,6 +23,7 @@ from hotloop.providers.conversation import (
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
+    ReasoningItemDone,
     StreamStarted,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -25,7 +33,7 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
 
-from support import serve_events
+from support import Recorder, serve_events, sim_with_scenario
 
 CALL = "call_HQHdUC4vy1PBrZTJ85nBHmeQ"
 TOOL = ToolSpec(
@@ -97,3 +105,32 @@ def test_each_request_is_the_last_one_plus_what_was_added() -> None:
         "arguments": '{"country":"France"}',
     }
     assert sent["input"][3] == {"type": "function_call_output", "call_id": CALL, "output": "Paris"}
+
+
+async def test_a_five_step_loop_reads_each_prompt_from_the_cache_and_sends_reasoning_back_verbatim(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """Over the simulator's Responses API: every step after the first reads the previous prompt from the
+    cache (≥ that prompt − 32 tokens), and each reasoning item goes back in the next request as it came."""
+    calls = [{"name": "list_dir", "arguments": {"path": "."}}]
+    steps = [{"reasoning": f"Step {n}: look again.", "tool_calls": calls} for n in range(1, 5)]
+    sim = sim_with_scenario(tmp_path, [*steps, {"reasoning": "Done looking.", "text": "Five steps."}])
+    recorder = Recorder()
+    provider = OpenAIResponsesProvider(name="sim-responses", model="sim-balanced", base_url=sim.base_url, max_retries=0)
+    agent = Agent(provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, cache_key="s5")
+    try:
+        assert (await agent.run_turn("look five times")).reason == "answer"
+    finally:
+        await provider.aclose()
+        sim.stop()
+
+    finished = recorder.of(StepFinished)
+    assert len(finished) == 5 and len(sim.server.requests) == 5  # every request accepted
+    for before, after in itertools.pairwise(finished):
+        assert before.usage is not None and after.usage is not None
+        assert after.usage.cache_read >= before.usage.prompt_total - 32
+    items = [event.item for event in recorder.of(ReasoningItemDone)]
+    assert len(items) == 5 and all('"encrypted_content":' in item for item in items)
+    for n, item in enumerate(items[:-1]):  # the last answer has no request after it
+        assert item.encode() in sim.server.requests[n + 1].body
+        assert item.encode() not in sim.server.requests[n].body

@@ -24,7 +24,7 @@ from support import killed_mid_answer, logged_agent, start_sim
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 
 
-@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+@pytest.mark.parametrize("protocol", ["openai", "openai-responses", "anthropic"])
 async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(
     protocol: str, tmp_path: Path, workspace: Path
 ) -> None:
@@ -61,6 +61,10 @@ async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(
     assert sim.server.requests[sent_before].body == expected
     if protocol == "anthropic":  # signed thinking went back as it came
         assert any(isinstance(m, AssistantMessage) and m.thinking and m.thinking[0].signature for m in again.messages)
+    if protocol == "openai-responses":  # so did the encrypted reasoning items, verbatim
+        restored = resumed.conversation.messages
+        items = [item for m in restored if isinstance(m, AssistantMessage) for item in m.reasoning_items]
+        assert items and all(item.encode() in expected for item in items)
     # The resumed turn went on in the same log, which still reads whole.
     assert [e.turn for e in read_session(snapshot).events if isinstance(e, TurnStarted)] == [1, 2, 3]
 

@@ -99,6 +99,49 @@ async def test_openai_to_anthropic_and_back_keeps_one_conversation(tmp_path: Pat
     assert (back.previous_provider, back.provider) == ("sim-anthropic", "sim")
 
 
+async def test_chat_responses_anthropic_responses_keeps_one_valid_conversation(tmp_path: Path, workspace: Path) -> None:
+    """Every request accepted on every protocol; reasoning a protocol can't carry is dropped for it, and
+    the Responses API gets its own reasoning items back when the conversation returns to it."""
+    from msgspec import structs
+
+    config = sim_config(tmp_path)
+    providers = dict(config.providers)
+    providers["sim-responses"] = structs.replace(providers["sim-responses"], reasoning_summary=True)
+    providers["sim-anthropic"] = structs.replace(providers["sim-anthropic"], thinking_budget=1024, max_tokens=4096)
+    runtime = Runtime(structs.replace(config, providers=providers))
+    try:
+        agent, recorder = await agent_on(runtime, "sim", workspace)
+        assert (await agent.run_turn("read README.md then grep for TODO")).reason == "answer"
+        for provider, prompt in (
+            ("sim-responses", "read pyproject.toml"),
+            ("sim-anthropic", "read notes.txt"),
+            ("sim-responses", "list the files in ."),
+        ):
+            await runtime.switch(agent, Choice(provider=provider))
+            assert (await agent.run_turn(prompt)).reason == "answer"
+    finally:
+        await runtime.aclose()
+
+    assert not recorder.of(Notice)
+    requests = list(runtime.simulator.server.requests)
+    assert len(requests) == len(recorder.of(StepFinished))  # every request was accepted
+    paths = [path for path, _ in itertools.groupby(r.path for r in requests)]
+    assert paths == ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/responses"]
+    answers = [m for m in agent.messages if isinstance(m, AssistantMessage)]
+    assert any(m.reasoning_items for m in answers) and any(m.thinking for m in answers)
+    # Back on Responses, its first request carries turn 2's reasoning items verbatim and no thinking signature.
+    back = next(r for r in requests[::-1] if r.path == "/v1/responses" and b'"list the files in .' in r.body)
+    turn_2_items = [item for m in answers for item in m.reasoning_items if item.encode() in requests_of(requests, 2)]
+    assert turn_2_items and all(item.encode() in back.body for item in turn_2_items)
+    assert b"signature" not in back.body
+
+
+def requests_of(requests: list, turn: int) -> bytes:
+    """Every request body of the `turn`-th run of consecutive requests to one path, joined."""
+    runs = [list(group) for _, group in itertools.groupby(requests, key=lambda r: r.path)]
+    return b"".join(r.body for r in runs[turn - 1])
+
+
 async def test_a_broken_history_is_repaired_before_sending_and_the_log_says_so(tmp_path: Path, workspace: Path) -> None:
     runtime = Runtime(sim_config(tmp_path))
     log = SessionLog.create(tmp_path / "sessions", provider="sim-anthropic", model="sim-balanced", workspace=workspace)

@@ -224,7 +224,10 @@ def parse_responses(body: Any, store: ResponseStore) -> ResponsesCall:
     turns = [Turn("system", instructions), *conversation.turns] if instructions else list(conversation.turns)
     settings = {key: default if body.get(key) is None else body[key] for key, default in _ECHOED.items()}
     return ResponsesCall(
-        request=SimRequest(model, turns, tools, max_tokens, call_ids="responses"),
+        # Asked for reasoning (an effort or a summary), the model reasons, as a reasoning model does.
+        request=SimRequest(
+            model, turns, tools, max_tokens, thinking=_reasoning_asked(body) or None, call_ids="responses"
+        ),
         stream=bool(body.get("stream")),
         conversation=conversation,
         settings={**settings, "tools": tools},
@@ -232,6 +235,11 @@ def parse_responses(body: Any, store: ResponseStore) -> ResponsesCall:
         encrypted=ENCRYPTED_REASONING in (body.get("include") or []),
         summary=(body.get("reasoning") or {}).get("summary") in _SUMMARIES,
     )
+
+
+def _reasoning_asked(body: dict[str, Any]) -> bool:
+    reasoning = body.get("reasoning") or {}
+    return any(reasoning.get(key) is not None for key in ("effort", "summary"))
 
 
 def _tools(raw: list[Any]) -> list[dict[str, Any]]:
