@@ -134,3 +134,37 @@ async def test_a_five_step_loop_reads_each_prompt_from_the_cache_and_sends_reaso
     for n, item in enumerate(items[:-1]):  # the last answer has no request after it
         assert item.encode() in sim.server.requests[n + 1].body
         assert item.encode() not in sim.server.requests[n].body
+
+
+async def test_with_previous_response_id_a_request_sends_only_what_it_adds(tmp_path: Path, workspace: Path) -> None:
+    """The server holds the conversation: each step after the first names the last response and sends only
+    the tool results since; a provider that hasn't seen the last response (a resume) sends it whole."""
+    calls = [{"name": "list_dir", "arguments": {"path": "."}}]
+    sim = sim_with_scenario(tmp_path, [{"tool_calls": calls}, {"tool_calls": calls}, {"text": "done"}] * 2)
+    recorder = Recorder()
+
+    def stored() -> OpenAIResponsesProvider:
+        return OpenAIResponsesProvider(
+            name="sim-responses", model="sim-balanced", base_url=sim.base_url, max_retries=0, previous_response_id=True
+        )
+
+    agent = Agent(stored(), ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, cache_key="s")
+    try:
+        assert (await agent.run_turn("look twice")).reason == "answer"
+        await agent.provider.aclose()
+        agent.switch(stored())  # as after a resume: this process never saw the last response
+        assert (await agent.run_turn("and again")).reason == "answer"
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+
+    bodies = [msgspec.json.decode(request.body) for request in sim.server.requests]
+    assert len(bodies) == 6 and all(body["store"] is True for body in bodies)
+    chained = [body.get("previous_response_id") is not None for body in bodies]
+    assert chained == [False, True, True, False, True, True]
+    for body in (bodies[1], bodies[2], bodies[4], bodies[5]):
+        assert [item["type"] for item in body["input"]] == ["function_call_output"]
+    whole = ["message", *["function_call", "function_call_output"] * 2, "message", "message"]
+    assert [item["type"] for item in bodies[3]["input"]] == whole
+    steps = recorder.of(StepFinished)
+    assert steps[1].usage.cache_read >= steps[0].usage.prompt_total - 32  # the stored conversation is cached
