@@ -580,8 +580,8 @@ def _sim_serve(args: argparse.Namespace) -> int:
         except OSError as error:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
         print(
-            f"hotloop sim: OpenAI Chat Completions on http://{args.host}:{port}/v1 and Anthropic Messages on "
-            f"http://{args.host}:{port} (models: {', '.join(config.models)}"
+            f"hotloop sim: OpenAI Chat Completions and Responses on http://{args.host}:{port}/v1 and Anthropic "
+            f"Messages on http://{args.host}:{port} (models: {', '.join(config.models)}"
             f"{'; faults: ' + ', '.join(args.fault) if args.fault else ''}); Ctrl-C stops",
             flush=True,
         )
