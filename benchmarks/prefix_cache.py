@@ -1,8 +1,10 @@
-"""A 5-step run against the simulator, over both protocols: does each step read the previous request from cache?
+"""A 5-step run against the simulator, over each protocol: does each step read the previous request from cache?
 
 hotloop builds requests static part first and append-only, so the simulator's vLLM-style
 prefix cache should cover everything the previous request sent. Target: every step after
-the first reports cache-read tokens ≥ the previous request's prompt tokens − 32.
+the first reports cache-read tokens ≥ the previous request's prompt tokens − 32. The same
+holds over the Responses API, where each step's reasoning items go back as they came (the
+requests ask for reasoning summaries, so the simulator's model reasons at every step).
 
 Over the Anthropic API only what a `cache_control` breakpoint marks is cached. hotloop puts
 one on the newest message, so each step should read the previous request up to its last
@@ -26,11 +28,12 @@ from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.base import Provider
 from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.model import load_scenario
 from hotloop.providers.sim.server import EmbeddedSimulator
 
-TARGETS = {"openai": -32, "anthropic": -4}
+TARGETS = {"openai": -32, "openai-responses": -32, "anthropic": -4}
 
 
 async def run(root: Path, protocol: str) -> list[StepFinished]:
@@ -41,6 +44,10 @@ async def run(root: Path, protocol: str) -> list[StepFinished]:
         if protocol == "anthropic":
             provider = AnthropicProvider(
                 name="sim-anthropic", model="sim-balanced", base_url=sim.url, cache_min_tokens=config.cache_min_tokens
+            )
+        elif protocol == "openai-responses":
+            provider = OpenAIResponsesProvider(
+                name="sim-responses", model="sim-balanced", base_url=sim.base_url, reasoning_summary=True
             )
         else:
             provider = OpenAIChatProvider(name="sim", model="sim-balanced", base_url=sim.base_url)
@@ -89,7 +96,7 @@ async def main() -> None:
             for n in range(4)
         ]
         (root / "scenario.json").write_text(json.dumps([*pages, {"text": "Read all four pages."}]))
-        for protocol in ("openai", "anthropic"):
+        for protocol in ("openai", "openai-responses", "anthropic"):
             report(protocol, await run(root, protocol))
 
 
