@@ -134,6 +134,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="admit queued requests in arrival order, or by their priority field (default %(default)s)",
     )
     serve.add_argument(
+        "--batch-slowdown",
+        type=_non_negative,
+        default=sim_defaults.BATCH_SLOWDOWN,
+        metavar="X",
+        help="continuous batching: each other request decoding at once adds X to a token's time (default "
+        "%(default)s: 1.6× at 32 at once; 0: off)",
+    )
+    serve.add_argument(
+        "--replicas",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="serve K replicas, each with its own cache and batch, behind one router (default %(default)s)",
+    )
+    serve.add_argument(
+        "--router",
+        choices=sim_defaults.ROUTERS,
+        default=sim_defaults.ROUTERS[0],
+        help="how the router picks a replica: in turn, by the session key, or by the longest cached prefix "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--affinity-header",
+        default=sim_defaults.AFFINITY_HEADER,
+        metavar="NAME",
+        help="the header the affinity router reads the session key from (default %(default)s)",
+    )
+    serve.add_argument(
         "--fault",
         action="append",
         default=[],
@@ -548,8 +576,9 @@ def _sim_serve(args: argparse.Namespace) -> int:
     import contextlib
 
     from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
+    from hotloop.providers.sim.fleet import Fleet
     from hotloop.providers.sim.model import ScenarioError, load_scenario, parse_faults
-    from hotloop.providers.sim.server import SimServer, start
+    from hotloop.providers.sim.server import Served, SimServer, start
 
     try:
         scenario = load_scenario(args.scenario) if args.scenario else ()
@@ -565,6 +594,7 @@ def _sim_serve(args: argparse.Namespace) -> int:
         max_running=args.max_running,
         scheduling=args.scheduling_policy,
         faults=faults,
+        batch_slowdown=args.batch_slowdown,
     )
     if args.no_latency:
         config = config.with_latency(NO_LATENCY.ttft, NO_LATENCY.prefill_per_token, NO_LATENCY.decode_per_token)
@@ -574,14 +604,21 @@ def _sim_serve(args: argparse.Namespace) -> int:
         decode_per_token=args.decode_ms_per_token / 1000 if args.decode_ms_per_token is not None else None,
     )
 
+    served: Served = SimServer(config)
+    fleet = ""
+    if args.replicas > 1:
+        served = Fleet(config, args.replicas, args.router, args.affinity_header)
+        keyed = f" on {args.affinity_header}" if args.router == "affinity" else ""
+        fleet = f"; {args.replicas} replicas behind the {args.router} router{keyed}"
+
     async def serve() -> None:
         try:
-            runner, port = await start(SimServer(config), args.host, args.port)
+            runner, port = await start(served, args.host, args.port)
         except OSError as error:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
         print(
             f"hotloop sim: OpenAI Chat Completions and Responses on http://{args.host}:{port}/v1 and Anthropic "
-            f"Messages on http://{args.host}:{port} (models: {', '.join(config.models)}"
+            f"Messages on http://{args.host}:{port} (models: {', '.join(config.models)}{fleet}"
             f"{'; faults: ' + ', '.join(args.fault) if args.fault else ''}); Ctrl-C stops",
             flush=True,
         )

@@ -51,16 +51,20 @@ class PrefixCache:
         The last prompt token is always recomputed to get logits, so the hit is capped at
         `num_tokens - 1`, rounded down to whole blocks.
         """
+        cached = self.peek(hashes, num_tokens)
+        self.queries += num_tokens
+        self.hits += cached
+        return cached
+
+    def peek(self, hashes: Sequence[int], num_tokens: int) -> int:
+        """What `lookup` would find, neither counted nor changing anything."""
         max_blocks = max(num_tokens - 1, 0) // self.block_size
         matched = 0
         for block_hash in hashes[:max_blocks]:
             if block_hash not in self._blocks:
                 break
             matched += 1
-        cached = matched * self.block_size
-        self.queries += num_tokens
-        self.hits += cached
-        return cached
+        return matched * self.block_size
 
     def insert(self, hashes: Sequence[int]) -> None:
         """Record a request's blocks as computed; the earliest blocks become the most recent."""
@@ -116,12 +120,7 @@ class BreakpointCache:
 
     def use(self, blocks: Sequence[CacheBlock], root: int = 0) -> CacheUse:
         """Read the longest live prefix this request may read, and write what its breakpoints add."""
-        prefixes, ends, parent, total = [], [], root, 0
-        for block in blocks:
-            parent = hash((parent, block.key))
-            total += block.tokens
-            prefixes.append(parent)
-            ends.append(total)
+        prefixes, ends = _chained(blocks, root)
         marks = [n for n, block in enumerate(blocks) if block.ttl is not None]
         now = self.clock()
         hit = max((self._hit(prefixes, mark, now) for mark in marks), default=-1)
@@ -136,7 +135,15 @@ class BreakpointCache:
                 covered = ends[mark]
         return CacheUse(read, written[300.0], written[ONE_HOUR])
 
-    def _hit(self, prefixes: list[int], mark: int, now: float) -> int:
+    def readable(self, blocks: Sequence[CacheBlock], root: int = 0) -> int:
+        """The tokens `use` would read now, refreshing nothing."""
+        prefixes, ends = _chained(blocks, root)
+        now = self.clock()
+        marks = [n for n, block in enumerate(blocks) if block.ttl is not None]
+        hit = max((self._hit(prefixes, mark, now, refresh=False) for mark in marks), default=-1)
+        return ends[hit] if hit >= 0 else 0
+
+    def _hit(self, prefixes: list[int], mark: int, now: float, refresh: bool = True) -> int:
         """The last block, from `mark` back through the lookback window, whose prefix is cached; -1 if none."""
         for n in range(mark, max(mark - LOOKBACK_BLOCKS - 1, -1), -1):
             entry = self._entries.get(prefixes[n])
@@ -145,7 +152,8 @@ class BreakpointCache:
             if entry[0] <= now:
                 del self._entries[prefixes[n]]
                 continue
-            self._store(prefixes[n], entry[1], now)  # a read refreshes the TTL
+            if refresh:
+                self._store(prefixes[n], entry[1], now)  # a read refreshes the TTL
             return n
         return -1
 
@@ -157,3 +165,14 @@ class BreakpointCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _chained(blocks: Sequence[CacheBlock], root: int) -> tuple[list[int], list[int]]:
+    """Each block's prefix hash (chained from `root`) and the prefix's length in tokens."""
+    prefixes, ends, parent, total = [], [], root, 0
+    for block in blocks:
+        parent = hash((parent, block.key))
+        total += block.tokens
+        prefixes.append(parent)
+        ends.append(total)
+    return prefixes, ends

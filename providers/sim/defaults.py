@@ -18,3 +18,10 @@ POLICIES: tuple[Policy, ...] = ("fcfs", "priority")
 # only a priority scheduler honours (`hotloop vllm recipe` recommends --scheduling-policy priority too).
 SCHEDULING_POLICY: Policy = "priority"
 PROMPT_TOKENS_DETAILS = True  # usage carries cached-token counts, as vLLM with --enable-prompt-tokens-details
+# Continuous batching: each other request decoding at once adds this share to a request's per-token time
+# (engine.py says why 2%: roughly vLLM with an 8B model on one GPU, where 32 at once take 1.6× a token's time).
+BATCH_SLOWDOWN = 0.02
+# The header a session's key travels in: hotloop sends it, and the fleet's affinity router reads it, as
+# vLLM's production-stack router does with `--session-key`.
+AFFINITY_HEADER = "x-session-id"
+ROUTERS = ("round-robin", "affinity", "prefix")  # `hotloop sim serve --router`

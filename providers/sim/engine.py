@@ -15,6 +15,7 @@ from typing import Any
 
 from hotloop.providers.sim.cache import BreakpointCache, CacheBlock, CacheUse, PrefixCache, block_hashes
 from hotloop.providers.sim.defaults import (
+    BATCH_SLOWDOWN,
     CACHE_BLOCKS,
     CACHE_MIN_TOKENS,
     MAX_MODEL_LEN,
@@ -28,7 +29,10 @@ from hotloop.providers.sim.tokenizer import encode, pieces
 
 @dataclass(frozen=True)
 class LatencyProfile:
-    """TTFT = ttft + prefill_per_token × uncached prompt tokens; then decode_per_token per output token."""
+    """TTFT = ttft + prefill_per_token × uncached prompt tokens; then decode_per_token per output token.
+
+    decode_per_token is a request's pace alone on the server: `SimEngine.pace` slows it by the batch.
+    """
 
     ttft: float
     prefill_per_token: float
@@ -57,6 +61,8 @@ class SimConfig:
     scheduling: str = SCHEDULING_POLICY
     # `hotloop sim serve --fault`: faults for every request, under a scenario step's own.
     faults: Faults = field(default_factory=Faults)
+    # Continuous batching: what each other request decoding at once adds to a request's per-token time.
+    batch_slowdown: float = BATCH_SLOWDOWN
 
     def with_latency(
         self, ttft: float | None = None, prefill_per_token: float | None = None, decode_per_token: float | None = None
@@ -116,6 +122,7 @@ class Generation:
     request_id: str
     prompt_ids: list[int] = field(default_factory=list, repr=False)
     cache: CacheUse = field(default_factory=CacheUse)
+    decoding: bool = False  # in the batch: from its first token to its end
 
     @property
     def prefill_seconds(self) -> float:
@@ -184,7 +191,18 @@ class Refused(Exception):
 
 
 class SimEngine:
-    """Holds the prefix cache, the scenario and the counters shared by every request."""
+    """Holds the prefix cache, the scenario and the counters shared by every request.
+
+    Decoding is continuously batched, as in vLLM: every request past its first token decodes in
+    one batch, and a bigger batch makes each step longer. A request's per-token time is its
+    model's `decode_per_token × (1 + batch_slowdown × others)`, `others` being the requests
+    decoding with it, read anew before each chunk. Decoding is bound by memory bandwidth (each
+    step reads the weights once, whatever the batch), so a step grows slowly with the batch:
+    the default 2% a request is roughly an 8B model on one GPU, whose inter-token latency at 32
+    requests is about 1.6× that of one. So the server's tokens a second rise with the batch (20×
+    at 32) while each request's latency bends up. Prefill is not slowed: its cost is the
+    uncached tokens, and waiting for a slot (`max_running`) is what makes TTFT grow with load.
+    """
 
     def __init__(self, config: SimConfig | None = None) -> None:
         from hotloop.providers.sim.metrics import Metrics
@@ -193,6 +211,7 @@ class SimEngine:
         self.cache = PrefixCache(self.config.cache_blocks)
         self.breakpoints = BreakpointCache(self.config.cache_min_tokens)
         self.metrics = Metrics()
+        self.decoding = 0  # requests in the batch
         self._refused: Counter[str] = Counter()  # refusals so far, per scenario step or (for --fault) per request
         for model in self.config.models:
             self.metrics.register_model(model)
@@ -228,6 +247,32 @@ class SimEngine:
         generation.output_tokens = len(encode(generation.generated)) + (0 if truncated else 1)
         self.metrics.started(request.model, prompt_tokens, use.read, self.cache)
         return generation
+
+    def cached_prefix(self, request: SimRequest) -> int:
+        """Prompt tokens of `request` this engine's caches hold now; asks without counting or refreshing anything.
+
+        A router scores replicas by it, as llm-d's prefix-cache scorer does.
+        """
+        if request.blocks is not None:
+            return self.breakpoints.readable(request.blocks, _model_root(request.model))
+        tokens = _prompt(request)[0]
+        return self.cache.peek(block_hashes(tokens, self.cache.block_size, _model_root(request.model)), len(tokens))
+
+    def start_decoding(self, generation: Generation) -> None:
+        """The request's first token is out: it joins the batch."""
+        if not generation.decoding:
+            generation.decoding = True
+            self.decoding += 1
+
+    def pace(self, generation: Generation) -> float:
+        """Seconds a token of `generation` takes now, with the batch as it is."""
+        others = self.decoding - 1 if generation.decoding else self.decoding
+        return generation.profile.decode_per_token * (1 + self.config.batch_slowdown * others)
+
+    def _leave_batch(self, generation: Generation) -> None:
+        if generation.decoding:
+            generation.decoding = False
+            self.decoding -= 1
 
     def _prefix_cache_use(self, tokens: list[int], model: str) -> CacheUse:
         blocks = block_hashes(tokens, self.cache.block_size, _model_root(model))
@@ -270,9 +315,11 @@ class SimEngine:
                 output += encode(END)[:1]
             tokens = [*generation.prompt_ids, *output]
             self.cache.insert(block_hashes(tokens, self.cache.block_size, _model_root(generation.model)))
+        self._leave_batch(generation)
         self.metrics.finished(generation.model, generation.output_tokens, generation.finish_reason, self.cache)
 
     def abort(self, generation: Generation) -> None:
+        self._leave_batch(generation)
         self.metrics.finished(generation.model, 0, "abort", self.cache)
 
 

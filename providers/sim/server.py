@@ -8,16 +8,17 @@ It also plays the faults that are about the connection: a refused request (`stat
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Self
 
 from aiohttp import web
 
@@ -43,6 +44,7 @@ class RecordedRequest:
     received: float
     cache_write_tokens: int = 0
     status: int = 200  # a `status` fault's, for a refused request (which has no tokens)
+    headers: Mapping[str, str] = field(default_factory=dict)  # as sent, for a session's affinity key
 
 
 class ContextTooLong(ValueError):
@@ -202,7 +204,11 @@ class SimServer:
         self, request: web.Request, raw: bytes, model: str, refused: Refused, response: web.Response
     ) -> web.Response:
         """A `status` fault's answer (the protocol's error `response`), with `retry-after` if set, after any stall."""
-        self.requests.append(RecordedRequest(request.path, raw, model, 0, 0, time.time(), status=response.status))
+        self.requests.append(
+            RecordedRequest(
+                request.path, raw, model, 0, 0, time.time(), status=response.status, headers=dict(request.headers)
+            )
+        )
         await _stall_before_headers(refused.faults)
         if refused.refusal.retry_after is not None:
             response.headers["retry-after"] = f"{refused.refusal.retry_after:g}"
@@ -218,6 +224,7 @@ class SimServer:
                 generation.cached_tokens,
                 time.time(),
                 generation.cache.write,
+                headers=dict(request.headers),
             )
         )
 
@@ -228,7 +235,8 @@ class SimServer:
             await _stall_before_headers(generation.reply.faults)
             await asyncio.sleep(generation.prefill_seconds)
             self._first_token(generation, arrived)
-            await asyncio.sleep(generation.profile.decode_per_token * max(generation.output_tokens - 1, 0))
+            # Whole, the answer decodes at the pace of the batch it joined.
+            await asyncio.sleep(self.engine.pace(generation) * max(generation.output_tokens - 1, 0))
         except BaseException:
             self.engine.abort(generation)
             raise
@@ -246,7 +254,8 @@ class SimServer:
         try:
             await _stall_before_headers(generation.reply.faults)
             await response.prepare(request)
-            if await _send_paced(response, generation, chunks, lambda: self._first_token(generation, arrived)):
+            first_token = functools.partial(self._first_token, generation, arrived)
+            if await _send_paced(response, generation, chunks, first_token, self.engine.pace):
                 await response.write_eof()
                 finished = True
             elif request.transport is not None:
@@ -261,6 +270,7 @@ class SimServer:
 
     def _first_token(self, generation: Generation, arrived: float) -> None:
         self.engine.metrics.first_token(generation.model, asyncio.get_running_loop().time() - arrived)
+        self.engine.start_decoding(generation)
 
     async def models(self, request: web.Request) -> web.Response:
         if "anthropic-version" in request.headers:
@@ -321,14 +331,15 @@ async def _send_paced(
     generation: Generation,
     chunks: Iterator[tuple[int, bytes]],
     first_token: Callable[[], None],
+    pace: Callable[[Generation], float],
 ) -> bool:
     """Write each chunk when its tokens would have been decoded; coalesce whatever is already due.
 
+    `pace` is the seconds a token takes, asked again for each chunk as the batch changes.
     False when `drop_after` ends the stream early; a `stall` after some chunks holds the rest back.
     """
     loop = asyncio.get_running_loop()
-    first_token_at = loop.time() + generation.prefill_seconds
-    per_token = generation.profile.decode_per_token
+    due, decoded = loop.time() + generation.prefill_seconds, 1  # token `decoded` is out at `due`
     faults = generation.reply.faults
     pending: list[bytes] = []
     decoding = False
@@ -339,8 +350,11 @@ async def _send_paced(
         if faults.stall is not None and sent == faults.stall.after_chunks:
             await _flush(response, pending)
             await asyncio.sleep(faults.stall.seconds)
-            first_token_at += faults.stall.seconds  # the rest keeps its pace after the silence
-        delay = first_token_at + per_token * (position - 1) - loop.time()
+            due += faults.stall.seconds  # the rest keeps its pace after the silence
+        if position != decoded:
+            due += pace(generation) * (position - decoded)
+            decoded = position
+        delay = due - loop.time()
         if delay > 0:
             await _flush(response, pending)
             await asyncio.sleep(delay)
@@ -358,7 +372,13 @@ async def _flush(response: web.StreamResponse, pending: list[bytes]) -> None:
         pending.clear()
 
 
-async def start(server: SimServer, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
+class Served(Protocol):
+    """What `start` serves: a simulator, or a fleet of them behind a router."""
+
+    def app(self) -> web.Application: ...
+
+
+async def start(server: Served, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
     """Bind and start serving; returns the runner and the bound port."""
     # A client that disconnects cancels its request's handler, freeing its slot, as vLLM aborts such requests.
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
@@ -369,15 +389,15 @@ async def start(server: SimServer, host: str = "127.0.0.1", port: int = 0) -> tu
     return runner, sock.getsockname()[1]
 
 
-class EmbeddedSimulator:
-    """The simulator on a loopback port, in a thread with its own event loop.
+class EmbeddedServer:
+    """A served simulator on a loopback port, in a thread with its own event loop.
 
     Its own loop keeps the server's pacing independent of whatever the client's loop is
     busy with, as a real server in another process would be.
     """
 
-    def __init__(self, config: SimConfig | None = None) -> None:
-        self.server = SimServer(config)
+    def __init__(self, served: Served) -> None:
+        self._served = served
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -393,7 +413,7 @@ class EmbeddedSimulator:
         """The OpenAI-style base URL, which clients add `/chat/completions` to."""
         return f"{self.url}/v1"
 
-    def start(self) -> EmbeddedSimulator:
+    def start(self) -> Self:
         # In-process, the server's logs would land on the user's terminal; errors reach the client as HTTP 500.
         logging.getLogger("aiohttp").addHandler(logging.NullHandler())
         logging.getLogger("aiohttp").propagate = False
@@ -403,7 +423,7 @@ class EmbeddedSimulator:
         def run() -> None:
             loop = self._loop = asyncio.new_event_loop()
             try:
-                self._runner, self.port = loop.run_until_complete(start(self.server))
+                self._runner, self.port = loop.run_until_complete(start(self._served))
             except BaseException as error:  # reported to the starting thread
                 failure.append(error)
                 ready.set()
@@ -425,8 +445,16 @@ class EmbeddedSimulator:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> EmbeddedSimulator:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class EmbeddedSimulator(EmbeddedServer):
+    """One simulator, embedded: `server` is the SimServer, for its recorded requests and engine."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.server = SimServer(config)
+        super().__init__(self.server)
