@@ -62,6 +62,10 @@ def _rule(problem: str, **limits: Any) -> Meta:
 Positive = Annotated[int, _rule("must be positive", ge=1)]
 AtLeastOne = Annotated[int, _rule("must be at least 1", ge=1)]
 Figure = Annotated[float, _rule("must be 0 or more", ge=0)]  # a latency figure of the simulator
+# RFC 9110's token characters, or nothing.
+HeaderName = Annotated[
+    str, _rule("must be an HTTP header name, or empty for none", pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*$")
+]
 
 
 # Fields the program fills in, never the file: a table's name is its key ([providers.NAME]).
@@ -94,6 +98,10 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     cache_min_tokens: Positive | None = None
     # OpenAI: route a session's requests to one cache with `prompt_cache_key` (default: on for api.openai.com).
     prompt_cache_key: bool | None = None
+    # The header every request carries the session's key in, for a router that keeps a session on one replica
+    # (vLLM's production-stack router: --session-key); "" sends none.
+    affinity_header: HeaderName = sim.AFFINITY_HEADER
+    user: bool = False  # OpenAI-compatible: the session's key as `user` too, for routers and gateways that key on it
     # Responses API only: reasoning summaries streamed as they are written, and sending only what a request
     # adds to the last one, naming it (`previous_response_id`, for a server that stores responses).
     reasoning_summary: bool = False
@@ -161,6 +169,7 @@ class SimSettings(Struct, frozen=True, forbid_unknown_fields=True):
     max_running: AtLeastOne | None = None
     scheduling_policy: sim.Policy = sim.SCHEDULING_POLICY
     prompt_tokens_details: bool = sim.PROMPT_TOKENS_DETAILS
+    batch_slowdown: Figure = sim.BATCH_SLOWDOWN  # continuous batching: see providers/sim/engine.py
 
 
 class Tier(Struct, frozen=True, forbid_unknown_fields=True):

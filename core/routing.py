@@ -108,6 +108,7 @@ class Ask:
             tools=(),
             messages=(UserMessage(self.text),),
             max_tokens=max_tokens,
+            cache_key=prefix.cache_key if prefix is not None else None,  # still the session's: its affinity key
             background=background,
         )
 

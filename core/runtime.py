@@ -149,6 +149,7 @@ class Runtime:
             "max_retries": settings.max_retries,
             "timeout": settings.request_timeout.limits(),
             "location": location,
+            "affinity_header": settings.affinity_header or None,
         }
         if settings.protocol == "anthropic":
             from hotloop.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
@@ -168,6 +169,7 @@ class Runtime:
             **common,
             "base_url": f"{base_url}/v1" if settings.is_simulator else base_url,
             "prompt_cache_key": settings.sends_prompt_cache_key,
+            "user": settings.user,
             "cache_min_tokens": settings.cache_min_tokens or official_minimum,
         }
         if settings.protocol == "openai-responses":
@@ -265,6 +267,7 @@ def simulator_config(config: Config) -> SimConfig:
         max_running=sim.max_running,
         scheduling=sim.scheduling_policy,
         prompt_tokens_details=sim.prompt_tokens_details,
+        batch_slowdown=sim.batch_slowdown,
     ).with_latency(
         ttft=sim.ttft_ms / 1000 if sim.ttft_ms is not None else None,
         prefill_per_token=sim.prefill_us_per_token / 1e6 if sim.prefill_us_per_token is not None else None,

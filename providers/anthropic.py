@@ -103,9 +103,12 @@ class AnthropicProvider(SdkProvider):
         cache_ttl: str = "5m",
         cache_breakpoints: int = BREAKPOINT_LIMIT,
         cache_min_tokens: int | None = None,
+        affinity_header: str | None = None,
     ) -> None:
         # Without a URL the SDK would read ANTHROPIC_BASE_URL; hotloop's config decides instead.
-        super().__init__(name, model, location, base_url or ANTHROPIC_URL, api_key, max_retries, timeout)
+        super().__init__(
+            name, model, location, base_url or ANTHROPIC_URL, api_key, max_retries, timeout, affinity_header
+        )
         self._max_tokens = max_tokens
         self._thinking_budget = thinking_budget
         self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
@@ -170,7 +173,7 @@ class AnthropicProvider(SdkProvider):
         body = self.request_body(request)
         parser = MessageParser(self.where, self._cache_min_tokens or min_cacheable_tokens(self.model))
         mangled = started = False
-        async with aclosing(self.server_events(body)) as stream:
+        async with aclosing(self.server_events(body, request.cache_key)) as stream:
             async for data in stream:
                 if isinstance(data, ProviderWarning):
                     yield data

@@ -74,9 +74,12 @@ class OpenAIChatProvider(SdkProvider):
         location: str | None = None,
         prompt_cache_key: bool = False,
         cache_min_tokens: int | None = None,
+        affinity_header: str | None = None,
+        user: bool = False,
     ) -> None:
-        super().__init__(name, model, location, base_url, api_key, max_retries, timeout)
+        super().__init__(name, model, location, base_url, api_key, max_retries, timeout, affinity_header)
         self._prompt_cache_key = prompt_cache_key
+        self._user = user
         self._cache_min_tokens = cache_min_tokens
         self._sent: dict[Message, bytes] = {}
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
@@ -97,6 +100,8 @@ class OpenAIChatProvider(SdkProvider):
         if self._prompt_cache_key and request.cache_key:
             # Routes every request of the session to the same cache shard (OpenAI only).
             head += b',"prompt_cache_key":' + _encode(request.cache_key)
+        if self._user and request.cache_key:
+            head += b',"user":' + _encode(request.cache_key)
         if request.background and self.send_priority:
             head += b',"priority":' + _encode(BACKGROUND_PRIORITY)
         if request.tools:
@@ -123,7 +128,7 @@ class OpenAIChatProvider(SdkProvider):
         started = False
         # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
         try:
-            async with aclosing(self.server_events(body)) as stream:
+            async with aclosing(self.server_events(body, request.cache_key)) as stream:
                 async for data in stream:
                     if isinstance(data, ProviderWarning):
                         yield data

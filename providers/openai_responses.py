@@ -78,9 +78,12 @@ class OpenAIResponsesProvider(SdkProvider):
         cache_min_tokens: int | None = None,
         reasoning_summary: bool = False,
         previous_response_id: bool = False,
+        affinity_header: str | None = None,
+        user: bool = False,
     ) -> None:
-        super().__init__(name, model, location, base_url, api_key, max_retries, timeout)
+        super().__init__(name, model, location, base_url, api_key, max_retries, timeout, affinity_header)
         self._prompt_cache_key = prompt_cache_key
+        self._user = user
         self._cache_min_tokens = cache_min_tokens
         self._reasoning_summary = reasoning_summary
         self._stored = previous_response_id
@@ -109,6 +112,8 @@ class OpenAIResponsesProvider(SdkProvider):
             head += b',"max_output_tokens":' + _encode(request.max_tokens)
         if self._prompt_cache_key and request.cache_key:
             head += b',"prompt_cache_key":' + _encode(request.cache_key)
+        if self._user and request.cache_key:
+            head += b',"user":' + _encode(request.cache_key)
         if self._reasoning_summary:
             head += b',"reasoning":{"summary":"auto"}'
         if request.system:
@@ -146,7 +151,7 @@ class OpenAIResponsesProvider(SdkProvider):
         started = mangled = False
         body = self.request_body(request)
         self._last = None  # until this response completes, there is nothing to continue
-        async with aclosing(self.server_events(body)) as stream:
+        async with aclosing(self.server_events(body, request.cache_key)) as stream:
             async for data in stream:
                 if isinstance(data, ProviderWarning):
                     yield data

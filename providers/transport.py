@@ -267,6 +267,7 @@ class SdkProvider:
         api_key: str | None,
         max_retries: int,
         timeout: RequestTimeout | None = None,
+        affinity_header: str | None = None,
     ) -> None:
         import httpx2
 
@@ -277,6 +278,9 @@ class SdkProvider:
         self._api_key = api_key
         self.max_retries = max_retries
         self.timeout = timeout or RequestTimeout()
+        # Every request of a session carries its key in this header, for a router that keeps a session on the
+        # replica holding its cache (vLLM's production-stack router reads it with --session-key).
+        self.affinity_header = affinity_header
         # The first request to the server opens the connection: when it went out and came back (perf_counter).
         self.warm: tuple[float, float | None] | None = None
         # What discovery found, for a self-hosted server (only OpenAI-compatible servers are asked).
@@ -297,8 +301,9 @@ class SdkProvider:
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
-    async def server_events(self, body: bytes) -> AsyncGenerator[bytes | ProviderWarning, None]:
-        """Send `body`; yield the `data` of each event, and a warning before each retry.
+    async def server_events(self, body: bytes, key: str | None = None) -> AsyncGenerator[bytes | ProviderWarning, None]:
+        """Send `body`, with the session's `key` in the affinity header; yield the `data` of each event, and a
+        warning before each retry.
 
         Close it with `contextlib.aclosing`. A request that fails before its stream starts is
         sent again, up to `max_retries` times, if its failure may pass (a 429, a 5xx that doesn't
@@ -312,7 +317,7 @@ class SdkProvider:
             for attempt in range(1, self.max_retries + 2):
                 try:
                     watchdog.rearm(self.timeout.first_byte)
-                    response = await self._post(body, watchdog)
+                    response = await self._post(body, watchdog, key)
                     break
                 except ProviderError as error:
                     if not error.retryable or attempt > self.max_retries:
@@ -342,14 +347,15 @@ class SdkProvider:
         finally:
             watchdog.stop()
 
-    async def _post(self, body: bytes, watchdog: _Watchdog) -> httpx2.Response:
+    async def _post(self, body: bytes, watchdog: _Watchdog, key: str | None) -> httpx2.Response:
         """The request sent and its response headers read; a ProviderError, masked of the key, if it fails."""
         import httpx2
 
         sdk = importlib.import_module(self.sdk)
+        headers = {self.affinity_header: key} if key and self.affinity_header else {}
         try:
             response: httpx2.Response = await self._client.post(
-                self.path, content=body, cast_to=httpx2.Response, stream=True
+                self.path, content=body, cast_to=httpx2.Response, stream=True, options={"headers": headers}
             )
             return response
         except sdk.APIError as error:
