@@ -297,6 +297,7 @@ def test_each_default_is_one_value_everywhere(tmp_path: Path) -> None:
         assert (*figures, simulator.prompt_tokens_details, simulator.max_running) == expected
     figures = serve.cache_blocks, serve.cache_min_tokens, serve.scheduling_policy
     assert (*figures, not serve.no_prompt_tokens_details, serve.max_running) == expected
+    assert sim.batch_slowdown == engine.batch_slowdown == embedded.batch_slowdown == serve.batch_slowdown == 0.02
 
     agent = inspect.signature(Agent.__init__).parameters
     latency = LatencySettings()

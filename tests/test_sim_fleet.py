@@ -21,6 +21,7 @@ from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.base import Provider
 from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.server_metrics import parse_metrics
 from hotloop.providers.sim.defaults import ROUTERS
 from hotloop.providers.sim.engine import NO_LATENCY, SimConfig, SimEngine, SimRequest
@@ -168,20 +169,29 @@ async def test_the_router_answers_models_health_and_metrics_for_every_replica(ht
 # -- agents through the fleet ----------------------------------------------------------------
 
 
+def provider_on(sim: EmbeddedFleet, protocol: str, stored: bool) -> Provider:
+    if protocol == "anthropic":
+        return AnthropicProvider(name="a", model="sim-fast", base_url=sim.url, affinity_header="x-session-id")
+    if protocol == "responses":
+        return OpenAIResponsesProvider(
+            name="r",
+            model="sim-fast",
+            base_url=sim.base_url,
+            affinity_header="x-session-id",
+            previous_response_id=stored,
+        )
+    return OpenAIChatProvider(name="o", model="sim-fast", base_url=sim.base_url, affinity_header="x-session-id")
+
+
 @pytest.mark.parametrize("router", ROUTERS)
-@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+@pytest.mark.parametrize("protocol", ["openai", "responses", "anthropic"])
 async def test_an_agent_runs_through_each_router_and_the_keyed_ones_keep_its_cache(
     router: str, protocol: str, workspace: Path
 ) -> None:
     (workspace / "README.md").write_text("# Demo\n\nTODO: docs\n")
     with EmbeddedFleet(INSTANT, replicas=3, router=router) as sim:
-        provider: Provider
-        if protocol == "anthropic":
-            provider = AnthropicProvider(name="a", model="sim-fast", base_url=sim.url, affinity_header="x-session-id")
-        else:
-            provider = OpenAIChatProvider(
-                name="o", model="sim-fast", base_url=sim.base_url, affinity_header="x-session-id"
-            )
+        # Behind a keyed router, a Responses request may continue a response its replica stored.
+        provider = provider_on(sim, protocol, stored=router != "round-robin")
         recorder = Recorder()
         agent = Agent(provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, cache_key="s-1")
         try:
@@ -196,7 +206,7 @@ async def test_an_agent_runs_through_each_router_and_the_keyed_ones_keep_its_cac
         assert served == [1, 1, 1]
     else:
         assert sorted(served) == [0, 0, 3]  # one replica served the whole turn
-        if protocol == "openai":  # Anthropic's first prompts are under its minimum cacheable length
+        if protocol != "anthropic":  # Anthropic's prompts here are under its minimum cacheable length
             assert all(s.usage is not None and (s.usage.cache_read or 0) > 0 for s in steps[1:])
 
 

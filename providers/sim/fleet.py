@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from hotloop.providers.sim import anthropic_api, openai_api
+from hotloop.providers.sim import anthropic_api, openai_api, responses_api
 from hotloop.providers.sim.anthropic_api import AnthropicError
 from hotloop.providers.sim.defaults import AFFINITY_HEADER, ROUTERS
 from hotloop.providers.sim.engine import SimConfig, SimRequest
@@ -45,10 +45,12 @@ from hotloop.providers.sim.server import EmbeddedServer, SimServer
 # Requests a replica may have in flight beyond the least busy one and still win on its cached prefix.
 PREFIX_SLACK = 4
 
-# The prompt of each request a prefix router can read; any other path goes to the least busy replica.
-_PROMPTS: Mapping[str, Callable[[Any], SimRequest]] = {
-    "/v1/chat/completions": lambda body: openai_api.parse_chat(body).request,
-    "/v1/messages": lambda body: anthropic_api.parse_messages(body).request,
+# The prompt of a request as a replica reads it (a Responses request may continue a response only one replica
+# stored); a request on any other path goes to the least busy replica.
+_PROMPTS: Mapping[str, Callable[[Any, SimServer], SimRequest]] = {
+    "/v1/chat/completions": lambda body, replica: openai_api.parse_chat(body).request,
+    "/v1/responses": lambda body, replica: responses_api.parse_responses(body, replica.stored_responses).request,
+    "/v1/messages": lambda body, replica: anthropic_api.parse_messages(body).request,
 }
 
 
@@ -111,17 +113,14 @@ class Fleet:
                 return _rendezvous(key, len(self.replicas)), "session-key"
             return self._least_busy(range(len(self.replicas))), "no-session-key"
         if self.router == "prefix":
-            return self._by_prefix(_prompt(path, raw))
+            return self._by_prefix(path, raw)
         index = self._turn % len(self.replicas)
         self._turn += 1
         return index, "round-robin"
 
-    def _by_prefix(self, request: SimRequest | None) -> tuple[int, str]:
-        everyone = range(len(self.replicas))
-        allowed = [n for n in everyone if self.busy[n] <= min(self.busy) + PREFIX_SLACK]
-        if request is None:
-            return self._least_busy(allowed), "least-busy"
-        cached = [replica.engine.cached_prefix(request) for replica in self.replicas]
+    def _by_prefix(self, path: str, raw: bytes) -> tuple[int, str]:
+        allowed = [n for n, busy in enumerate(self.busy) if busy <= min(self.busy) + PREFIX_SLACK]
+        cached = [_cached_prefix(replica, path, raw) for replica in self.replicas]
         best = max(cached[n] for n in allowed)
         index = self._least_busy([n for n in allowed if cached[n] == best])
         if max(cached) > best:
@@ -135,15 +134,15 @@ class Fleet:
         return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")
 
 
-def _prompt(path: str, raw: bytes) -> SimRequest | None:
-    """The request as the replica will parse it; None for a path without a prompt or a body it will refuse."""
+def _cached_prefix(replica: SimServer, path: str, raw: bytes) -> int:
+    """Prompt tokens of the request `replica` holds in its cache; 0 for a path without a prompt or a body it refuses."""
     parse = _PROMPTS.get(path)
     if parse is None:
-        return None
+        return 0
     try:
-        return parse(json.loads(raw))
+        return replica.engine.cached_prefix(parse(json.loads(raw), replica))
     except (ValueError, ApiError, AnthropicError):
-        return None
+        return 0
 
 
 def _rendezvous(key: str, replicas: int) -> int:
