@@ -4,8 +4,8 @@ Every agent is hotloop's own `Agent` with its own session key (sent in `x-sessio
 its own connection. All share a long system prompt (project instructions of ~3,000 tokens)
 and each builds a history of its own: four turns of three steps (two tool phases, then an
 answer), with tool results that name the agent, so that from the second step on most of a
-prompt is that agent's history. Tools sleep for fixed times. The agents start 40 ms apart,
-as sessions arrive, and all run at once.
+prompt is that agent's history. Tools sleep for fixed times. Every connection is open before
+the clock starts; the agents start 40 ms apart, as sessions arrive, and all run at once.
 
 Each configuration gets fresh simulators (cold caches) with the same figures: the fast tier's
 TTFT and decode pace, prefill at 100 µs a token, `max_running` 16 per replica, continuous

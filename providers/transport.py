@@ -301,9 +301,11 @@ class SdkProvider:
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
-    async def server_events(self, body: bytes, key: str | None = None) -> AsyncGenerator[bytes | ProviderWarning, None]:
-        """Send `body`, with the session's `key` in the affinity header; yield the `data` of each event, and a
-        warning before each retry.
+    async def server_events(
+        self, body: bytes, session_key: str | None = None
+    ) -> AsyncGenerator[bytes | ProviderWarning, None]:
+        """Send `body`, with `session_key` in the affinity header; yield the `data` of each event, and a warning
+        before each retry.
 
         Close it with `contextlib.aclosing`. A request that fails before its stream starts is
         sent again, up to `max_retries` times, if its failure may pass (a 429, a 5xx that doesn't
@@ -317,7 +319,7 @@ class SdkProvider:
             for attempt in range(1, self.max_retries + 2):
                 try:
                     watchdog.rearm(self.timeout.first_byte)
-                    response = await self._post(body, watchdog, key)
+                    response = await self._post(body, watchdog, session_key)
                     break
                 except ProviderError as error:
                     if not error.retryable or attempt > self.max_retries:
@@ -347,12 +349,12 @@ class SdkProvider:
         finally:
             watchdog.stop()
 
-    async def _post(self, body: bytes, watchdog: _Watchdog, key: str | None) -> httpx2.Response:
+    async def _post(self, body: bytes, watchdog: _Watchdog, session_key: str | None) -> httpx2.Response:
         """The request sent and its response headers read; a ProviderError, masked of the key, if it fails."""
         import httpx2
 
         sdk = importlib.import_module(self.sdk)
-        headers = {self.affinity_header: key} if key and self.affinity_header else {}
+        headers = {self.affinity_header: session_key} if session_key and self.affinity_header else {}
         try:
             response: httpx2.Response = await self._client.post(
                 self.path, content=body, cast_to=httpx2.Response, stream=True, options={"headers": headers}
