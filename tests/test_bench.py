@@ -28,7 +28,7 @@ def test_a_ramp_runs_every_agent_and_saves_what_it_measured(
             spread = level[figure]
             assert 0 <= spread["p50"] <= spread["p95"] <= spread["p99"]
         assert 0 < level["uncached_prefill_tokens"] < level["prompt_tokens"]
-        assert level["cache_hit"] == 1 - level["uncached_prefill_tokens"] / level["prompt_tokens"]
+        assert level["cache_hit"] == pytest.approx(1 - level["uncached_prefill_tokens"] / level["prompt_tokens"])
     # Three agents send three times the prompts; they share the system prompt and tools, so less is prefilled.
     assert three["prompt_tokens"] == 3 * one["prompt_tokens"]
     assert three["uncached_prefill_tokens"] < 3 * one["uncached_prefill_tokens"]
@@ -62,3 +62,27 @@ def test_a_bad_ramp_says_why(isolated_home: Path, capsys: pytest.CaptureFixture[
 def test_comparing_a_result_that_isnt_there_says_so(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "compare", "nope", "nada"]) == 2
     assert "no saved bench result 'nope'" in capsys.readouterr().err
+
+
+def test_a_scenario_file_sets_the_task(isolated_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_config(isolated_home)
+    task = {
+        "system": "You check links.",
+        "prompts": ["Check the docs' links."],
+        "tools": {"probe": 0.01},
+        "steps": [
+            {"tool_calls": [{"name": "probe", "arguments": {"url": "https://docs.example/a"}}]},
+            {"text": "All links answer."},
+        ],
+    }
+    scenario = tmp_path / "links.json"
+    scenario.write_text(json.dumps(task))
+    assert main(["bench", "--agents", "2", "--scenario", str(scenario), "--json"]) == 0
+    (level,) = json.loads(capsys.readouterr().out)["levels"]
+    # One turn of two steps (the probe, then the answer) for each of the two agents.
+    assert (level["turns"], level["steps"], level["errors"]) == (2, 4, 0)
+
+    scenario.write_text(json.dumps({**task, "tools": {"probe": "fast"}}))
+    assert main(["bench", "--scenario", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert f"bench scenario {scenario}" in err and "Expected `float`" in err

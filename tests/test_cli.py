@@ -99,7 +99,7 @@ def test_unknown_provider(workspace, capsys) -> None:
     assert main(["run", "--provider", "nope", "hi"]) == 2
     assert (
         one_line_error(capsys.readouterr().err)
-        == "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)"
+        == "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic, sim-responses)"
     )
 
 
@@ -236,7 +236,10 @@ def test_the_installed_entry_point_runs_from_a_fresh_process(workspace: Path, is
 
 def test_the_app_refuses_a_bad_starting_point_before_taking_the_screen(workspace, capsys) -> None:
     cases = {
-        ("--provider", "nope"): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)",
+        (
+            "--provider",
+            "nope",
+        ): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic, sim-responses)",
         ("--tier", "turbo"): "hotloop: unknown tier 'turbo' (tiers: fast, balanced, strong, auto)",
         ("--provider", "openai"): "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY",
         ("--tier", "fast", "--model", "x"): "hotloop: pick a tier, or a provider and model, not both",
@@ -297,7 +300,7 @@ def test_run_rejects_commands_it_cannot_run_before_starting(workspace, isolated_
         (
             "hi",
             "/provider nope",
-        ): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic)",
+        ): "hotloop: unknown provider 'nope' (configured: anthropic, openai, sim, sim-anthropic, sim-responses)",
         (
             "hi",
             "/provider",
