@@ -186,14 +186,15 @@ async def run_level(
     return level
 
 
-def results(provider: Provider, levels: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
+def results(provider: Provider, scenario: str) -> dict[str, Any]:
+    """A run's result, before its levels."""
     return {
         "provider": provider.name,
         "model": provider.model,
         "server": provider.base_url,
         "scenario": scenario,
         "started": time.time(),
-        "levels": levels,
+        "levels": [],
     }
 
 
@@ -249,15 +250,15 @@ async def bench(
         runtime = Runtime(config)
         try:
             provider = await runtime.connect(resolve(config, choice))
-            progress = Progress(ramp, len(scenario.prompts))
+            result = results(provider, scenario_path.name if scenario_path else "built-in research task")
+            progress = Progress(ramp, len(scenario.prompts), result)
             with Live(progress, console=err, refresh_per_second=4, transient=True, auto_refresh=err.is_terminal):
                 for agents in ramp:
                     progress.start(agents)
                     level = await run_level(provider, scenario, agents, progress.take)
-                    progress.levels.append(level.figures())
+                    result["levels"].append(level.figures())
         finally:
             await runtime.aclose()
-    result = results(provider, progress.levels, scenario_path.name if scenario_path else "built-in research task")
     path = save(result, paths.data_dir() / "bench")
     if json_out:
         out.print_json(data=result)
@@ -265,5 +266,5 @@ async def bench(
         out.print(table(result))
         if len(result["levels"]) >= 2:
             out.print(chart(result["levels"]))
-    err.print(f"saved {path} · hotloop bench compare {path.stem} OTHER", highlight=False)
+    err.print(f"saved {path} · hotloop bench compare {path.stem} OTHER", highlight=False, soft_wrap=True)
     return 1 if any(level["errors"] for level in result["levels"]) else 0

@@ -7,11 +7,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
+from hotloop.agent.figures import counted
 
 NOT_REPORTED = "–"
 
@@ -33,58 +36,77 @@ def _share(value: float | None) -> str:
 
 
 COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
-    ("agents", lambda f: str(f["agents"])),
-    ("ttft p50", lambda f: _seconds(f["ttft_s"]["p50"])),
-    ("p95", lambda f: _seconds(f["ttft_s"]["p95"])),
-    ("p99", lambda f: _seconds(f["ttft_s"]["p99"])),
-    ("step p95", lambda f: _seconds(f["step_s"]["p95"])),
-    ("turn p50", lambda f: _seconds(f["turn_s"]["p50"])),
-    ("p95", lambda f: _seconds(f["turn_s"]["p95"])),
-    ("tok/s each", lambda f: _rate(f["output_tok_s_per_agent"])),
-    ("tok/s all", lambda f: _rate(f["output_tok_s_total"])),
-    ("cache hit", lambda f: _share(f["cache_hit"])),
-    ("uncached", lambda f: f"{f['uncached_prefill_tokens']:,}"),
-    ("errors", lambda f: str(f["errors"])),
+    ("\nagents", lambda f: str(f["agents"])),
+    ("ttft\np50", lambda f: _seconds(f["ttft_s"]["p50"])),
+    ("ttft\np95", lambda f: _seconds(f["ttft_s"]["p95"])),
+    ("ttft\np99", lambda f: _seconds(f["ttft_s"]["p99"])),
+    ("step\np95", lambda f: _seconds(f["step_s"]["p95"])),
+    ("turn\np50", lambda f: _seconds(f["turn_s"]["p50"])),
+    ("turn\np95", lambda f: _seconds(f["turn_s"]["p95"])),
+    ("tok/s\neach", lambda f: _rate(f["output_tok_s_per_agent"])),
+    ("tok/s\nall", lambda f: _rate(f["output_tok_s_total"])),
+    ("cache\nhit", lambda f: _share(f["cache_hit"])),
+    ("uncached\nprefill", lambda f: f"{f['uncached_prefill_tokens']:,}"),
 )
+ERRORS: tuple[str, Callable[[dict[str, Any]], str]] = ("\nerrors", lambda f: str(f["errors"]))
 
 
 def table(result: dict[str, Any]) -> Table:
-    """One row per concurrency level."""
+    """One row per concurrency level, in 80 columns: errors get a column when there are some."""
     title = f"hotloop bench · {result['provider']} · {result['model']} · {result['scenario']}"
+    failed = any(level["errors"] for level in result["levels"])
+    columns = (*COLUMNS, ERRORS) if failed else COLUMNS
+    caption = "seconds · output tok/s · uncached: prompt tokens prefilled"
     grid = Table(
-        title=title, title_justify="left", header_style="bold", caption="seconds; uncached: prompt tokens prefilled"
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        caption=caption if failed else f"{caption} · no errors",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        show_edge=False,
     )
-    for name, _ in COLUMNS:
+    for name, _ in columns:
         grid.add_column(name, justify="right", no_wrap=True)
     for figures in result["levels"]:
-        grid.add_row(*(cell(figures) for _, cell in COLUMNS))
+        grid.add_row(*(cell(figures) for _, cell in columns))
     return grid
 
 
 def chart(levels: list[dict[str, Any]], width: int = 72, height: int = 14) -> Text:
-    """TTFT p95 and turn p95 against the number of agents, in braille (plotext)."""
+    """Turn p95 (left axis) and TTFT p95 (right axis) against the number of agents, in braille (plotext).
+
+    Each has its axis: a TTFT is a tenth of a turn, and on the turn's scale it would lie flat on zero.
+    """
     import plotext
 
     agents = [level["agents"] for level in levels]
     plotext.clear_figure()
     plotext.plotsize(width, height)
     plotext.theme("clear")
-    for key, label in (("ttft_s", "ttft p95"), ("turn_s", "turn p95")):
+    # A ramp multiplies (1, 4, 16, 64): on a log axis its levels stand evenly apart.
+    plotext.xscale("log")
+    for key, label, color, side in (
+        ("turn_s", "turn p95 s", "magenta", "left"),
+        ("ttft_s", "ttft p95 s (right)", "cyan", "right"),
+    ):
         values = [level[key]["p95"] for level in levels]
         if all(v is not None for v in values):
-            plotext.plot(agents, values, label=label, marker="braille")
+            plotext.plot(agents, values, label=label, marker="braille", color=color, yside=side)
+            # From zero, so a rise reads as the share it grew by; headroom above keeps the legend clear.
+            plotext.ylim(0, max(values) * 1.3 or 1, yside=side)
     plotext.xlabel("agents at once")
-    plotext.ylabel("seconds")
-    plotext.xticks(agents)
+    plotext.xticks(agents, [str(n) for n in agents])
     return Text.from_ansi(plotext.build())
 
 
 class Progress:
-    """The live view: where the ramp is, and the chart of the levels done."""
+    """The live view: where the ramp is, and the table and chart of the levels done."""
 
-    def __init__(self, ramp: list[int], turns_per_agent: int) -> None:
-        self.ramp, self.turns_per_agent = ramp, turns_per_agent
-        self.levels: list[dict[str, Any]] = []
+    def __init__(self, ramp: list[int], turns_per_agent: int, result: dict[str, Any]) -> None:
+        self.ramp, self.turns_per_agent, self.result = ramp, turns_per_agent, result
         self.agents = 0
         self.turns = self.steps = 0
         self.started = time.perf_counter()
@@ -98,15 +120,25 @@ class Progress:
         elif isinstance(event, TurnFinished):
             self.turns += 1
 
-    def __rich__(self) -> RenderableType:
-        level = len(self.levels) + 1
-        line = Text(
-            f"level {min(level, len(self.ramp))}/{len(self.ramp)} · {self.agents} agents · "
-            f"turns {self.turns}/{self.agents * self.turns_per_agent} · steps {self.steps} · "
-            f"{time.perf_counter() - self.started:.1f} s",
-            "bold",
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        levels = self.result["levels"]
+        turns = self.agents * self.turns_per_agent
+        line = Table.grid(padding=(0, 1))
+        line.add_row(
+            ProgressBar(total=turns or 1, completed=self.turns, width=24),
+            Text(
+                f"level {min(len(levels) + 1, len(self.ramp))}/{len(self.ramp)} · {counted(self.agents, 'agent')} · "
+                f"turns {self.turns}/{turns} · steps {self.steps} · {time.perf_counter() - self.started:.1f} s",
+                "bold",
+            ),
         )
-        return Group(line, chart(self.levels)) if len(self.levels) >= 2 else line
+        yield line
+        if levels:
+            yield table(self.result)
+        if len(levels) >= 2:
+            # The chart takes what the terminal has left, so the live view never scrolls.
+            room = (options.height or console.height) - 7 - len(levels)
+            yield chart(levels, height=max(8, min(14, room)))
 
 
 def comparison(a: dict[str, Any], b: dict[str, Any]) -> Table:

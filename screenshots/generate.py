@@ -203,7 +203,7 @@ async def shoot_bench() -> None:
     from hotloop.config import Choice
     from hotloop.headless.bench import bench
 
-    out = Console(record=True, width=110, force_terminal=True)
+    out = Console(record=True, width=80, force_terminal=True)
     await bench(Choice(), [1, 8, 32], None, json_out=False, out=out)
     out.save_svg(str(HERE / "bench.svg"), title="hotloop bench --agents 1,8,32")
 

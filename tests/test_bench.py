@@ -44,8 +44,13 @@ def test_the_table_and_chart_say_each_level(isolated_home: Path, capsys: pytest.
     write_config(isolated_home)
     assert main(["bench", "--agents", "1,2"]) == 0
     out, err = capsys.readouterr()
-    rows = [line for line in out.splitlines() if line.startswith("│")]
-    assert [row.split("│")[1].strip() for row in rows] == ["1", "2"]
+    lines = out.splitlines()
+    rule = next(n for n, line in enumerate(lines) if line.startswith("───"))
+    header = "agents p50 p95 p99 p95 p50 p95 each all hit prefill"
+    assert " ".join(lines[rule - 1].split()) == header
+    assert [line.split()[0] for line in lines[rule + 1 : rule + 3]] == ["1", "2"]
+    assert lines[rule + 3].rstrip().endswith("· no errors")  # the caption, in place of a column of zeros
+    assert max(len(line) for line in lines) <= 80  # a piped table is as wide as a terminal's, and nothing is cut
     assert "agents at once" in out  # the chart's axis
     assert "saved " in err and "hotloop bench compare" in err
 
