@@ -33,12 +33,10 @@ from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
-    ProviderWarning,
     ReasoningDelta,
     ReasoningSignature,
     RedactedReasoning,
     ServerToolUsed,
-    StreamStarted,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -46,7 +44,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider, utf8
+from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 BREAKPOINT_LIMIT = 4
@@ -172,21 +170,13 @@ class AnthropicProvider(SdkProvider):
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
         parser = MessageParser(self.where, self._cache_min_tokens or min_cacheable_tokens(self.model))
-        mangled = started = False
-        async with aclosing(self.server_events(body, request.cache_key)) as stream:
+        async with aclosing(self.stream_data(body, request.cache_key)) as stream:
             async for data in stream:
-                if isinstance(data, ProviderWarning):
+                if isinstance(data, bytes):
+                    for event in parser.feed(self._event(data)):
+                        yield event
+                else:
                     yield data
-                    continue
-                if not started:
-                    started = True
-                    yield StreamStarted()
-                data, replaced = utf8(data)
-                if replaced and not mangled:
-                    mangled = True
-                    yield ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
-                for event in parser.feed(self._event(data)):
-                    yield event
         for event in parser.finish():
             yield event
 

@@ -49,7 +49,7 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
 from hotloop.providers.server_fixes import fix_for, truncated_prompt
-from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider, utf8
+from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider
 from hotloop.providers.vllm import MissingDetails
 
 _encode = msgspec.json.Encoder().encode
@@ -124,29 +124,20 @@ class OpenAIChatProvider(SdkProvider):
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
         parser = ChunkParser(self._cache_min_tokens, self.where)
-        mangled = 0  # chunks with bytes that aren't UTF-8
-        started = False
         # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
         try:
-            async with aclosing(self.server_events(body, request.cache_key)) as stream:
+            async with aclosing(self.stream_data(body, request.cache_key)) as stream:
                 async for data in stream:
-                    if isinstance(data, ProviderWarning):
-                        yield data
+                    if isinstance(data, bytes):
+                        if data != b"[DONE]":
+                            for event in parser.feed(self._chunk(data)):
+                                yield event
                         continue
-                    if data == b"[DONE]":
-                        continue
-                    if not started:
-                        started = True
-                        yield StreamStarted()
-                        if self.server is not None and self.server.problem and not self._problem_said:
-                            self._problem_said = True
-                            yield ProviderWarning(self.server.problem)
-                    data, replaced = utf8(data)
-                    if replaced and not mangled:
-                        yield ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
-                    mangled += replaced
-                    for event in parser.feed(self._chunk(data)):
-                        yield event
+                    yield data
+                    problem = self.server.problem if self.server is not None else None
+                    if isinstance(data, StreamStarted) and problem and not self._problem_said:
+                        self._problem_said = True
+                        yield ProviderWarning(problem)
         except RequestRejected as rejected:
             if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
                 raise _with_fix(rejected, self._kind) from None

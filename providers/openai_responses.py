@@ -36,10 +36,8 @@ from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
-    ProviderWarning,
     ReasoningDelta,
     ReasoningItemDone,
-    StreamStarted,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -47,7 +45,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider, utf8
+from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider
 
 _encode = msgspec.json.Encoder().encode
 # Reasoning comes back as encrypted items, which a stateless request sends back as they came.
@@ -148,23 +146,15 @@ class OpenAIResponsesProvider(SdkProvider):
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         parser = ResponsesParser(self._cache_min_tokens, self.where)
-        started = mangled = False
         body = self.request_body(request)
         self._last = None  # until this response completes, there is nothing to continue
-        async with aclosing(self.server_events(body, request.cache_key)) as stream:
+        async with aclosing(self.stream_data(body, request.cache_key)) as stream:
             async for data in stream:
-                if isinstance(data, ProviderWarning):
+                if isinstance(data, bytes):
+                    for event in parser.feed(self._event(data)):
+                        yield event
+                else:
                     yield data
-                    continue
-                if not started:
-                    started = True
-                    yield StreamStarted()
-                data, replaced = utf8(data)
-                if replaced and not mangled:
-                    mangled = True
-                    yield ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
-                for event in parser.feed(self._event(data)):
-                    yield event
         for event in parser.finish():
             yield event
         if self._stored and parser.response_id:

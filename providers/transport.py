@@ -16,6 +16,7 @@ import random
 import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from hotloop.providers.errors import (
     StreamInterrupted,
     UnknownModel,
 )
-from hotloop.providers.events import ProviderWarning
+from hotloop.providers.events import ProviderWarning, StreamStarted
 from hotloop.providers.server_fixes import fix_for
 
 if TYPE_CHECKING:
@@ -348,6 +349,26 @@ class SdkProvider:
                 await response.aclose()
         finally:
             watchdog.stop()
+
+    async def stream_data(
+        self, body: bytes, session_key: str | None = None
+    ) -> AsyncGenerator[bytes | ProviderWarning | StreamStarted, None]:
+        """`server_events`, with `StreamStarted` before the first event's data, and each event's data as valid
+        UTF-8: the first event with bytes that aren't says so once."""
+        started = mangled = False
+        async with aclosing(self.server_events(body, session_key)) as stream:
+            async for data in stream:
+                if isinstance(data, ProviderWarning):
+                    yield data
+                    continue
+                if not started:
+                    started = True
+                    yield StreamStarted()
+                data, replaced = utf8(data)
+                if replaced and not mangled:
+                    mangled = True
+                    yield ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
+                yield data
 
     async def _post(self, body: bytes, watchdog: _Watchdog, session_key: str | None) -> httpx2.Response:
         """The request sent and its response headers read; a ProviderError, masked of the key, if it fails."""
