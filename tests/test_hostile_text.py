@@ -120,10 +120,11 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
         await send(app, pilot, "go")
         await wait_until(lambda: any("pwned" in line for pane in live_panes(app.transcript) for line in pane.output))
         await wait_until(lambda: live_panes(app.transcript)[-1].status == "error")
-        await pilot.pause()
-        live = drawn(app)
-        assert_inert(live)
-        assert "␛]52;c;aGk=␇" in live  # the leak pane's output, a line per escape
+        # Panes and answer draw at their own pace: wait for the screen to show the escapes, then check every line.
+        await wait_until(
+            lambda: all(shown in drawn(app) for shown in (*SHOWN, "␛]52;c;aGk=␇")), what="the escapes on screen"
+        )
+        assert_inert(drawn(app))
         gate.set()
         await idle(app, pilot)
 
