@@ -135,6 +135,7 @@ class ProviderSwitched(Event, frozen=True):
     context_tokens: int | None
     cold_tokens: int | None
     base_url: str = ""  # the new provider's server
+    cost_per_hour: float | None = None  # what the config says that server costs an hour, to price its steps by
 
 
 class SessionTitled(Event, frozen=True):

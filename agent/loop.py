@@ -177,8 +177,11 @@ class Agent:
         self.messages, self.turn, self.warmth = list(messages), turns, warmth
         self._checked = 0
 
-    def switch(self, provider: Provider) -> ProviderSwitched:
-        """Continue the conversation on `provider` (at its current model) from the next request on."""
+    def switch(self, provider: Provider, cost_per_hour: float | None = None) -> ProviderSwitched:
+        """Continue the conversation on `provider` (at its current model) from the next request on.
+
+        `cost_per_hour` (the config's, for a self-hosted server) goes into the event, so the log prices its steps.
+        """
         context, cold = self.warmth.cost(provider.name, provider.model)
         previous, self._using = self._using, (provider.name, provider.model)
         self.provider = provider
@@ -190,6 +193,7 @@ class Agent:
             context_tokens=context if self.messages else 0,
             cold_tokens=cold if self.messages else 0,
             base_url=provider.base_url,
+            cost_per_hour=cost_per_hour,
         )
         self.emit(switched)
         return switched

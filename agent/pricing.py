@@ -264,15 +264,18 @@ class StepPricer:
     """
 
     servers: dict[str, str] = field(default_factory=dict)
-    hourly: Mapping[str, float] = field(default_factory=dict)
+    hourly: dict[str, float] = field(default_factory=dict)
     write_ttl: Mapping[str, Ttl] = field(default_factory=dict)
     using: tuple[str, str] = ("", "")
 
     def learn(self, event: AgentEvent) -> None:
         if isinstance(event, StepStarted):
             self.using = (event.provider, event.model)
-        elif isinstance(event, ProviderSwitched) and event.base_url:
-            self.servers[event.provider] = event.base_url
+        elif isinstance(event, ProviderSwitched):
+            if event.base_url:
+                self.servers[event.provider] = event.base_url
+            if event.cost_per_hour is not None:
+                self.hourly[event.provider] = event.cost_per_hour
 
     def cost(self, step: StepFinished | Compacted) -> Cost | None:
         """A step's cost, priced as the provider and model of the last `StepStarted`; a compaction as its own."""

@@ -166,7 +166,7 @@ class Router:
             target, agent.route = await self.route(prompt, agent)
             provider = await self.runtime.connect(target)
             if (provider.name, provider.model) != agent.using:
-                agent.switch(provider)
+                agent.switch(provider, self.runtime.cost_per_hour(provider))
         else:
             agent.route = self.config.tier_of(agent.provider.name, agent.provider.model) or ""
         finished = await agent.run_turn(prompt)

@@ -116,7 +116,13 @@ class Runtime:
 
     async def switch(self, agent: Agent, choice: Choice) -> ProviderSwitched:
         """Move `agent`'s conversation to the provider, model or tier chosen; the event says what it costs."""
-        return agent.switch(await self.connect(resolve(self.config, choice)))
+        provider = await self.connect(resolve(self.config, choice))
+        return agent.switch(provider, self.cost_per_hour(provider))
+
+    def cost_per_hour(self, provider: Provider) -> float | None:
+        """What the config says `provider`'s server costs an hour (self-hosted), for the log to price by."""
+        settings = self.config.providers.get(provider.name)
+        return settings.cost_per_hour if settings is not None else None
 
     async def _provider(self, settings: ProviderSettings) -> Provider:
         key = (settings.name, settings.base_url)
@@ -191,6 +197,7 @@ class Runtime:
                 workspace=workspace,
                 system=system,
                 base_url=provider.base_url,
+                cost_per_hour=self.cost_per_hour(provider),
                 secrets_to_mask=self.config.secrets(),
             )
         except OSError as error:

@@ -48,6 +48,7 @@ def fork_session(parent: Path, turn: int | None = None) -> Forked:
             workspace=Path(header.workspace),
             system=header.system,
             base_url=header.base_url,
+            cost_per_hour=header.cost_per_hour,
             forked_from=header,
             forked_at_turn=upto,
         ) as log:

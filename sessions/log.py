@@ -59,10 +59,14 @@ class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"
     parent: str = ""  # the session this one was forked from
     forked_at_turn: int = 0
     cache_key: str = ""  # the key its requests are routed to a cache by, when it isn't the id (a fork's)
+    cost_per_hour: float | None = None  # the config's price of the provider's server, when it has one
 
     def pricer(self) -> StepPricer:
         """Prices the session's steps by the log alone: its provider's server here, a switch's as it comes."""
-        return StepPricer(servers={self.provider: self.base_url} if self.base_url else {})
+        return StepPricer(
+            servers={self.provider: self.base_url} if self.base_url else {},
+            hourly={self.provider: self.cost_per_hour} if self.cost_per_hour is not None else {},
+        )
 
     @property
     def routing_key(self) -> str:
@@ -104,6 +108,7 @@ class SessionLog:
         workspace: Path,
         system: str = "",
         base_url: str = "",
+        cost_per_hour: float | None = None,
         secrets_to_mask: Iterable[str] = (),
         forked_from: SessionHeader | None = None,
         forked_at_turn: int = 0,
@@ -117,10 +122,20 @@ class SessionLog:
         path = folder / f"{stamp}_{session_id}.jsonl"
         fd = _locked(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         own_since = started if forked_from is not None else 0.0
-        summary = Summary(servers={provider: base_url} if base_url else {}, costed=True, own_since=own_since)
+        summary = Summary(costed=True, own_since=own_since)
+        summary.learn(provider, base_url, cost_per_hour)
         log = cls(path, session_id, fd, summary, secrets_to_mask)
         header = SessionHeader(
-            session_id, FORMAT_VERSION, started, __version__, provider, model, str(workspace), system, base_url
+            session_id,
+            FORMAT_VERSION,
+            started,
+            __version__,
+            provider,
+            model,
+            str(workspace),
+            system,
+            base_url,
+            cost_per_hour=cost_per_hour,
         )
         if forked_from is not None:
             header = msgspec.structs.replace(

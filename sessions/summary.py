@@ -50,6 +50,7 @@ class _Server(msgspec.Struct, gc=False):
 
     provider: str
     base_url: str = ""
+    cost_per_hour: float | None = None
 
 
 class _Header(_Server, gc=False):
@@ -86,6 +87,7 @@ class Summary(msgspec.Struct, gc=False):
     unpriced: int = 0
     servers: dict[str, str] = msgspec.field(default_factory=dict)
     costed: bool = False
+    hourly: dict[str, float] = msgspec.field(default_factory=dict)  # a self-hosted server's cost_per_hour
     # A fork's log starts with its parent's turns, stamped with their own times: the steps before the
     # fork was made are the parent's spend, counted in the parent's summary, not again in the fork's.
     own_since: float = 0.0
@@ -116,22 +118,31 @@ class Summary(msgspec.Struct, gc=False):
         elif isinstance(event, SessionTitled):
             self.titled = event.title
         elif isinstance(event, ProviderSwitched):
-            self.learn(event.provider, event.base_url)
+            self.learn(event.provider, event.base_url, event.cost_per_hour)
         elif isinstance(event, (StepFinished, Compacted)) and event.ts >= self.own_since:
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
             self._price(event)
 
-    def learn(self, provider: str, base_url: str) -> None:
-        """`provider` is the server at `base_url` (a log older than base URLs says none)."""
+    def learn(self, provider: str, base_url: str, cost_per_hour: float | None = None) -> None:
+        """`provider` is the server at `base_url` (a log older than base URLs says none), at `cost_per_hour`."""
         if base_url:
             self.servers[provider] = base_url
+        if cost_per_hour is not None:
+            self.hourly[provider] = cost_per_hour
 
     def _price(self, step: StepFinished | Compacted) -> None:
         provider, model = (step.provider, step.model) if isinstance(step, Compacted) else (self.provider, self.model)
         provider, model = provider or "", model or ""
-        cost = price_step(step.usage, model, self.servers.get(provider, ""), at=step.ts)
+        cost = price_step(
+            step.usage,
+            model,
+            self.servers.get(provider, ""),
+            at=step.ts,
+            cost_per_hour=self.hourly.get(provider),
+            seconds=step.model_time,
+        )
         if cost is None:
             self.unpriced += 1
         else:
@@ -156,10 +167,10 @@ class Summary(msgspec.Struct, gc=False):
                     self.observe(_titled.decode(line))
                 elif line.startswith(_SWITCHED_PREFIX):
                     server = _server.decode(line)
-                    self.learn(server.provider, server.base_url)
+                    self.learn(server.provider, server.base_url, server.cost_per_hour)
                 elif line.startswith(_HEADER_PREFIX):
                     header = _header.decode(line)
-                    self.learn(header.provider, header.base_url)
+                    self.learn(header.provider, header.base_url, header.cost_per_hour)
                     if header.parent:
                         self.own_since = header.started
             except msgspec.DecodeError:

@@ -401,6 +401,38 @@ def test_run_prices_its_step_lines_and_json_from_the_sessions_server(
     assert step["cost"] == {"usd": pytest.approx(step["model_time"]), "source": "estimate"}
 
 
+def test_the_log_prices_a_self_hosted_server_as_the_run_did(
+    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """cost_per_hour is written in the log (the header's, a switch's), so an export and the session list price each
+    step as the run did, after the config no longer says it."""
+    from hotloop.cli import main
+
+    fast = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+    (isolated_home / "config.toml").write_text(
+        f'{fast}[providers.sim]\nkind = "sim"\ncost_per_hour = 3600\n'
+        '[providers.sim-anthropic]\nkind = "sim-anthropic"\ncost_per_hour = 7200\n'
+    )
+    monkeypatch.chdir(workspace)
+    assert main(["run", "--json", "hi", "/provider sim-anthropic", "again"]) == 0
+    steps = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"step_finished"' in line]
+    # $3,600 an hour is a dollar a second of model time; after the switch, two.
+    live = [step["cost"]["usd"] for step in steps]
+    assert live == [pytest.approx(steps[0]["model_time"]), pytest.approx(2 * steps[1]["model_time"])]
+
+    (isolated_home / "config.toml").write_text(fast)  # the prices are gone: only the log can say them
+    assert main(["sessions", "export", "--format", "json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    logged = [float(step["cost"]["total"]) for turn in exported["turns"] for step in turn["steps"]]
+    assert logged == [pytest.approx(cost) for cost in live]
+    assert float(exported["cost"]["total"]) == pytest.approx(sum(live))
+
+    (path,) = (isolated_home / "data" / "sessions").glob(f"*_{exported['id']}.jsonl")
+    summary_path(path).unlink()  # scanned whole: the header and the switch say what each server costs
+    costs = summarize(path).costs
+    assert costs is not None and (float(costs.known), costs.priced, costs.unknown) == (pytest.approx(sum(live)), 2, 0)
+
+
 def test_the_waterfall_says_what_the_cache_saved_in_dollars() -> None:
     """8,000 tokens read at gpt-4o's cached rate ($1.25/M) instead of its input rate ($2.50/M): $0.0100 saved."""
     from hotloop.agent.events import ResponseFinished
