@@ -253,6 +253,12 @@ class CostTotals:
             return said
         return f"{said} + {self.unknown} step{'' if self.unknown == 1 else 's'} {PRICE_UNKNOWN}"
 
+    def short(self) -> str:
+        """As `str`, in a column or a tight line: `≥~$0.4210` when some steps had no price."""
+        if not self.priced or not self.unknown:
+            return str(self)
+        return f"≥{'~' if self.estimated else ''}{money(self.known)}"
+
 
 @dataclass
 class StepPricer:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from hotloop import paths
 from hotloop.agent.figures import counted, short_model
-from hotloop.agent.pricing import PRICE_UNKNOWN, CostTotals, money
+from hotloop.agent.pricing import CostTotals
 from hotloop.agent.text import inert
 from hotloop.sessions.fork import under_parents
 from hotloop.sessions.store import (
@@ -173,9 +173,7 @@ def _cost(costs: CostTotals | None) -> str:
     """A session's dollars in a column: `$0.4210`; `≥$0.4210` when some steps had no price; `–` before costs."""
     if costs is None or not (costs.priced or costs.unknown):
         return "–"
-    if not costs.priced:
-        return PRICE_UNKNOWN
-    return f"{'≥' if costs.unknown else ''}{money(costs.known)}"
+    return costs.short()
 
 
 def show(pick: Pick) -> int:

@@ -30,6 +30,7 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.figures import SessionTotals, step_summary, tool_phase
 from hotloop.agent.loop import Agent
+from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.config import load_config
 from hotloop.core import session as session_module
@@ -354,6 +355,37 @@ async def test_the_status_bar_gives_up_tier_cost_model_provider_and_totals_befor
         line = bar.render().plain
     assert line == shown + "cache hit 62% · 2 steps unknown"
     assert len(line) <= columns - 2  # its padding
+
+
+@pytest.mark.parametrize(
+    ("columns", "cost", "tier"),
+    [
+        (150, "~$1.00 + 2 steps price unknown", True),
+        (125, "≥~$1.00", True),
+        (115, "≥~$1.00", False),
+        (105, None, False),
+    ],
+)
+async def test_a_partly_priced_session_keeps_its_dollars_as_an_at_least_before_the_tier_goes(
+    columns: int, cost: str | None, tier: bool
+) -> None:
+    """A self-hosted vLLM at $3,600 an hour (a second of model time is a dollar), then two Ollama steps, unpriced."""
+    totals = SessionTotals(StepPricer(hourly={"vllm": 3600}))
+    totals.add(started(1))
+    totals.add(finished(step=1, usage=UsageLedger(prompt_total=100, cache_read=62, output=10)))
+    for n in (2, 3):
+        totals.add(started(n, "ollama"))
+        totals.add(finished(step=n, usage=UsageLedger(prompt_total=10, output=5)))
+    app = BarApp()
+    async with app.run_test(size=(columns, 3)) as pilot:
+        bar = app.query_one(StatusBar)
+        bar.provider, bar.model, bar.tier, bar.state = "sim-anthropic", "sim-balanced", "balanced", "step 12"
+        bar.totals = totals
+        await pilot.pause()
+        line = bar.render().plain
+    assert (f" · {cost} · " in line) if cost else "$" not in line
+    assert ("· balanced  │" in line) == tier  # the tier goes after the count of unpriced steps, before the dollars
+    assert len(line) <= columns - 2
 
 
 # -- 6. tool time and model time, named apart ------------------------------------------------------

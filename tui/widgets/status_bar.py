@@ -10,8 +10,9 @@ from hotloop.agent.figures import SessionTotals, context_use, counted, short_mod
 from hotloop.agent.text import inert
 
 SEPARATOR = "  │  "
-# What the status bar gives up as it narrows, first to last; the state and the cache figure always stay.
-NARROWING = ("tier", "cost", "model", "provider", "totals", "context")
+# What the status bar gives up as it narrows, first to last: the cost's count of unpriced steps (`≥$0.0094`
+# stays), then whole parts; the state and the cache figure always stay.
+NARROWING = ("unpriced", "tier", "cost", "model", "provider", "totals", "context")
 CONTEXT_WARNING = 0.8  # of the window: the meter turns to a warning
 
 
@@ -34,14 +35,15 @@ class StatusBar(Static):
         prompt and output totals: the state and the cache figure are what a glance looks for.
         """
         width = self.content_size.width
-        parts = self._parts()
         for dropped in range(len(NARROWING) + 1):
-            line = _joined({name: part for name, part in parts.items() if name not in NARROWING[:dropped]})
+            gone = NARROWING[:dropped]
+            parts = self._parts(short_cost="unpriced" in gone)
+            line = _joined({name: part for name, part in parts.items() if name not in gone})
             if not width or line.cell_len <= width:
                 break
         return line  # where even the shortest doesn't fit, it is cropped
 
-    def _parts(self) -> dict[str, Text]:
+    def _parts(self, short_cost: bool = False) -> dict[str, Text]:
         """The line's parts by name; an empty one is left out of the line."""
         totals = self.totals
         counts = Text(f"prompt {totals.prompt:,} · out {totals.output:,}")
@@ -61,7 +63,10 @@ class StatusBar(Static):
             "model": Text(inert(short_model(self.model)) if self.provider else ""),  # a server's name for it
             "tier": Text(inert(self.tier) if self.provider and self.tier else "", "italic"),
             "totals": counts,
-            "cost": Text(str(totals.cost) if totals.steps else "", "" if totals.cost.priced else "dim"),
+            "cost": Text(
+                (totals.cost.short() if short_cost else str(totals.cost)) if totals.steps else "",
+                "" if totals.cost.priced else "dim",
+            ),
             "cache": cache,
             "context": self._context_meter(),
         }
