@@ -80,6 +80,10 @@ def grown_tokens(request: ChatRequest, known_bytes: int, known_tokens: int) -> i
     return known_tokens + max(len(msgspec.json.encode(request)) - known_bytes, 0) // BYTES_PER_TOKEN
 
 
+def compaction_failed(error: Exception) -> str:
+    return f"compaction failed: {error}; the conversation is unchanged"
+
+
 def with_fix(refusal: str) -> str:
     """A provider's refusal, with what to do when it was for a conversation longer than the model's context."""
     if _TOO_LONG.search(refusal):

@@ -24,7 +24,14 @@ import msgspec
 
 from hotloop.agent.approvals import Approvals, Request, Verdict, subject_of
 from hotloop.agent.cache_explainer import CacheExplainer
-from hotloop.agent.compaction import compacted_messages, compacted_size, grown_tokens, summary_messages, with_fix
+from hotloop.agent.compaction import (
+    compacted_messages,
+    compacted_size,
+    compaction_failed,
+    grown_tokens,
+    summary_messages,
+    with_fix,
+)
 from hotloop.agent.events import (
     AgentEvent,
     ApprovalAsked,
@@ -119,8 +126,12 @@ class Agent:
         prefetch: bool = False,
         approvals: Approvals | None = None,
         hooks: Hooks | None = None,
+        compact_at: float | None = None,
     ) -> None:
         self.provider = provider
+        # The share of the window a step's request may fill before the turn compacts first; None: never mid-turn.
+        self.compact_at = compact_at
+        self._compacted_before = 0  # the step of this turn the last compaction ran before (0: none)
         # Calls with side effects run once allowed; with no one to ask, only what rules and flags allow.
         self.approvals = approvals if approvals is not None else Approvals()
         self.hooks = hooks
@@ -214,11 +225,14 @@ class Agent:
         self.emit(TurnStarted(turn=turn, prompt=prompt, context=context))
         self.messages.append(UserMessage(prompt + context))
         self._prefetch_context = ("prompt", prompt)
+        self._compacted_before = 0
         steps = 0
         reason: TurnEnd = "answer"
         try:
             while True:
                 steps += 1
+                if steps > 1:
+                    await self._compact_if_full(steps)
                 if not await self._step(turn, steps):
                     if self._last_finish == "length":
                         reason = "cut_off"
@@ -285,6 +299,35 @@ class Agent:
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         self.emit(compacted)
         return compacted
+
+    async def _compact_if_full(self, step: int) -> None:
+        """Inside a turn: compact before a step whose request would fill `compact_at` of the window.
+
+        Tool results grow a long turn past the window with no turn boundary in sight, so the check
+        is per step, on the request as it would go (the last step's count plus what was added since).
+        A failed compaction leaves the conversation as it was, and the step goes out anyway. So does
+        a step right after a compaction: one step that fills the window again would have it compact
+        in a loop (a tool result too long for any summary to help); the server's refusal says so.
+        """
+        window = self.context_window()
+        if self.compact_at is None or self._sized is None or not window or self._compacted_before == step - 1:
+            return
+        self._repair()
+        estimate = grown_tokens(self._builder.request(self.messages, self.max_tokens, self.cache_key), *self._sized)
+        if estimate < self.compact_at * window:
+            return
+        self.emit(
+            Notice(
+                level="info",
+                message=f"compacting before step {step}: its request would fill ≈ {estimate / window:.0%} of the "
+                f"{window:,}-token window, past [context] compact_at = {self.compact_at:g}",
+            )
+        )
+        self._compacted_before = step
+        try:
+            await self.compact("auto", estimate, window)
+        except ProviderError as error:
+            self.emit(Notice(level="error", message=compaction_failed(error)))
 
     def _finish(self, turn: int, reason: TurnEnd, steps: int, started: float) -> TurnFinished:
         finished = TurnFinished(turn=turn, reason=reason, steps=steps, wall=time.perf_counter() - started)

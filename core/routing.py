@@ -151,6 +151,7 @@ class Router:
             prefetch=latency.prefetch,
             approvals=approvals,
             hooks=hooks,
+            compact_at=self.config.context.compact_at if self.config.context.auto_compact else None,
         )
         if self.routing.summarize_over_tokens:
             agent.summarize = lambda call, content: self.summarize(agent, call, content)

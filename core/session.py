@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hotloop import InputError
 from hotloop.agent.approvals import NO_ONE, ApprovalRules, Approvals, Ask
+from hotloop.agent.compaction import compaction_failed
 from hotloop.agent.events import (
     AgentEvent,
     ApprovalDecided,
@@ -399,7 +400,7 @@ class Session:
         try:
             return await self.agent.compact(trigger, self.context_used, self.context_window())
         except ProviderError as error:
-            self.emit(Notice(level="error", message=f"compaction failed: {error}; the conversation is unchanged"))
+            self.emit(Notice(level="error", message=compaction_failed(error)))
             return None
 
     async def switch(self, choice: Choice) -> ProviderSwitched:

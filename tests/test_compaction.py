@@ -5,25 +5,36 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hotloop.agent.compaction import INSTRUCTION, compacted_messages, with_fix
-from hotloop.agent.events import AgentEvent, Compacted, Notice, StepFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, Compacted, Notice, StepFinished, TurnStarted, fan_out
+from hotloop.agent.loop import Agent
+from hotloop.agent.tools.builtins import builtin_tools
+from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.cli import main
 from hotloop.config import ConfigError, load_config
 from hotloop.core.resumption import Resumption
 from hotloop.core.session import Session, SessionOptions
 from hotloop.providers.conversation import AssistantMessage, UserMessage
+from hotloop.providers.events import ToolCallStarted
+from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.sim.cache import BLOCK_SIZE
+from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
+from hotloop.providers.sim.model import load_scenario
+from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.providers.sim.template import ASSISTANT_HEADER, END
 from hotloop.providers.sim.tokenizer import count
+from hotloop.providers.vllm import discover
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.resume import rebuild
 from hotloop.sessions.store import read_session
 from hotloop.tui.items import CompactionItem
 
-from support import logged_agent, start_sim
+from support import Recorder, logged_agent, provider_on, scenario_file, start_sim
 from tui_support import FAST_SIM, idle, running_app, send, wait_until, write_config
 
 # Each turn adds ~190 tokens; at 8,000 tokens of window the 80% threshold is crossed once, before turn 30.
@@ -131,6 +142,123 @@ async def test_a_compacted_conversation_resumes_sending_the_same_bytes(
     assert "write 50 words about caching" not in json.dumps(rest)  # the compacted turns are not sent
     # The log still holds the turns the summary replaced.
     assert [e.turn for e in read_session(snapshot).events if isinstance(e, TurnStarted)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("protocol", ["openai", "openai-responses"])
+async def test_a_turn_that_outgrows_the_window_compacts_between_its_steps_and_goes_on(
+    protocol: str, tmp_path: Path, workspace: Path
+) -> None:
+    """A tool result fills the window mid-turn: before the next step the turn compacts, reading the conversation from
+    the cache, then goes on from the summary; the log rebuilds the conversation the agent holds."""
+    pages: list[str] = []
+
+    async def fetch(args: dict[str, Any], ctx: ToolContext) -> str:
+        pages.append(args["url"])
+        return "A long page about how prefix caches evict blocks. " * 280 if len(pages) == 1 else "A short page."
+
+    schema = {"type": "object", "properties": {"url": {"type": "string"}}}
+    steps = [{"tool_calls": [{"name": "fetch", "arguments": {"url": "https://docs.example/cache"}}]}, {"text": "done"}]
+    sim = EmbeddedSimulator(
+        SimConfig(max_model_len=5000, scenario=load_scenario(scenario_file(tmp_path, steps))).with_latency(
+            **vars(NO_LATENCY)
+        )
+    ).start()
+    try:
+        log = SessionLog.create(tmp_path / "sessions", provider="sim", model="sim-fast", workspace=workspace, system="")
+        recorder = Recorder()
+        provider = provider_on(sim, protocol)
+        agent = Agent(
+            provider,
+            ToolRegistry([*builtin_tools(), Tool("fetch", "Fetch a page.", schema, fetch, read_only=True)]),
+            emit=fan_out(recorder, log.write),
+            workspace=workspace,
+            cache_key=log.id,
+            compact_at=0.8,
+        )
+        assert isinstance(provider, OpenAIChatProvider | OpenAIResponsesProvider)
+        provider.server = await discover(provider)  # the window: the server's max_model_len
+        finished = await agent.run_turn("fetch the cache docs and sum them up")
+        log.close()
+        await provider.aclose()
+    finally:
+        sim.stop()
+
+    # Step 1's long page, a compaction, then the scenario again from the summary: a short page and the answer.
+    assert (finished.reason, finished.steps, pages) == (
+        "answer",
+        3,
+        [steps[0]["tool_calls"][0]["arguments"]["url"]] * 2,
+    )
+    events = recorder.events
+    (compacted,) = recorder.of(Compacted)
+    at = events.index(compacted)
+    (notice,) = [e for e in events[:at] if isinstance(e, Notice) and e.message.startswith("compacting before step 2")]
+    assert "of the 5,000-token window, past [context] compact_at = 0.8" in notice.message
+    first, second, _ = recorder.of(StepFinished)
+    assert events.index(first) < events.index(notice) < at < events.index(second)
+    assert (compacted.trigger, compacted.window, compacted.turns) == ("auto", 5000, 1)
+    assert compacted.context_tokens is not None and compacted.context_tokens >= 0.8 * 5000
+
+    # The summary request reads from the cache all that step 1 sent: it prefills only what the next step would
+    # have (the page) and the instruction. The step after it reads the static prefix.
+    usage, sent = compacted.usage, first.usage
+    assert usage is not None and usage.prompt_total is not None and usage.cache_read is not None
+    assert sent is not None and sent.prompt_total is not None
+    assert usage.cache_read >= sent.prompt_total - sent.prompt_total % BLOCK_SIZE
+    assert second.usage is not None and second.usage.cache_read
+    assert "the conversation was compacted into its summary" in second.cache_note
+    assert isinstance(agent.messages[0], UserMessage) and compacted.summary in agent.messages[0].content
+    assert "A long page" not in repr(agent.messages[1:])  # the page went into the summary, not again
+
+    # A resume goes on from exactly this conversation.
+    assert rebuild(read_session(log.path).events).messages == agent.messages
+
+
+async def test_a_step_right_after_a_compaction_does_not_compact_again(tmp_path: Path, workspace: Path) -> None:
+    """A tool whose every result fills the window: compacting after each would loop, so the turn compacts once and
+    lets the next step go out as it is."""
+
+    async def fetch(args: dict[str, Any], ctx: ToolContext) -> str:
+        return "A long page about how prefix caches evict blocks. " * 300
+
+    schema = {"type": "object", "properties": {"url": {"type": "string"}}}
+    steps = [{"tool_calls": [{"name": "fetch", "arguments": {"url": "https://docs.example/cache"}}]}, {"text": "done"}]
+    sim = EmbeddedSimulator(
+        SimConfig(max_model_len=5000, scenario=load_scenario(scenario_file(tmp_path, steps))).with_latency(
+            **vars(NO_LATENCY)
+        )
+    ).start()
+    try:
+        recorder = Recorder()
+        provider = provider_on(sim, "openai")
+        registry = ToolRegistry([Tool("fetch", "Fetch a page.", schema, fetch, read_only=True)])
+        agent = Agent(provider, registry, emit=recorder, workspace=workspace, compact_at=0.8)
+        assert isinstance(provider, OpenAIChatProvider)
+        provider.server = await discover(provider)
+        finished = await agent.run_turn("fetch the cache docs and sum them up")
+        await provider.aclose()
+    finally:
+        sim.stop()
+    # Before step 2 it compacts; step 2 (the scenario again, from the summary) fetches the page again, and step 3
+    # goes out with it rather than compact once more.
+    assert (finished.reason, finished.steps, len(recorder.of(Compacted))) == ("answer", 3, 1)
+    (said,) = [e.message for e in recorder.of(Notice) if e.message.startswith("compacting")]
+    assert said.startswith("compacting before step 2")
+
+
+def test_the_simulator_goes_on_from_a_mid_turn_summary_without_redoing_its_calls(
+    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner reads the summary's last request and the calls it records: after the compaction it answers, where
+    planning the request afresh would read the file again, and fill the window again."""
+    monkeypatch.chdir(workspace)
+    (workspace / "big.txt").write_text("".join(f"line {n}: how prefix caches evict blocks\n" for n in range(300)))
+    write_config(isolated_home, sim="max_model_len = 5000\n")
+    assert main(["run", "read big.txt and summarize it"]) == 0
+    events = logged_events(isolated_home)
+    kinds = [type(e).__name__ for e in events if isinstance(e, StepFinished | Compacted)]
+    assert kinds == ["StepFinished", "Compacted", "StepFinished"]
+    assert [e.name for e in events if isinstance(e, ToolCallStarted)] == ["read_file"]
 
 
 def test_compaction_is_off_when_the_config_says_so(

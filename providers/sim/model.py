@@ -367,10 +367,10 @@ def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply,
     if step < len(scenario):
         return scenario[step]
     last_user = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=-1)
-    task = _strip_context(turns[last_user].text) if last_user >= 0 else ""
+    task, earlier = _task_of(turns[last_user].text if last_user >= 0 else "")
     since = turns[last_user + 1 :]
     batches = plan(task, _tool_names(tools), _tool_schemas(tools))
-    done = sum(1 for turn in since if turn.role == "assistant")
+    done = earlier + sum(1 for turn in since if turn.role == "assistant")
     if done < len(batches):
         return Reply(text=_preface(batches[done]), calls=tuple(batches[done]))
     return Reply(text=answer(task, since))
@@ -386,6 +386,28 @@ _SUMMARY_WORDS = re.compile(r"at most (\d+) words")
 # hotloop's compaction instruction (agent/compaction.py) says this; the summary it asks for replaces the conversation.
 _COMPACTING = "is about to be compacted"
 _SUMMARY_BLOCK = re.compile(r"<summary>\n(.*)\n</summary>", re.DOTALL)
+_ASKED, _CALLED = "- The user asked: ", "  - called "  # a compaction summary's lines
+
+
+def _task_of(text: str) -> tuple[str, int]:
+    """The request a user message makes, and how many batches of calls were made for it already.
+
+    After a compaction the message holds the summary: the request that follows it, or, when the
+    compaction came mid-turn, the summary's last request, past the calls the summary records (a
+    model goes on from a summary; it doesn't start the work over).
+    """
+    found = _SUMMARY_BLOCK.search(text)
+    if found is None:
+        return _strip_context(text), 0
+    if after := text[found.end() :].strip():
+        return _strip_context(after), 0
+    task, done = "", 0
+    for line in found.group(1).splitlines():
+        if line.startswith(_ASKED):
+            task, done = line.removeprefix(_ASKED), 0
+        elif line.startswith(_CALLED):
+            done += 1
+    return task, done
 
 
 def _side_job(turns: list[Turn]) -> Reply | None:
@@ -424,10 +446,10 @@ def conversation_summary(turns: list[Turn]) -> str:
         if turn.role == "user" and (earlier := _SUMMARY_BLOCK.search(turn.text)):
             lines += earlier.group(1).splitlines()[1:]
         elif turn.role == "user":
-            lines.append(f"- The user asked: {_clipped(_strip_context(turn.text), 100)}")
+            lines.append(f"{_ASKED}{_clipped(_strip_context(turn.text), 100)}")
         elif turn.role == "assistant" and turn.calls:
             calls = ", ".join(f"{call.name}({_clipped(call.arguments, 60)})" for call in turn.calls)
-            lines.append(f"  - called {calls}")
+            lines.append(f"{_CALLED}{calls}")
         elif turn.role == "assistant":
             first = next((line for line in turn.text.splitlines() if line.strip(" #")), "")
             lines.append(f"  - answered: {_clipped(first.strip(' #'), 100)}")
