@@ -95,8 +95,20 @@ class Runtime:
 
     async def _discover(self, provider: Provider) -> None:
         """For an OpenAI-compatible server: what it is, so requests carry `priority` where vLLM reads it."""
-        from hotloop.providers.vllm import discover
+        from hotloop.providers.anthropic import AnthropicProvider
+        from hotloop.providers.vllm import ServedModel, ServerInfo, discover
 
+        if (
+            isinstance(provider, AnthropicProvider)
+            and provider.server is None
+            and self.simulator is not None
+            and provider.base_url == self.simulator.url
+        ):
+            # The simulator's Anthropic side: Anthropic's model list gives no window, but this runtime started the
+            # server and knows it (its OpenAI side is asked over HTTP, as any vLLM is).
+            sim = self.simulator.server.config
+            models = tuple(ServedModel(name, sim.max_model_len) for name in sim.models)
+            provider.server = ServerInfo("vllm", models, healthy=True, has_metrics=True)
         if (
             not isinstance(provider, OpenAIChatProvider | OpenAIResponsesProvider)
             or provider.server is not None

@@ -246,15 +246,17 @@ async def test_a_step_right_after_a_compaction_does_not_compact_again(tmp_path: 
     assert said.startswith("compacting before step 2")
 
 
+@pytest.mark.parametrize("provider", ["sim", "sim-anthropic"])
 def test_the_simulator_goes_on_from_a_mid_turn_summary_without_redoing_its_calls(
-    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, provider: str
 ) -> None:
     """The planner reads the summary's last request and the calls it records: after the compaction it answers, where
-    planning the request afresh would read the file again, and fill the window again."""
+    planning the request afresh would read the file again, and fill the window again. On Anthropic's API too, whose
+    model list says no window: the runtime knows the simulator it started."""
     monkeypatch.chdir(workspace)
     (workspace / "big.txt").write_text("".join(f"line {n}: how prefix caches evict blocks\n" for n in range(300)))
     write_config(isolated_home, sim="max_model_len = 5000\n")
-    assert main(["run", "read big.txt and summarize it"]) == 0
+    assert main(["run", "--provider", provider, "read big.txt and summarize it"]) == 0
     events = logged_events(isolated_home)
     kinds = [type(e).__name__ for e in events if isinstance(e, StepFinished | Compacted)]
     assert kinds == ["StepFinished", "Compacted", "StepFinished"]
