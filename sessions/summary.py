@@ -25,7 +25,7 @@ from hotloop.agent.events import (
     StepStarted,
     TurnStarted,
 )
-from hotloop.agent.pricing import CostTotals, price_step
+from hotloop.agent.pricing import CostTotals, StepPricer
 
 TITLE_LENGTH = 60
 # The encoder writes the tag first, so a line's kind can be told from its first bytes.
@@ -135,14 +135,7 @@ class Summary(msgspec.Struct, gc=False):
     def _price(self, step: StepFinished | Compacted) -> None:
         provider, model = (step.provider, step.model) if isinstance(step, Compacted) else (self.provider, self.model)
         provider, model = provider or "", model or ""
-        cost = price_step(
-            step.usage,
-            model,
-            self.servers.get(provider, ""),
-            at=step.ts,
-            cost_per_hour=self.hourly.get(provider),
-            seconds=step.model_time,
-        )
+        cost = StepPricer(self.servers, self.hourly).price(step, provider, model)
         if cost is None:
             self.unpriced += 1
         else:

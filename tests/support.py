@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
@@ -65,8 +66,12 @@ def scenario_file(tmp_path: Path, steps: list[dict]) -> Path:
     return path
 
 
-def sim_with_scenario(tmp_path: Path, steps: list[dict], profile: LatencyProfile = NO_LATENCY) -> EmbeddedSimulator:
+def sim_with_scenario(
+    tmp_path: Path, steps: list[dict], profile: LatencyProfile = NO_LATENCY, max_model_len: int | None = None
+) -> EmbeddedSimulator:
     config = SimConfig(scenario=load_scenario(scenario_file(tmp_path, steps)))
+    if max_model_len is not None:
+        config = replace(config, max_model_len=max_model_len)
     return EmbeddedSimulator(config.with_latency(**vars(profile))).start()
 
 

@@ -23,9 +23,6 @@ from hotloop.providers.events import ToolCallStarted
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.sim.cache import BLOCK_SIZE
-from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
-from hotloop.providers.sim.model import load_scenario
-from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.providers.sim.template import ASSISTANT_HEADER, END
 from hotloop.providers.sim.tokenizer import count
 from hotloop.providers.vllm import discover
@@ -34,9 +31,13 @@ from hotloop.sessions.resume import rebuild
 from hotloop.sessions.store import read_session
 from hotloop.tui.items import CompactionItem
 
-from support import Recorder, logged_agent, provider_on, scenario_file, start_sim
+from support import Recorder, logged_agent, provider_on, sim_with_scenario, start_sim
 from tui_support import FAST_SIM, idle, running_app, send, wait_until, write_config
 
+# A tool call, then the answer: with a page that fills the window, a mid-turn compaction comes between them.
+PAGE = "https://docs.example/cache"
+FETCH_THEN_ANSWER = [{"tool_calls": [{"name": "fetch", "arguments": {"url": PAGE}}]}, {"text": "done"}]
+URL_SCHEMA = {"type": "object", "properties": {"url": {"type": "string"}}}
 # Each turn adds ~190 tokens; at 8,000 tokens of window the 80% threshold is crossed once, before turn 30.
 SMALL_WINDOW = "max_model_len = 8000\n"
 THIRTY_TURNS = [f"write 120 words about topic {n}" for n in range(1, 31)]
@@ -156,20 +157,14 @@ async def test_a_turn_that_outgrows_the_window_compacts_between_its_steps_and_go
         pages.append(args["url"])
         return "A long page about how prefix caches evict blocks. " * 280 if len(pages) == 1 else "A short page."
 
-    schema = {"type": "object", "properties": {"url": {"type": "string"}}}
-    steps = [{"tool_calls": [{"name": "fetch", "arguments": {"url": "https://docs.example/cache"}}]}, {"text": "done"}]
-    sim = EmbeddedSimulator(
-        SimConfig(max_model_len=5000, scenario=load_scenario(scenario_file(tmp_path, steps))).with_latency(
-            **vars(NO_LATENCY)
-        )
-    ).start()
+    sim = sim_with_scenario(tmp_path, FETCH_THEN_ANSWER, max_model_len=5000)
     try:
         log = SessionLog.create(tmp_path / "sessions", provider="sim", model="sim-fast", workspace=workspace, system="")
         recorder = Recorder()
         provider = provider_on(sim, protocol)
         agent = Agent(
             provider,
-            ToolRegistry([*builtin_tools(), Tool("fetch", "Fetch a page.", schema, fetch, read_only=True)]),
+            ToolRegistry([*builtin_tools(), Tool("fetch", "Fetch a page.", URL_SCHEMA, fetch, read_only=True)]),
             emit=fan_out(recorder, log.write),
             workspace=workspace,
             cache_key=log.id,
@@ -187,7 +182,7 @@ async def test_a_turn_that_outgrows_the_window_compacts_between_its_steps_and_go
     assert (finished.reason, finished.steps, pages) == (
         "answer",
         3,
-        [steps[0]["tool_calls"][0]["arguments"]["url"]] * 2,
+        [PAGE, PAGE],
     )
     events = recorder.events
     (compacted,) = recorder.of(Compacted)
@@ -221,17 +216,11 @@ async def test_a_step_right_after_a_compaction_does_not_compact_again(tmp_path: 
     async def fetch(args: dict[str, Any], ctx: ToolContext) -> str:
         return "A long page about how prefix caches evict blocks. " * 300
 
-    schema = {"type": "object", "properties": {"url": {"type": "string"}}}
-    steps = [{"tool_calls": [{"name": "fetch", "arguments": {"url": "https://docs.example/cache"}}]}, {"text": "done"}]
-    sim = EmbeddedSimulator(
-        SimConfig(max_model_len=5000, scenario=load_scenario(scenario_file(tmp_path, steps))).with_latency(
-            **vars(NO_LATENCY)
-        )
-    ).start()
+    sim = sim_with_scenario(tmp_path, FETCH_THEN_ANSWER, max_model_len=5000)
     try:
         recorder = Recorder()
         provider = provider_on(sim, "openai")
-        registry = ToolRegistry([Tool("fetch", "Fetch a page.", schema, fetch, read_only=True)])
+        registry = ToolRegistry([Tool("fetch", "Fetch a page.", URL_SCHEMA, fetch, read_only=True)])
         agent = Agent(provider, registry, emit=recorder, workspace=workspace, compact_at=0.8)
         assert isinstance(provider, OpenAIChatProvider)
         provider.server = await discover(provider)
