@@ -15,6 +15,7 @@ import json
 import statistics
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
+from hotloop.agent.events import AgentEvent, Notice, StepFinished, TurnFinished
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.config import Choice
 
@@ -145,6 +146,13 @@ class Level:
             "prompt_tokens": prompt,
             "uncached_prefill_tokens": prompt - read,
             "errors": len(self.errors) + sum(t.reason == "error" for t in turns),
+            # What failed, most frequent first: the agents' error lines, and any agent that raised.
+            "error_messages": dict(
+                Counter(
+                    [e.message for agent in self.events for e in agent if isinstance(e, Notice) and e.level == "error"]
+                    + self.errors
+                ).most_common()
+            ),
             "wall_s": self.wall,
         }
 
@@ -236,7 +244,7 @@ async def bench(
     from hotloop import paths
     from hotloop.config import load_config, resolve
     from hotloop.core.runtime import Runtime
-    from hotloop.headless.bench_view import Progress, chart, table
+    from hotloop.headless.bench_view import Progress, chart, failures, table
 
     scenario = Scenario.load(scenario_path)
     config, choice = load_config().pointed_at(choice)
@@ -264,6 +272,7 @@ async def bench(
         out.print_json(data=result)
     else:
         out.print(table(result))
+        out.print(failures(result["levels"]), end="")
         if len(result["levels"]) >= 2:
             out.print(chart(result["levels"]))
     err.print(f"saved {path} · hotloop bench compare {path.stem} OTHER", highlight=False, soft_wrap=True)

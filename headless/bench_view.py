@@ -15,6 +15,7 @@ from rich.text import Text
 
 from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
 from hotloop.agent.figures import counted
+from hotloop.agent.text import inert
 
 NOT_REPORTED = "–"
 
@@ -48,31 +49,41 @@ COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("cache\nhit", lambda f: _share(f["cache_hit"])),
     ("uncached\nprefill", lambda f: f"{f['uncached_prefill_tokens']:,}"),
 )
-ERRORS: tuple[str, Callable[[dict[str, Any]], str]] = ("\nerrors", lambda f: str(f["errors"]))
 
 
 def table(result: dict[str, Any]) -> Table:
-    """One row per concurrency level, in 80 columns: errors get a column when there are some."""
+    """One row per concurrency level, in 80 columns; the caption says whether there were errors (`failures`)."""
     title = f"hotloop bench · {result['provider']} · {result['model']} · {result['scenario']}"
-    failed = any(level["errors"] for level in result["levels"])
-    columns = (*COLUMNS, ERRORS) if failed else COLUMNS
-    caption = "seconds · output tok/s · uncached: prompt tokens prefilled"
+    failed = sum(level["errors"] for level in result["levels"])
+    caption = "seconds · output tok/s · uncached: tokens prefilled"
     grid = Table(
         title=title,
         title_justify="left",
         header_style="bold",
-        caption=caption if failed else f"{caption} · no errors",
+        caption=f"{caption} · {counted(failed, 'error')}, below" if failed else f"{caption} · no errors",
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 0, 0, 1),
         pad_edge=False,
         show_edge=False,
     )
-    for name, _ in columns:
+    for name, _ in COLUMNS:
         grid.add_column(name, justify="right", no_wrap=True)
     for figures in result["levels"]:
-        grid.add_row(*(cell(figures) for _, cell in columns))
+        grid.add_row(*(cell(figures) for _, cell in COLUMNS))
     return grid
+
+
+def failures(levels: list[dict[str, Any]]) -> Text:
+    """Each level's errors, a line per distinct message: `at 2 agents, 4 errors: … (×4)`."""
+    lines = Text(style="red")
+    for level in levels:
+        if not level["errors"]:
+            continue
+        lines.append(f"at {counted(level['agents'], 'agent')}, {counted(level['errors'], 'error')}:\n", "bold")
+        for message, times in level["error_messages"].items():
+            lines.append(f"  {inert(message)} (×{times})\n")
+    return lines
 
 
 def chart(levels: list[dict[str, Any]], width: int = 72, height: int = 14) -> Text:
@@ -135,6 +146,7 @@ class Progress:
         yield line
         if levels:
             yield table(self.result)
+            yield failures(levels)
         if len(levels) >= 2:
             # The chart takes what the terminal has left, so the live view never scrolls.
             room = (options.height or console.height) - 7 - len(levels)

@@ -91,3 +91,28 @@ def test_a_scenario_file_sets_the_task(isolated_home: Path, tmp_path: Path, caps
     assert main(["bench", "--scenario", str(scenario)]) == 2
     err = capsys.readouterr().err
     assert f"bench scenario {scenario}" in err and "Expected `float`" in err
+
+
+def test_a_server_that_fails_is_counted_and_said_per_level(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing listens on the port: every turn fails, the run exits 1, and below the table each level says why."""
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    write_config(isolated_home)
+    with (isolated_home / "config.toml").open("a") as config:
+        config.write('[providers.gone]\nkind = "openai"\nmax_retries = 0\n')
+    argv = ["bench", "--provider", "gone", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m"]
+    assert main([*argv, "--agents", "1,2"]) == 1
+    out = capsys.readouterr().out
+    assert "· 6 errors, below" in out  # two turns an agent, none answered
+    assert f"at 2 agents, 4 errors:\n  cannot reach gone (http://127.0.0.1:{port}/v1)" in out
+    assert max(len(line) for line in out.splitlines() if not line.startswith("  ")) <= 80
+
+    assert main([*argv, "--agents", "1", "--json"]) == 1
+    (level,) = json.loads(capsys.readouterr().out)["levels"]
+    ((message, times),) = level["error_messages"].items()
+    assert (level["errors"], times) == (2, 2) and message.startswith("cannot reach gone")
