@@ -8,20 +8,23 @@ from collections.abc import Callable
 from typing import Any
 
 from rich import box
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
-from hotloop.agent.figures import counted
+from hotloop.agent.figures import counted, short_model
 from hotloop.agent.text import inert
 
 NOT_REPORTED = "–"
 
 
 def _seconds(value: float | None) -> str:
-    return NOT_REPORTED if value is None else f"{value:.2f}"
+    """Four characters or so whatever the load: `0.13`, `12.5`, `261`."""
+    if value is None:
+        return NOT_REPORTED
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
 
 
 def _rate(value: float | None) -> str:
@@ -51,14 +54,13 @@ COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
 )
 
 
-def table(result: dict[str, Any]) -> Table:
-    """One row per concurrency level, in 80 columns; the caption says whether there were errors (`failures`)."""
-    title = f"hotloop bench · {result['provider']} · {result['model']} · {result['scenario']}"
+def table(result: dict[str, Any]) -> Group:
+    """A heading, then a row per concurrency level in 80 columns; the caption says whether there were errors
+    (`failures`). The heading is a line of its own, as wide as the terminal: a server's model name can be long."""
+    heading = f"hotloop bench · {result['provider']} · {short_model(result['model'])} · {result['scenario']}"
     failed = sum(level["errors"] for level in result["levels"])
     caption = "seconds · output tok/s · uncached: tokens prefilled"
     grid = Table(
-        title=title,
-        title_justify="left",
         header_style="bold",
         caption=f"{caption} · {counted(failed, 'error')}, below" if failed else f"{caption} · no errors",
         caption_justify="left",
@@ -71,7 +73,7 @@ def table(result: dict[str, Any]) -> Table:
         grid.add_column(name, justify="right", no_wrap=True)
     for figures in result["levels"]:
         grid.add_row(*(cell(figures) for _, cell in COLUMNS))
-    return grid
+    return Group(Text(inert(heading), style="italic"), grid)
 
 
 def failures(levels: list[dict[str, Any]]) -> Text:

@@ -116,3 +116,31 @@ def test_a_server_that_fails_is_counted_and_said_per_level(
     (level,) = json.loads(capsys.readouterr().out)["levels"]
     ((message, times),) = level["error_messages"].items()
     assert (level["errors"], times) == (2, 2) and message.startswith("cannot reach gone")
+
+
+def test_a_slow_server_s_figures_keep_the_table_in_80_columns() -> None:
+    """Seconds keep about four characters at any load (`0.13`, `12.5`, `261`), so the table never cuts a column."""
+    from rich.console import Console
+
+    from hotloop.headless.bench_view import table
+
+    spread = {"p50": 12.48, "p95": 261.21, "p99": 1_261.5}
+    level = {
+        "agents": 64,
+        "ttft_s": spread,
+        "step_s": spread,
+        "turn_s": spread,
+        "output_tok_s_per_agent": 8.4,
+        "output_tok_s_total": 12_345.6,
+        "cache_hit": 0.39,
+        "uncached_prefill_tokens": 1_234_567,
+        "errors": 0,
+    }
+    result = {"provider": "local", "model": "/models/Qwen3-8B-Q4_K_M.gguf", "scenario": "built-in", "levels": [level]}
+    console = Console(width=80, record=True)
+    console.print(table(result))
+    lines = console.export_text().splitlines()
+    assert lines[0] == "hotloop bench · local · Qwen3-8B-Q4_K_M.gguf · built-in"  # a path names its file
+    row = next(line for line in lines if line.lstrip().startswith("64"))
+    assert row.split() == ["64", "12.5", "261", "1,262", "261", "12.5", "261", "8", "12,346", "39%", "1,234,567"]
+    assert max(len(line.rstrip()) for line in lines) <= 80
