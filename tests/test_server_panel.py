@@ -118,8 +118,9 @@ async def test_a_recorded_llama_cpp_server_reads_as_it_reported() -> None:
     # The model is named by its file; its context is the recorded one (the whole cache is one slot's: unified KV).
     n_ctx = card["meta"]["n_ctx"]
     assert n_ctx == PROPS["default_generation_settings"]["n_ctx"] == 4096
-    assert panel.splitlines()[1] == f"{card['id'].rsplit('/', 1)[-1]} · {n_ctx:,} ctx"
-    assert panel.splitlines()[1] == "SmolLM2-135M-Instruct.Q4_1.gguf · 4,096 ctx"
+    # The file's name, cut in the middle to the panel's 30 columns, and the context on a line of its own.
+    assert card["id"].endswith("/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert panel.splitlines()[1:3] == ["SmolLM2-135M-In…ruct.Q4_1.gguf", f"{n_ctx:,} ctx"]
     # prompt_tokens_total counts only what was computed: a prompt is that plus what came from the cache.
     cached, computed = recorded("llamacpp:prompt_tokens_cached_total"), recorded("llamacpp:prompt_tokens_total")
     assert (cached, computed) == (2499, 2551)
@@ -159,7 +160,7 @@ async def test_llama_cpp_speculative_decoding_is_read_from_its_counters() -> Non
     assert stats is not None and stats.spec_acceptance == 16 / 62 and stats.spec_length == 1 + 16 / 14
     assert rows(panel)["spec accepted"] == "26%" and rows(panel)["spec mean length"] == "2.14"
     # Whatever name the config gives, the panel names the model the server serves.
-    assert panel.splitlines()[1] == "SmolLM2-135M-Instruct.Q4_1.gguf · 4,096 ctx"
+    assert panel.splitlines()[1:3] == ["SmolLM2-135M-In…ruct.Q4_1.gguf", "4,096 ctx"]
 
 
 async def test_a_llama_cpp_slot_holds_its_share_of_the_context() -> None:
@@ -167,7 +168,7 @@ async def test_a_llama_cpp_slot_holds_its_share_of_the_context() -> None:
     props = {**PROPS, "default_generation_settings": {**PROPS["default_generation_settings"], "n_ctx": 1024}}
     info, _, panel = await read_server(llama_cpp(props=json.dumps(props)), MODELS["data"][0]["id"])
     assert info.max_model_len(MODELS["data"][0]["id"]) == 1024
-    assert panel.splitlines()[1].endswith(" · 1,024 ctx")
+    assert panel.splitlines()[2] == "1,024 ctx"
 
 
 async def test_a_fresh_llama_cpp_server_has_the_series_but_no_requests() -> None:

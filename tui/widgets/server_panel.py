@@ -27,14 +27,16 @@ NONE_YET = "no requests yet"
 QUIET = "–"  # the last minute's hit rate, with no request (or no scrape) in that minute
 NO_DRAFTS = "no drafts"
 EMPTY = (NOT_REPORTED, NONE_YET, QUIET, NO_DRAFTS)
-# A path, absolute, relative or Windows', or a .gguf file: not an `org/model` name.
 # The flag that turns a server's /metrics on, where it is off by default.
 _METRICS_FLAGS = {"llama.cpp": "llama-server --metrics", "sglang": "--enable-metrics"}
 
 
+PANEL_TEXT = 30  # the panel's width inside its padding
+
+
 class ServerPanel(Static):
-    DEFAULT_CSS = """
-    ServerPanel { dock: right; width: 32; height: 1fr; padding: 0 1; background: $panel; color: $text; }
+    DEFAULT_CSS = f"""
+    ServerPanel {{ dock: right; width: {PANEL_TEXT + 2}; height: 1fr; padding: 0 1; background: $panel; color: $text; }}
     """
 
     report: reactive[ServerReport | None] = reactive(None, always_update=True)
@@ -50,8 +52,15 @@ class ServerPanel(Static):
         text.append(inert(f" · {report.base_url.split('//')[-1].removesuffix('/v1')}\n"), "dim")
         served = info.served(report.model)
         name = short_model(served.id if served is not None else report.model)
-        context = f" · {served.context:,} ctx" if served is not None and served.context else ""
-        text.append(inert(name) + context + "\n\n")
+        context = f"{served.context:,} ctx" if served is not None and served.context else ""
+        # A long name (a .gguf file's) gets its own line, cut in the middle to fit: its end says the quantization.
+        width = self.content_size.width or PANEL_TEXT
+        if len(name) + len(context) + 3 <= width:
+            text.append(inert(name) + (f" · {context}" if context else "") + "\n\n")
+        else:
+            if len(name) > width:
+                name = f"{name[: width // 2]}…{name[-(width - width // 2 - 1) :]}"
+            text.append(inert(name) + (f"\n{context}" if context else "") + "\n\n")
         if not info.has_metrics:
             flag = _METRICS_FLAGS.get(info.kind)
             text.append(f"no /metrics: every figure {NOT_REPORTED}" + (f" (start with {flag})" if flag else ""), "dim")
