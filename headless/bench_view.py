@@ -148,7 +148,8 @@ class Progress:
         yield line
         if levels:
             yield table(self.result)
-            yield failures(levels)
+            if any(level["errors"] for level in levels):
+                yield failures(levels)
         if len(levels) >= 2:
             # The chart takes what the terminal has left, so the live view never scrolls.
             room = (options.height or console.height) - 7 - len(levels)
