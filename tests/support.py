@@ -15,6 +15,9 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import anthropic
+import openai
+import pytest
 from aiohttp import web
 
 from hotloop.agent.events import AgentEvent, fan_out
@@ -73,6 +76,31 @@ def sim_with_scenario(
     if max_model_len is not None:
         config = replace(config, max_model_len=max_model_len)
     return EmbeddedSimulator(config.with_latency(**vars(profile))).start()
+
+
+_opened: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = []
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> AsyncIterator[None]:
+    """Closes every SDK client a test opened, inside the test's own event loop (autouse where imported)."""
+    yield
+    while _opened:
+        await _opened.pop().close()
+
+
+def openai_client(sim: EmbeddedSimulator) -> openai.AsyncOpenAI:
+    """The official client on the simulator's OpenAI side, closed after the test by `close_clients`."""
+    api = openai.AsyncOpenAI(base_url=sim.base_url, api_key="unused", max_retries=0)
+    _opened.append(api)
+    return api
+
+
+def anthropic_client(sim: EmbeddedSimulator) -> anthropic.AsyncAnthropic:
+    """The official client on the simulator's Anthropic side, closed after the test by `close_clients`."""
+    api = anthropic.AsyncAnthropic(base_url=sim.url, api_key="unused", max_retries=0)
+    _opened.append(api)
+    return api
 
 
 def provider_for(sim: EmbeddedSimulator, model: str = "sim-balanced") -> OpenAIChatProvider:

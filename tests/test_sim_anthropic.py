@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import AsyncIterator
 
 import anthropic
 import pytest
@@ -12,7 +11,11 @@ import pytest
 from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.sim.server import EmbeddedSimulator
 
-from support import start_sim
+from support import anthropic_client as client
+from support import (
+    close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)
+    start_sim,
+)
 
 READ_FILE = {
     "name": "read_file",
@@ -22,23 +25,6 @@ READ_FILE = {
 EPHEMERAL = {"type": "ephemeral"}
 # Long enough that the static prefix passes a minimum cacheable length of 1,024 tokens.
 SYSTEM = "You answer questions about files in a repository, briefly and precisely. " * 90
-
-
-_opened: list[anthropic.AsyncAnthropic] = []
-
-
-@pytest.fixture(autouse=True)
-async def close_clients() -> AsyncIterator[None]:
-    """Closes every SDK client a test opened, inside the test's own event loop."""
-    yield
-    while _opened:
-        await _opened.pop().close()
-
-
-def client(sim: EmbeddedSimulator) -> anthropic.AsyncAnthropic:
-    api = anthropic.AsyncAnthropic(base_url=sim.url, api_key="unused", max_retries=0)
-    _opened.append(api)
-    return api
 
 
 def raw_stream(sim: EmbeddedSimulator, body: dict) -> list[tuple[str, dict]]:

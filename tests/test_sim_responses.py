@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,11 @@ from pydantic import TypeAdapter
 
 from hotloop.providers.sim.server import EmbeddedSimulator
 
-from support import sim_with_scenario
+from support import (
+    close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)
+    sim_with_scenario,
+)
+from support import openai_client as client
 
 READ_FILE = {
     "type": "function",
@@ -28,22 +32,6 @@ USER = {"role": "user", "content": "Read a.txt"}
 CALL = {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": '{"path": "a.txt"}'}
 OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "A"}
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-
-_opened: list[openai.AsyncOpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-async def close_clients() -> AsyncIterator[None]:
-    """Closes every SDK client a test opened, inside the test's own event loop."""
-    yield
-    while _opened:
-        await _opened.pop().close()
-
-
-def client(sim: EmbeddedSimulator) -> openai.AsyncOpenAI:
-    api = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
-    _opened.append(api)
-    return api
 
 
 @pytest.fixture

@@ -6,14 +6,18 @@ import asyncio
 import json
 import time
 import urllib.request
-from collections.abc import AsyncIterator
 
 import openai
 import pytest
 
 from hotloop.providers.sim.server import EmbeddedSimulator
 
-from support import sim_with_scenario, start_sim
+from support import (
+    close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)
+    sim_with_scenario,
+    start_sim,
+)
+from support import openai_client as client
 
 READ_FILE = {
     "type": "function",
@@ -23,23 +27,6 @@ READ_FILE = {
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
     },
 }
-
-
-_opened: list[openai.AsyncOpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-async def close_clients() -> AsyncIterator[None]:
-    """Closes every SDK client a test opened, inside the test's own event loop."""
-    yield
-    while _opened:
-        await _opened.pop().close()
-
-
-def client(sim: EmbeddedSimulator) -> openai.AsyncOpenAI:
-    api = openai.AsyncOpenAI(base_url=sim.base_url, api_key="unused", max_retries=0)
-    _opened.append(api)
-    return api
 
 
 def get(sim: EmbeddedSimulator, path: str) -> tuple[int, bytes]:
