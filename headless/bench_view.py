@@ -158,11 +158,8 @@ class Progress:
 
 def comparison(a: dict[str, Any], b: dict[str, Any]) -> Table:
     """Two saved runs, level by level: A, B and B's change."""
-    grid = Table(
-        title=f"A: {a['provider']} · {a['model']}   B: {b['provider']} · {b['model']}",
-        title_justify="left",
-        header_style="bold",
-    )
+    runs = "\n".join(f"{name}: {run['provider']} · {short_model(run['model'])}" for name, run in (("A", a), ("B", b)))
+    grid = Table(title=inert(runs), title_justify="left", header_style="bold")
     for name in ("agents", "figure", "A", "B", "B vs A"):
         grid.add_column(name, justify="right")
     by_agents = {level["agents"]: level for level in b["levels"]}
@@ -180,9 +177,26 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> Table:
             continue
         for n, (name, value) in enumerate(figures):
             before, after = value(level), value(other)
-            change = NOT_REPORTED
-            if isinstance(before, int | float) and isinstance(after, int | float) and before:
-                change = f"{(after - before) / before:+.0%}"
-            shown = _share if name == "cache hit" else _number
-            grid.add_row(str(level["agents"]) if n == 0 else "", name, shown(before), shown(after), change)
+            grid.add_row(
+                str(level["agents"]) if n == 0 else "",
+                name,
+                *(_share(v) if name == "cache hit" else _number(v) for v in (before, after)),
+                _change(before, after, in_points=name == "cache hit"),
+            )
     return grid
+
+
+def _change(before: object, after: object, in_points: bool) -> str:
+    """B against A: `+12%`, `±0%`; a rate's change in points (`+3 pts`), since a share of a share misleads;
+    ten times or more as a factor (`×12`); from zero, the difference (`+4` errors)."""
+    if not isinstance(before, int | float) or not isinstance(after, int | float):
+        return NOT_REPORTED
+    if in_points:
+        points = round((after - before) * 100)
+        return f"{points:+d} pts" if points else "±0 pts"
+    if not before:  # no share of nothing: the difference itself
+        return f"{after:+,.0f}" if after else "±0"
+    if after / before >= 10:  # `×187` reads where `+18,600%` doesn't
+        return f"×{after / before:,.0f}"
+    share = round((after - before) / before * 100)
+    return f"{share:+d}%" if share else "±0%"

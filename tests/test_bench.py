@@ -37,7 +37,8 @@ def test_a_ramp_runs_every_agent_and_saves_what_it_measured(
     assert json.loads(saved.read_text()) == result
     assert main(["bench", "compare", saved.stem, str(saved)]) == 0
     table = capsys.readouterr().out
-    assert "ttft p95 s" in table and "cache hit" in table and "+0%" in table
+    assert "ttft p95 s" in table and "cache hit" in table
+    assert "±0%" in table and "±0 pts" in table and "-0%" not in table  # a run against itself: no change
 
 
 def test_the_table_and_chart_say_each_level(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,3 +145,23 @@ def test_a_slow_server_s_figures_keep_the_table_in_80_columns() -> None:
     row = next(line for line in lines if line.lstrip().startswith("64"))
     assert row.split() == ["64", "12.5", "261", "1,262", "261", "12.5", "261", "8", "12,346", "39%", "1,234,567"]
     assert max(len(line.rstrip()) for line in lines) <= 80
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "in_points", "said"),
+    [
+        (3.51, 3.49, False, "-1%"),
+        (0.17, 0.1701, False, "±0%"),  # never `-0%`
+        (1.39, 261.21, False, "×188"),  # not `+18651%`
+        (0.76, 0.79, True, "+3 pts"),  # a rate's change in points, not `+4%`
+        (0, 4, False, "+4"),  # from no errors: the difference
+        (0, 0, False, "±0"),
+        (None, 6.12, False, "–"),  # not reported on one side
+    ],
+)
+def test_a_comparison_says_each_change_in_the_form_that_reads(
+    before: float | None, after: float, in_points: bool, said: str
+) -> None:
+    from hotloop.headless.bench_view import _change
+
+    assert _change(before, after, in_points) == said
