@@ -73,11 +73,12 @@ def scaled_tokens(request: ChatRequest, known_bytes: int, known_tokens: int) -> 
     return round(known_tokens * len(msgspec.json.encode(request)) / known_bytes) if known_bytes else 0
 
 
-def grown_tokens(request: ChatRequest, known_bytes: int, known_tokens: int) -> int:
-    """`request`'s tokens, estimated from the one before it in the conversation: its reported count,
-    plus what was added since at BYTES_PER_TOKEN. The added part (an answer, tool results) is
-    mostly text, which a tokenizer counts more sparsely than the tool schemas of the prefix."""
-    return known_tokens + max(len(msgspec.json.encode(request)) - known_bytes, 0) // BYTES_PER_TOKEN
+def grown_tokens(size: int, known_bytes: int, known_tokens: int) -> int:
+    """The tokens of a request of `size` encoded bytes, estimated from the one before it in the
+    conversation: its reported count, plus what was added since at BYTES_PER_TOKEN. The added part
+    (an answer, tool results) is mostly text, which a tokenizer counts more sparsely than the tool
+    schemas of the prefix."""
+    return known_tokens + max(size - known_bytes, 0) // BYTES_PER_TOKEN
 
 
 def compaction_failed(error: Exception) -> str:

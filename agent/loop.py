@@ -60,7 +60,7 @@ from hotloop.agent.step import CANCELLED_RESULT, ArgumentError, StepAccumulator,
 from hotloop.agent.switching import CacheWarmth
 from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, ToolRegistry, call_key, cap_output
 from hotloop.providers.base import Provider
-from hotloop.providers.conversation import ChatRequest, Message, ToolCall, ToolResultMessage, UserMessage, repaired
+from hotloop.providers.conversation import Message, ToolCall, ToolResultMessage, UserMessage, repaired
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import ProviderWarning, ServerHint, StreamStarted, ToolCallReady
 from hotloop.providers.lanes import Lanes
@@ -231,8 +231,6 @@ class Agent:
         try:
             while True:
                 steps += 1
-                if steps > 1:
-                    await self._compact_if_full(steps)
                 if not await self._step(turn, steps):
                     if self._last_finish == "length":
                         reason = "cut_off"
@@ -300,8 +298,9 @@ class Agent:
         self.emit(compacted)
         return compacted
 
-    async def _compact_if_full(self, step: int) -> None:
-        """Inside a turn: compact before a step whose request would fill `compact_at` of the window.
+    async def _compacted_if_full(self, step: int, size: int) -> bool:
+        """Inside a turn: compact before a step whose request (`size` bytes encoded) would fill `compact_at` of the
+        window; True if it did.
 
         Tool results grow a long turn past the window with no turn boundary in sight, so the check
         is per step, on the request as it would go (the last step's count plus what was added since).
@@ -310,12 +309,11 @@ class Agent:
         in a loop (a tool result too long for any summary to help); the server's refusal says so.
         """
         window = self.context_window()
-        if self.compact_at is None or self._sized is None or not window or self._compacted_before == step - 1:
-            return
-        self._repair()
-        estimate = grown_tokens(self._builder.request(self.messages, self.max_tokens, self.cache_key), *self._sized)
-        if estimate < self.compact_at * window:
-            return
+        if step == 1 or self.compact_at is None or self._sized is None or not window:
+            return False
+        estimate = grown_tokens(size, *self._sized)
+        if estimate < self.compact_at * window or self._compacted_before == step - 1:
+            return False
         self.emit(
             Notice(
                 level="info",
@@ -328,6 +326,8 @@ class Agent:
             await self.compact("auto", estimate, window)
         except ProviderError as error:
             self.emit(Notice(level="error", message=compaction_failed(error)))
+            return False
+        return True
 
     def _finish(self, turn: int, reason: TurnEnd, steps: int, started: float) -> TurnFinished:
         finished = TurnFinished(turn=turn, reason=reason, steps=steps, wall=time.perf_counter() - started)
@@ -340,6 +340,9 @@ class Agent:
         self._using = (self.provider.name, self.provider.model)
         request = self._builder.request(self.messages, self.max_tokens, self.cache_key)
         size = len(msgspec.json.encode(request))
+        if await self._compacted_if_full(step, size):
+            request = self._builder.request(self.messages, self.max_tokens, self.cache_key)
+            size = len(msgspec.json.encode(request))
         if self.prefetcher is not None:
             self.prefetcher.start(self._prefetch_context)  # runs while the model prefills and decodes
         fingerprint = self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
@@ -348,7 +351,7 @@ class Agent:
                 turn=turn, step=step, provider=self.provider.name, model=self.provider.model, fingerprint=fingerprint
             )
         )
-        self._warn_if_too_long(step, request)
+        self._warn_if_too_long(step, size)
         stream = StepAccumulator(started=time.perf_counter())
         phase = _ToolPhase()
         early: dict[str, asyncio.Task[ToolResultMessage]] = {}
@@ -416,12 +419,12 @@ class Agent:
         )
         return bool(stream.calls)
 
-    def _warn_if_too_long(self, step: int, request: ChatRequest) -> None:
+    def _warn_if_too_long(self, step: int, size: int) -> None:
         """Say so before a request the model's context can't hold, estimated from the last step's count."""
         window = self.context_window()
         if self._sized is None or not window:
             return
-        estimate = grown_tokens(request, *self._sized)
+        estimate = grown_tokens(size, *self._sized)
         reserved = f" + {self.max_tokens:,} reserved for the answer" if self.max_tokens else ""
         if estimate + (self.max_tokens or 0) > window:
             self.emit(
