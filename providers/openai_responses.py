@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -36,6 +36,7 @@ from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
+    ProviderWarning,
     ReasoningDelta,
     ReasoningItemDone,
     TextDelta,
@@ -151,7 +152,7 @@ class OpenAIResponsesProvider(SdkProvider):
         async with aclosing(self.stream_data(body, request.cache_key)) as stream:
             async for data in stream:
                 if isinstance(data, bytes):
-                    for event in parser.feed(self._event(data)):
+                    for event in parser.feed(data):
                         yield event
                 else:
                     yield data
@@ -159,13 +160,6 @@ class OpenAIResponsesProvider(SdkProvider):
             yield event
         if self._stored and parser.response_id:
             self._last = (parser.response_id, request.messages)
-
-    def _event(self, data: bytes) -> StreamEvent:
-        try:
-            return _decode_event(data)
-        except msgspec.DecodeError as error:
-            shown = data[:120].decode(errors="replace")
-            raise StreamInterrupted(f"{self.where} sent a malformed event ({error}): {shown}") from None
 
 
 def render_tool(tool: ToolSpec) -> dict[str, Any]:
@@ -199,15 +193,19 @@ def render_items(message: Message) -> bytes:
 
 
 class StreamEvent(msgspec.Struct, gc=False):
-    """The parts of a Responses stream event hotloop reads; everything else is ignored."""
+    """The parts of a Responses stream event hotloop reads; everything else is ignored.
+
+    `item` and `response` stay as sent: a reasoning item goes back verbatim, and a response is
+    read only by the events that end one.
+    """
 
     type: str
-    delta: str | None = None
-    item_id: str | None = None
-    arguments: str | None = None
-    item: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # as sent: a reasoning item goes back verbatim
-    response: dict[str, Any] | None = None
-    message: str | None = None  # an `error` event's
+    delta: str = ""
+    item_id: str = ""
+    arguments: str = ""
+    item: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    response: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    message: str = ""  # an `error` event's
     code: str | None = None
 
 
@@ -216,29 +214,129 @@ class _Item(msgspec.Struct, gc=False):
     id: str = ""
     call_id: str = ""
     name: str = ""
+    arguments: str | None = None  # a function call's, whole, once it is done
 
 
+class _Response(msgspec.Struct, gc=False):
+    id: str = ""
+    status: str = ""
+    usage: dict[str, Any] | None = None
+    incomplete_details: dict[str, Any] | None = None
+    error: Any = None  # read only to say why a response failed, whatever its shape
+
+
+_S = TypeVar("_S", bound=msgspec.Struct)
 _decode_event = msgspec.json.Decoder(StreamEvent).decode
-_decode_item = msgspec.json.Decoder(_Item).decode
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+# The events the parser reads: any other, however malformed, is ignored.
+_READ = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "error",
+    }
+)
+
+
+def _read_as(data: bytes | msgspec.Raw, kind: type[_S], at: str = "") -> tuple[_S | None, list[str]]:
+    """`data` (valid JSON) as `kind`, with each field of the wrong JSON type left at its default, and what was
+    wrong (`at` names where `data` sits); None if not even that can be read."""
+    try:
+        return msgspec.json.decode(data, type=kind), []
+    except msgspec.ValidationError:
+        pass
+    try:
+        fields = _decode_fields(data)
+    except msgspec.ValidationError as error:
+        return None, [f"`{at}`: {_described(error)}" if at else _described(error)]
+    kept: dict[str, Any] = {}
+    problems = []
+    for field in msgspec.structs.fields(kind):
+        name = f"{at}.{field.encode_name}" if at else field.encode_name
+        try:
+            if field.encode_name in fields:
+                kept[field.name] = msgspec.json.decode(fields[field.encode_name], type=field.type)
+            elif field.required:
+                problems.append(f"`{name}` is missing")
+        except msgspec.ValidationError as error:
+            problems.append(f"`{name}`: {_described(error)}")
+    try:
+        return kind(**kept), problems
+    except TypeError:  # a required field is missing or unreadable
+        return None, problems
+
+
+def _described(error: msgspec.ValidationError) -> str:
+    text = str(error)
+    return text[:1].lower() + text[1:]
+
+
+def _reason(error: object) -> str:
+    """Why a response failed, from its `error` of any shape."""
+    message = error.get("message") if isinstance(error, dict) else error
+    return message if isinstance(message, str) and message else "no reason given"
+
+
+class _Call:
+    __slots__ = ("call_id", "index", "name", "parts", "ready")
+
+    def __init__(self, index: int, call_id: str, name: str) -> None:
+        self.index = index
+        self.call_id = call_id
+        self.name = name
+        self.parts: list[str] = []
+        self.ready = False
 
 
 class ResponsesParser:
-    """Turns Responses stream events into model events.
+    """Turns Responses stream events (each event's JSON) into model events.
 
-    A function call is ready at its `function_call_arguments.done`: early dispatch starts it
-    there, while the model may still write other calls or text.
+    A function call is ready at its `function_call_arguments.done` or its `output_item.done`,
+    whichever comes first (llama.cpp sends only the latter): early dispatch starts it there,
+    while the model may still write other calls or text. A call never closed is ready when the
+    response ends, with the arguments streamed so far, so that one the output limit cut off is
+    reported, not dropped. A malformed event is one warning that names it, and the stream goes on.
     """
 
     def __init__(self, cache_min_tokens: int | None = None, where: str = "the server") -> None:
         self._cache_min_tokens = cache_min_tokens
         self._where = where
-        self._calls: dict[str, tuple[int, str, str]] = {}  # by item id: index, call id, name
+        self._calls: dict[str, _Call] = {}  # by item id
+        self._started: list[_Call] = []
         self._ids = CallIds(where)
         self._finished = False
+        self._said: set[str] = set()  # warnings given: a server that mangles every delta is said once
         self.response_id = ""  # the completed response's, to continue it
         self._streamed = 0  # characters of text, reasoning and arguments, to check the usage against
 
-    def feed(self, event: StreamEvent) -> list[ModelEvent]:
+    def feed(self, data: bytes) -> list[ModelEvent]:
+        problems: list[str] = []
+        try:
+            event = _decode_event(data)
+        except msgspec.ValidationError:
+            salvaged, problems = _read_as(data, StreamEvent)
+            if salvaged is None:
+                return self._warned("an unreadable event", problems, "it")
+            event = salvaged
+        except msgspec.DecodeError as error:
+            shown = data[:120].decode(errors="replace")
+            raise StreamInterrupted(f"{self._where} sent a malformed event ({error}): {shown}") from None
+        if event.type not in _READ:
+            return []
+        events = self._read(event, problems)
+        if problems:
+            events[:0] = self._warned(f"a malformed {event.type} event", problems, "what it couldn't read")
+        return events
+
+    def _read(self, event: StreamEvent, problems: list[str]) -> list[ModelEvent]:
+        """The event's model events; what of it can't be read goes into `problems`."""
         kind = event.type
         if kind == "response.output_text.delta" and event.delta:
             self._streamed += len(event.delta)
@@ -246,50 +344,102 @@ class ResponsesParser:
         if kind == "response.reasoning_summary_text.delta" and event.delta:
             self._streamed += len(event.delta)
             return [ReasoningDelta(event.delta)]
-        if kind == "response.output_item.added" and event.item:
-            return self._item_added(_decode_item(event.item))
-        if kind == "response.function_call_arguments.delta" and event.delta and event.item_id in self._calls:
-            index, call_id, _ = self._calls[event.item_id]
+        if kind == "response.output_item.added":
+            item = self._item(event.item, problems)
+            return self._start(item) if item is not None and item.type == "function_call" else []
+        if kind == "response.function_call_arguments.delta":
+            call = self._call(event.item_id, problems)
+            if call is None or call.ready or not event.delta:
+                return []
+            call.parts.append(event.delta)
             self._streamed += len(event.delta)
-            return [ToolCallArgsDelta(index, call_id, event.delta)]
-        if kind == "response.function_call_arguments.done" and event.item_id in self._calls:
-            index, call_id, name = self._calls[event.item_id]
-            return [ToolCallReady(index, call_id, name, event.arguments or "")]
-        if kind == "response.output_item.done" and event.item:
-            if _decode_item(event.item).type == "reasoning":
-                return [ReasoningItemDone(bytes(event.item).decode())]
-            return []
+            return [ToolCallArgsDelta(call.index, call.call_id, event.delta)]
+        if kind == "response.function_call_arguments.done":
+            call = self._call(event.item_id, problems)
+            return self._ready(call, event.arguments) if call is not None else []
+        if kind == "response.output_item.done":
+            return self._item_done(event.item, problems)
         if kind in ("response.completed", "response.incomplete"):
-            return self._ended(event.response or {})
+            return self._ended(kind, self._response(event.response, problems))
         if kind == "response.failed":
-            error = (event.response or {}).get("error") or {}
-            raise StreamInterrupted(f"{self._where} response failed: {error.get('message', 'no reason given')}")
+            error = self._response(event.response, problems).error
+            raise StreamInterrupted(f"{self._where} response failed: {_reason(error)}")
         if kind == "error":
             raise StreamInterrupted(f"{self._where} stream failed: {event.message or event.code or 'no reason given'}")
         return []
 
-    def _item_added(self, item: _Item) -> list[ModelEvent]:
-        if item.type != "function_call":
+    def _warned(self, what: str, problems: list[str], skipped: str) -> list[ModelEvent]:
+        message = f"{self._where} sent {what} ({'; '.join(problems)}); hotloop skipped {skipped}"
+        if message in self._said:
             return []
+        self._said.add(message)
+        return [ProviderWarning(message)]
+
+    def _item(self, raw: msgspec.Raw, problems: list[str]) -> _Item | None:
+        """The event's item, if it can be read whole: a call with its id or name lost is no call to start."""
+        if not raw:
+            problems.append("no `item`")
+            return None
+        item, found = _read_as(raw, _Item, "item")
+        problems += found
+        return None if found else item
+
+    def _response(self, raw: msgspec.Raw, problems: list[str]) -> _Response:
+        if not raw:
+            problems.append("no `response`")
+            return _Response()
+        response, found = _read_as(raw, _Response, "response")
+        problems += found
+        return response or _Response()
+
+    def _call(self, item_id: str, problems: list[str]) -> _Call | None:
+        call = self._calls.get(item_id)
+        if call is None and item_id:
+            problems.append(f"no function call has the `item_id` {item_id!r}")
+        return call
+
+    def _start(self, item: _Item) -> list[ModelEvent]:
         call_id, repeated = self._ids.unique(item.call_id or item.id)
-        self._calls[item.id] = (len(self._calls), call_id, item.name)
-        started = ToolCallStarted(len(self._calls) - 1, call_id, item.name)
+        call = self._calls[item.id] = _Call(len(self._started), call_id, item.name)
+        self._started.append(call)
+        started = ToolCallStarted(call.index, call_id, item.name)
         return [started] if repeated is None else [repeated, started]
 
-    def _ended(self, response: dict[str, Any]) -> list[ModelEvent]:
+    def _item_done(self, raw: msgspec.Raw, problems: list[str]) -> list[ModelEvent]:
+        item = self._item(raw, problems)
+        if item is None:
+            return []
+        if item.type == "reasoning":
+            return [ReasoningItemDone(bytes(raw).decode())]
+        if item.type != "function_call":
+            return []
+        events = [] if item.id in self._calls else self._start(item)
+        return events + self._ready(self._calls[item.id], item.arguments)
+
+    def _ready(self, call: _Call, arguments: str | None) -> list[ModelEvent]:
+        """The call ready, once: with the arguments the closing event gives, else those streamed."""
+        if call.ready:
+            return []
+        call.ready = True
+        if arguments and not call.parts:
+            self._streamed += len(arguments)
+        return [ToolCallReady(call.index, call.call_id, call.name, arguments or "".join(call.parts))]
+
+    def _ended(self, kind: str, response: _Response) -> list[ModelEvent]:
         self._finished = True
-        self.response_id = str(response.get("id") or "")
+        self.response_id = response.id
         events: list[ModelEvent] = []
-        usage = response.get("usage")
-        if isinstance(usage, dict):
-            ledger = UsageLedger.from_openai_responses(usage).checked(self._streamed)
-            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=usage))
-        details = response.get("incomplete_details")
-        if response.get("status") == "incomplete":
-            reason = details.get("reason") if isinstance(details, dict) else None
+        if response.usage is not None:
+            ledger = UsageLedger.from_openai_responses(response.usage).checked(self._streamed)
+            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=response.usage))
+        if kind == "response.incomplete" or response.status == "incomplete":
+            reason = (response.incomplete_details or {}).get("reason")
             events.append(Finished(_INCOMPLETE.get(str(reason), "length")))
         else:
-            events.append(Finished("tool_calls" if self._calls else "stop"))
+            events.append(Finished("tool_calls" if self._started else "stop"))
+        # After `Finished`: a call the output limit cut off is then never started early.
+        for call in self._started:
+            events += self._ready(call, None)
         return events
 
     def finish(self) -> list[ModelEvent]:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import pytest
+from aiohttp import web
 from test_openai_fixtures import sse_file
 
-from hotloop.agent.events import StepFinished
+from hotloop.agent.events import ResponseFinished, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
@@ -33,7 +39,7 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
 
-from support import Recorder, serve_events, sim_with_scenario
+from support import Recorder, serve_events, serving, sim_with_scenario
 
 CALL = "call_HQHdUC4vy1PBrZTJ85nBHmeQ"
 TOOL = ToolSpec(
@@ -168,3 +174,95 @@ async def test_with_previous_response_id_a_request_sends_only_what_it_adds(tmp_p
     assert [item["type"] for item in bodies[3]["input"]] == whole
     steps = recorder.of(StepFinished)
     assert steps[1].usage.cache_read >= steps[0].usage.prompt_total - 32  # the stored conversation is cached
+
+
+def sse(*events: dict[str, Any]) -> list[bytes]:
+    return [f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events]
+
+
+def call_item(name: str, arguments: str = "") -> dict[str, Any]:
+    return {"id": "fc_1", "type": "function_call", "arguments": arguments, "call_id": "call_1", "name": name}
+
+
+def ended(status: str, **fields: Any) -> dict[str, Any]:
+    usage = {"input_tokens": 40, "output_tokens": 12}
+    return {"type": f"response.{status}", "response": {"id": "resp_1", "status": status, "usage": usage, **fields}}
+
+
+ADDED = {"type": "response.output_item.added", "output_index": 0, "item": call_item("get_capital")}
+DELTA = {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": '{"country":"France"}'}
+ARGUMENTS_DONE = {
+    "type": "response.function_call_arguments.done",
+    "item_id": "fc_1",
+    "arguments": '{"country":"France"}',
+}
+ITEM_DONE = {"type": "response.output_item.done", "output_index": 0, "item": call_item("get_capital", DELTA["delta"])}
+
+
+@pytest.mark.parametrize(
+    "closing",
+    [[ITEM_DONE], [ARGUMENTS_DONE, ITEM_DONE], [ITEM_DONE, ARGUMENTS_DONE]],
+    ids=["output_item.done alone (llama.cpp)", "arguments.done first", "output_item.done first"],
+)
+async def test_a_call_is_ready_once_at_whichever_closing_event_comes_first(closing: list[dict[str, Any]]) -> None:
+    events = await stream_fixture(sse(ADDED, DELTA, *closing, ended("completed")))
+
+    ready = [event for event in events if isinstance(event, ToolCallReady)]
+    assert [(r.call_id, r.name, r.arguments) for r in ready] == [("call_1", "get_capital", '{"country":"France"}')]
+    assert events.index(ready[0]) < [type(event) for event in events].index(Finished)  # early dispatch can start it
+
+
+@asynccontextmanager
+async def serve_streams(streams: list[list[bytes]], bodies: list[bytes]) -> AsyncIterator[str]:
+    """A Responses endpoint that answers each request with the next of `streams`, keeping each request's body."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.read())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"".join(streams[len(bodies) - 1]))
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", handler)
+    async with serving(app) as url:
+        yield url
+
+
+@pytest.mark.parametrize(
+    ("ending", "finish_reason", "said"),
+    [
+        (
+            ended("incomplete", incomplete_details={"reason": "max_output_tokens"}),
+            "length",
+            "cut off by the output limit",
+        ),
+        (ended("completed"), "tool_calls", "are not valid JSON"),
+    ],
+    ids=["incomplete", "completed"],
+)
+async def test_a_call_whose_arguments_never_complete_is_reported_not_dropped(
+    workspace: Path, ending: dict[str, Any], finish_reason: str, said: str
+) -> None:
+    """Announced, half written, never closed: the call is not run, its result says why (as on Chat Completions and
+    Anthropic), and it goes back with `{}` as its arguments, its result beside it."""
+    half = {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": '{"path": "READ'}
+    answer = {"type": "response.output_text.delta", "delta": "Understood."}
+    streams = [sse({**ADDED, "item": call_item("read_file")}, half, ending), sse(answer, ended("completed"))]
+    bodies: list[bytes] = []
+    recorder = Recorder()
+    async with serve_streams(streams, bodies) as base_url:
+        provider = OpenAIResponsesProvider(name="fixture", model="m", base_url=base_url, max_retries=0)
+        agent = Agent(provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace)
+        try:
+            assert (await agent.run_turn("read the readme")).reason == "answer"
+        finally:
+            await provider.aclose()
+
+    assert recorder.of(ResponseFinished)[0].finish_reason == finish_reason
+    [result] = recorder.of(ToolFinished)
+    assert result.status == "error" and said in result.result and '{"path": "READ' in result.result
+    sent = msgspec.json.decode(bodies[1])["input"]
+    assert sent[-2] == {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{}"}
+    assert sent[-1]["type"] == "function_call_output" and said in sent[-1]["output"]
