@@ -313,7 +313,7 @@ def _session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
         default=[],
         type=_rule,
         metavar="RULE",
-        help="allow calls like this without asking: TOOL or TOOL:PATTERN, e.g. 'run_shell:pytest*' (repeatable)",
+        help="allow calls like this without asking: TOOL or TOOL:PATTERN, e.g. 'run_shell:pytest *' (repeatable)",
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -359,14 +359,13 @@ def _options(args: argparse.Namespace, prefix: str) -> SessionOptions:
 
 
 def _rule(text: str) -> str:
-    """`run_shell:pytest*`: a tool's name, then what its command, path or arguments must match."""
-    import re
+    """`run_shell:pytest *`: a tool's name, then what its commands, path or arguments must match."""
+    from hotloop.agent.rules import check_rule
 
-    from hotloop.agent.approvals import RULE
-
-    if not re.match(RULE, text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not TOOL or TOOL:PATTERN (e.g. 'run_shell:pytest*')")
-    return text
+    try:
+        return check_rule(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _timeout(text: str) -> tuple[float, float]:
@@ -585,6 +584,8 @@ def _sim_serve(args: argparse.Namespace) -> int:
         faults = parse_faults(args.fault)
     except ScenarioError as error:
         raise UsageError(str(error)) from None
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port} is not a port: give 0 to 65535 (0 picks a free one)")
     config = SimConfig(
         cache_blocks=args.cache_blocks,
         scenario=scenario,

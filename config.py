@@ -33,6 +33,7 @@ from hotloop.providers.anthropic import BREAKPOINT_LIMIT, DEFAULT_MAX_TOKENS
 from hotloop.providers.errors import MissingApiKey
 from hotloop.providers.sim import defaults as sim
 from hotloop.providers.transport import RequestTimeout
+from hotloop.secret_policy import is_secret_name, secret_values
 
 OPENAI_URL = "https://api.openai.com/v1"
 # openai: any OpenAI-compatible server; anthropic: any Anthropic-compatible one; sim and
@@ -318,8 +319,12 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         )
 
     def secrets(self) -> list[str]:
-        """The values of every key variable that is set: what logs and error lines must never show."""
-        return [value for name in self.key_env_names() if (value := os.environ.get(name))]
+        """What logs and error lines must never show: the keys' values and the environment's other secrets.
+
+        The others are what `secret_policy` calls secret: a secret-named variable's value, a URL's password.
+        """
+        keys = [value for name in sorted(self.key_env_names()) if (value := os.environ.get(name))]
+        return list(dict.fromkeys([*keys, *secret_values(os.environ)]))
 
     def key_env_names(self) -> set[str]:
         """Every environment variable that holds a secret: a provider key, configured or default, or an MCP header's."""
@@ -383,6 +388,7 @@ class _Loader:
         servers = tuple(self.mcp_server(name, raw) for name, raw in self.named(top, "mcp").items())
         given = {**top, "path": self.path, "loaded": True, "providers": providers, "tiers": tiers, "mcp": servers}
         config = self.convert(given, Config, "")
+        self.shell_env(config)
         if config.default_provider not in providers:
             raise self.fail(
                 "default_provider",
@@ -440,6 +446,18 @@ class _Loader:
             )
             settings = structs.replace(settings, cache_breakpoints=BREAKPOINT_LIMIT)
         return settings
+
+    def shell_env(self, config: Config) -> None:
+        """`[shell] env` never names a key hotloop holds; a secret-named variable is passed, with a warning."""
+        if keys := sorted(set(config.shell.env) & config.key_env_names()):
+            raise self.fail(
+                "shell.env", f"must not name {', '.join(keys)}: commands never get hotloop's provider or MCP keys"
+            )
+        if named := [name for name in config.shell.env if is_secret_name(name)]:
+            self.warnings.append(
+                f"config {self.path}: shell.env passes {', '.join(named)} to every command, and so maybe to the "
+                "model (named like a secret; the session log masks its value)"
+            )
 
     def tier(self, name: str, raw: Any, providers: dict[str, ProviderSettings]) -> Tier:
         where = f"tiers.{name}"

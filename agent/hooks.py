@@ -4,8 +4,12 @@ The shape Claude Code, Codex, Crush and Goose share. Each `[[hooks]]` entry name
 (`PreToolUse`, `PostToolUse`, `UserPromptSubmit`, `Stop`), for the tool events a `matcher` on the
 tool's name (a regular expression over the whole name like `edit_file|write_file`, or a glob like
 `read_*`; empty or `*` for every tool), a `command` and a `timeout`. The command runs with
-`/bin/sh -c` in the workspace, in a process group of its own, with hotloop's environment minus
-the provider key variables, and gets the event as JSON on stdin (Claude Code's fields).
+`/bin/sh -c` in the workspace, in a process group of its own, and gets the event as JSON on stdin
+(Claude Code's fields). Its environment is run_shell's allowlist (`secret_policy.PASSED`: PATH,
+HOME, the locale, toolchain roots, …) plus the desktop session (DISPLAY, DBUS_SESSION_BUS_ADDRESS,
+…), so a hook can notify the user; never a credential, nor an agent's socket. A hook is the
+user's own command, but it often runs what the model wrote (tests after an edit), so it gets no
+more than that; one that needs a secret reads it from a file of its own.
 
 What it answers, as Claude Code reads it: exit 0 is fine, unless stdout holds a JSON decision
 (`{"decision": "block", "reason": …}`, or `hookSpecificOutput.permissionDecision` `deny` or
@@ -33,6 +37,7 @@ from typing import Annotated, Any, Literal
 from msgspec import Meta, Struct
 
 from hotloop.agent.text import inert
+from hotloop.secret_policy import DESKTOP, allowed_environment
 
 Event = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop"]
 # "": the hook had no say; "allow" and "ask" are PreToolUse's permission decisions; "deny" stops it.
@@ -120,7 +125,8 @@ class Hooks:
         self.hooks = tuple(hooks)
         self.workspace = workspace
         self.session_id = session_id
-        self._env = {key: value for key, value in os.environ.items() if key not in hidden_env}
+        passed = allowed_environment(os.environ, DESKTOP)
+        self._env = {key: value for key, value in passed.items() if key not in hidden_env} | {"PWD": str(workspace)}
 
     async def pre_tool_use(self, tool: str, arguments: str) -> HookOutcome:
         """Before a call runs: a `deny` outcome's reason is the call's error result."""

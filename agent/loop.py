@@ -22,7 +22,7 @@ from typing import Literal
 
 import msgspec
 
-from hotloop.agent.approvals import Approvals, Request, Verdict, subject_of
+from hotloop.agent.approvals import Approvals, Verdict, subject_of
 from hotloop.agent.cache_explainer import CacheExplainer
 from hotloop.agent.compaction import (
     compacted_messages,
@@ -565,28 +565,30 @@ class Agent:
     async def _approval(self, call: ToolCall, tool: Tool, hooked: str) -> str | None:
         """None if the call may run, else why not; the decision goes to the log, and a question to the user.
 
-        A PreToolUse hook's `allow` answers for the user (deny rules still hold); its `ask` asks whatever rules allow.
+        A PreToolUse hook's `allow` answers for the user (deny rules, and the question about a write inside .git/,
+        still hold); its `ask` asks whatever rules allow.
         """
         try:
             arguments = parse_arguments(call)
         except ArgumentError:
             return None  # it can't run as written: `_invoke` says why
-        subject = subject_of(call.name, arguments)
         try:
             # Shown in the pane whoever decides (the diff an edit makes), and asked about if no rule decides.
             preview = await tool.preview(arguments, self._context_for(call)) if tool.preview is not None else ""
+            subject = subject_of(tool, arguments, self.workspace)
         except ToolError as error:
             return str(error)  # it would fail as written (no such text to replace): nothing to approve
         verdict = self.approvals.ruling(tool, subject)
-        if hooked == "allow" and (verdict is None or verdict.allowed):
+        if hooked == "allow" and (verdict is None or verdict.allowed) and not subject.inside_git:
             verdict = Verdict(True, "a PreToolUse hook")
         elif hooked == "ask" and verdict is not None and verdict.allowed:
             verdict = None
         if verdict is None and self.approvals.ask is None:
             verdict = self.approvals.refusal(tool, subject)
         elif verdict is None:
-            self.emit(ApprovalAsked(call_id=call.id, name=call.name, subject=subject, preview=preview))
-            verdict = await self.approvals.ask_user(Request(call.id, call.name, subject, preview))
+            request = self.approvals.request(call.id, call.name, subject, preview)
+            self.emit(ApprovalAsked(call_id=call.id, name=call.name, subject=subject.text, preview=preview))
+            verdict = await self.approvals.ask_user(request)
         self.emit(
             ApprovalDecided(
                 call_id=call.id,

@@ -44,7 +44,11 @@ class Runtime:
 
     def __init__(self, config: Config, read_only: bool = False) -> None:
         self.config = config
-        acting = [*edit_tools(), shell_tool(config.shell, config.key_env_names())]
+        # hotloop's own files, wherever they sit: out of every write tool's reach, and read-only in the sandbox.
+        config_file, data = paths.config_file(), paths.data_dir()
+        own = {config_file: "config file (its hooks run commands)", data: "data folder (session logs)"}
+        kept = [*([config_file] if config_file.exists() else []), config_file.parent, data]
+        acting = [*edit_tools(own), shell_tool(config.shell, config.key_env_names(), kept)]
         self.tools = ToolRegistry([*builtin_tools(), *acting], read_only=read_only)
         self.simulator: EmbeddedSimulator | None = None
         self._providers: dict[tuple[str, str | None], Provider] = {}
@@ -264,8 +268,11 @@ class Runtime:
     async def aclose(self) -> None:
         if self._bridge is not None:
             await self._bridge.aclose()
-        for discovery in self._discoveries.values():
+        discoveries = list(self._discoveries.values())
+        for discovery in discoveries:
             discovery.cancel()
+        # Ended before the clients close: one between two of its requests would send the next on a closed client.
+        await asyncio.gather(*discoveries, return_exceptions=True)
         for provider in [*self._providers.values(), *self._helpers.values()]:
             await provider.aclose()
         if self.simulator is not None:

@@ -5,6 +5,12 @@ For each stream (the answer, the reasoning, a call's arguments, a tool's output)
 holds back the end of the text while it could be the start of a secret, and lets it go once
 it can't, or masked once it is one. A held piece is written before the next event that is
 not part of a stream, so nothing is lost and the order stays.
+
+The secrets are the config's `secrets()`: the provider and MCP keys, and whatever
+`secret_policy` calls secret in the environment (a secret-named variable's value, a URL's
+password). A value is replaced wherever it occurs, so one too short or plain to tell from
+ordinary text (a local server's "EMPTY" key, "true", "us") is not masked
+(`secret_policy.maskable`): it would blank out every such word of the conversation.
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ import msgspec
 
 from hotloop.agent.events import AgentEvent, ToolOutput
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta
+from hotloop.secret_policy import maskable
 
 MASK = "[redacted]"
-MIN_SECRET = 4
 _STREAMED = (TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput)
 _Streamed = TextDelta | ReasoningDelta | ToolCallArgsDelta | ToolOutput
 
@@ -41,7 +47,8 @@ class Masker:
     """Turns the events to log into events without `secrets`."""
 
     def __init__(self, secrets: list[str]) -> None:
-        self.secrets = [secret for secret in secrets if len(secret) >= MIN_SECRET]
+        # Longest first: a URL goes whole before its password alone is looked for.
+        self.secrets = sorted((secret for secret in set(secrets) if maskable(secret)), key=len, reverse=True)
         self._encoded = [(secret.encode(), MASK.encode()) for secret in self.secrets]
         self._held: dict[tuple[str, str], tuple[_Streamed, str]] = {}  # stream -> (its last event, text held)
 

@@ -12,7 +12,7 @@ from hotloop.sessions.store import read_session
 from hotloop.tui.items import ToolCallsItem
 from hotloop.tui.live_panes import LivePane
 
-from tui_support import drawn, idle, live_panes, press, running_app, send, wait_until, write_config
+from tui_support import answer, drawn, idle, live_panes, press, running_app, send, wait_until, write_config
 
 
 def shell(*commands: str) -> dict[str, Any]:
@@ -41,8 +41,7 @@ async def test_an_edit_shows_its_diff_and_waits_for_approval(isolated_home: Path
         await wait_until(lambda: "+fast, and it says why" in drawn(app))  # the diff shows in the pane
         assert diff.startswith("--- a/README.md\n+++ b/README.md\n") and "-fast\n+fast, and it says why" in diff
         assert readme.read_text() == "# hotloop\n\nfast\n"  # nothing written before the answer
-        await wait_until(lambda: type(app.focused).__name__ == "AnswerList")  # the answer's keys are the bar's
-        press(app, "y")
+        await answer(app, "y")  # the answer's keys are the bar's
         await idle(app, pilot)
         assert readme.read_text() == "# hotloop\n\nfast, and it says why\n"
         (item,) = [i for i in app.transcript.history.items if isinstance(i, ToolCallsItem)]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hotloop.agent.approvals import ApprovalRules, Approvals, Reply, Request, rule_for
+from hotloop.agent.approvals import ApprovalRules, Approvals, Reply, Request, session_rules, subject_of
 from hotloop.agent.events import ApprovalAsked, ApprovalDecided, ToolFinished, ToolStarted
 from hotloop.agent.tools.registry import Tool, ToolContext
 
@@ -98,7 +98,7 @@ async def test_always_for_this_session_stops_the_next_identical_ask(tmp_path: Pa
     assert [e.preview for e in recorder.of(ApprovalAsked)] == ["$ pytest -q", "$ make"]
     assert [d.by for d in recorder.of(ApprovalDecided)] == [
         "you, for this session",
-        f"rule {rule_for('run_shell', 'pytest -q')}",
+        "rule run_shell:pytest -q",
         "you, for this session",
     ]
 
@@ -178,9 +178,11 @@ async def test_cancelling_the_turn_while_a_call_waits_gives_it_a_cancelled_resul
 
 
 def test_an_exact_rule_matches_only_its_own_subject() -> None:
-    rule = rule_for("run_shell", "ls *.py")
+    tool = acting([])
+    subject = subject_of(tool, {"command": "ls *.py"}, Path("."))
+    (rule,) = session_rules("run_shell", subject)
+    assert rule == "run_shell:ls '[*].py'"
     approvals = Approvals()
     approvals.allow(rule)
-    tool = acting([])
-    assert approvals.ruling(tool, "ls *.py") is not None
-    assert approvals.ruling(tool, "ls secret.py") is None
+    assert approvals.ruling(tool, subject) is not None
+    assert approvals.ruling(tool, subject_of(tool, {"command": "ls secret.py"}, Path("."))) is None

@@ -191,7 +191,10 @@ def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isol
         ],
     )
     write_config(isolated_home, f'tool_timeout = 0.5\n{FAST_SIM}scenario = "{scenario}"\n')
-    code = main(["run", "--mcp", f"{sys.executable} {MCP_SERVER}", "--mcp", "/nonexistent/server --stdio", "go"])
+    # --yes: a server's readOnlyHint is believed only when the config trusts it, and these servers come from --mcp.
+    code = main(
+        ["run", "--yes", "--mcp", f"{sys.executable} {MCP_SERVER}", "--mcp", "/nonexistent/server --stdio", "go"]
+    )
     out, err = capsys.readouterr()
 
     assert code == 0 and out.strip() == "survived"
@@ -345,4 +348,32 @@ def test_too_many_breakpoints_are_capped_with_a_warning(workspace, isolated_home
     assert main(["run", "--provider", "sim-anthropic", "hello"]) == 2
     assert one_line_error(capsys.readouterr().err).endswith(
         "providers.sim-anthropic.cache_ttl must be one of 5m, 1h (got '2h')"
+    )
+
+
+def test_an_unknown_model_at_a_base_url_is_one_line_every_time(workspace: Path, sim) -> None:
+    """The server's discovery runs beside the refusal; its client used to close under it mid-way, a 50-line
+    traceback about half the time. Six runs at once, each one line."""
+    command = ["run", "--provider", "openai", "--base-url", sim.base_url, "--model", "nosuchmodel", "hi"]
+    runs = [
+        subprocess.Popen([sys.executable, "-m", "hotloop", *command], stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    said = [(run.communicate(timeout=60)[1], run.returncode) for run in runs]
+    for err, code in said:
+        assert code == 1
+        assert one_line_error(err) == (
+            f"hotloop: unknown model 'nosuchmodel' at openai ({sim.base_url}) "
+            "(available: sim-balanced, sim-fast, sim-strong)"
+        )
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_sim_serve_on_a_port_that_cannot_be_is_one_line(workspace: Path, port: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hotloop", "sim", "serve", "--port", port], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert (
+        one_line_error(result.stderr) == f"hotloop: --port {port} is not a port: give 0 to 65535 (0 picks a free one)"
     )

@@ -143,15 +143,27 @@ async def test_the_event_arrives_as_claude_code_json_on_stdin(tmp_path: Path) ->
     assert received("Stop") == {**common, "hook_event_name": "Stop", "stop_hook_active": False}
 
 
-async def test_a_hook_runs_in_the_workspace_without_provider_keys(
+async def test_a_hook_runs_in_the_workspace_with_the_allowlist_and_the_desktop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    monkeypatch.setenv("HOTLOOP_HOOK_PROBE", "visible")
+    kept_out = {
+        "OPENAI_API_KEY": "sk-secret",
+        "GITHUB_PAT": "github-pat-value",
+        "DATABASE_URL": "postgres://app:hunter2x@db/app",
+        "NPM_AUTH": "npm-auth-value",
+        "DB_CREDENTIALS": "db-credentials-value",
+        "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
+        "HOTLOOP_HOOK_UNLISTED": "unlisted-value",
+    }
+    for name, value in kept_out.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DISPLAY", ":7")  # a hook may notify the user
+    monkeypatch.setenv("LANG", "C.UTF-8")
     probe = hooks(tmp_path, Hook(event="Stop", command="env > env.txt; pwd > pwd.txt"), hidden={"OPENAI_API_KEY"})
     await probe.stop()
     environment = (tmp_path / "env.txt").read_text()
-    assert "sk-secret" not in environment and "HOTLOOP_HOOK_PROBE=visible" in environment
+    assert not [value for value in kept_out.values() if value in environment]
+    assert {"DISPLAY=:7", "LANG=C.UTF-8", f"PATH={os.environ['PATH']}"} <= set(environment.splitlines())
     assert (tmp_path / "pwd.txt").read_text().strip() == os.path.realpath(tmp_path)
 
 

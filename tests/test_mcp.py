@@ -32,7 +32,7 @@ async def test_tools_join_sorted_and_run_through_the_agent(tmp_path: Path, monke
     notices: list[Notice] = []
     registry = ToolRegistry(builtin_tools())
     bridge = McpBridge(registry, notices.append, HIDDEN)
-    await bridge.start([McpServer("t", sys.executable, tuple(SERVER), {"FROM_CONFIG": "configured"})])
+    await bridge.start([McpServer("t", sys.executable, tuple(SERVER), {"FROM_CONFIG": "configured"}, trust_hints=True)])
     try:
         assert notices == []
         assert [tool.name for tool in registry] == ["add", "crash", "getenv", "grep", "list_dir", "nap", "read_file"]
@@ -105,7 +105,7 @@ async def test_a_server_that_dies_loses_its_tools() -> None:
     notices: list[Notice] = []
     registry = ToolRegistry(builtin_tools())
     bridge = McpBridge(registry, notices.append, HIDDEN)
-    await bridge.start([McpServer("t", sys.executable, tuple(SERVER))])
+    await bridge.start([McpServer("t", sys.executable, tuple(SERVER), trust_hints=True)])
     try:
         crash = registry.get("crash")
         assert crash is not None
@@ -124,7 +124,7 @@ FAULTS = str(Path(__file__).parent / "mcp_faults.py")
 async def started(mode: str, notices: list[Notice]) -> tuple[McpBridge, ToolRegistry]:
     registry = ToolRegistry()
     bridge = McpBridge(registry, notices.append, HIDDEN)
-    await bridge.start([McpServer("f", sys.executable, (FAULTS, mode))])
+    await bridge.start([McpServer("f", sys.executable, (FAULTS, mode), trust_hints=True)])
     return bridge, registry
 
 
@@ -191,5 +191,5 @@ async def test_a_flooding_tool_is_capped_and_its_server_stays(tmp_path: Path) ->
     calls = [{"name": "flood", "arguments": {}}, {"name": "echo", "arguments": {"text": "after the flood"}}]
     results = await run_through_agent(tmp_path, "floods", calls)
     assert results["flood"].status == "ok" and len(results["flood"].result) <= OUTPUT_LIMIT + 100
-    assert results["flood"].result.endswith("characters]")
+    assert "\n[output truncated: " in results["flood"].result
     assert results["echo"].result == "after the flood"

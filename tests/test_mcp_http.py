@@ -126,8 +126,8 @@ async def call(registry: ToolRegistry, name: str, arguments: dict[str, object] |
     return await tool.handler(arguments or {}, ToolContext("c", Path(".")))
 
 
-def http(url: str, **headers: str) -> McpServer:
-    return McpServer("web", url=url, headers_env=headers)
+def http(url: str, trust: bool = True, **headers: str) -> McpServer:
+    return McpServer("web", url=url, headers_env=headers, trust_hints=trust)
 
 
 async def test_tools_register_with_their_hints_and_run(web: HttpMcpServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,6 +144,20 @@ async def test_tools_register_with_their_hints_and_run(web: HttpMcpServer, monke
         }
         assert await call(registry, "look", {"q": "docs"}) == "saw docs"
         assert web.authorizations and set(web.authorizations) == {TOKEN}  # the variable's value, on every request
+    finally:
+        await bridge.aclose()
+
+
+async def test_a_servers_read_only_hint_counts_only_when_the_config_trusts_it(
+    web: HttpMcpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool that declares readOnlyHint but writes ran unasked, headless (issue 23, item 9): hints are untrusted."""
+    monkeypatch.setenv("WEB_MCP_AUTH", TOKEN)
+    bridge, registry, _ = await started([http(web.url, trust=False, Authorization="WEB_MCP_AUTH")])
+    try:
+        look = registry.get("look")
+        assert look is not None and (look.read_only, look.prefetch, look.side_effects) == (False, False, True)
+        assert look.destructive  # it claimed read-only, so it never said whether it destroys: asked every time
     finally:
         await bridge.aclose()
 

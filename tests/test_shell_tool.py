@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shlex
+import shutil
+import socket
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from hotloop.agent.tools.registry import ToolContext, ToolError
-from hotloop.agent.tools.sandbox import bwrap_argv, sandbox_problem
+from hotloop.agent.tools.processes import RUN_ID
+from hotloop.agent.tools.registry import OUTPUT_LIMIT, ToolContext, ToolError, cap_output
+from hotloop.agent.tools.sandbox import bwrap_argv, bwrap_problem, sandbox_problem
 from hotloop.agent.tools.shell import ShellSettings, sandbox_notice, shell_tool
+from hotloop.config import ConfigError, load_config
+from hotloop.secret_policy import PASSED
 
 from support import wait_until
 
@@ -117,15 +128,125 @@ async def test_what_is_left_in_the_background_is_stopped_when_the_command_ends(t
     await wait_until(lambda: dead(int(result.split("\n")[1])), timeout=5)
 
 
-async def test_the_environment_has_no_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-one")
+# Two processes that leave the call's process group: one `setsid -f`, one double-forked and setsid'd;
+# each writes its pid, and the command prints both once they have.
+ESCAPING = (
+    "setsid -f sh -c 'echo $$ > a.pid; exec sleep 300' >/dev/null 2>&1; "
+    "(setsid sh -c 'echo $$ > b.pid; exec sleep 300' >/dev/null 2>&1 &); "
+    "until [ -s a.pid ] && [ -s b.pid ]; do sleep 0.01; done; cat a.pid b.pid"
+)
+# While the shell runs, a child that also cleared its environment is still found, as the shell's descendant.
+ESCAPING_BARE = (
+    "setsid env -i sh -c 'echo $$ > c.pid; exec sleep 300' >/dev/null 2>&1 & "
+    f"{ESCAPING}; until [ -s c.pid ]; do sleep 0.01; done; cat c.pid"
+)
+needs_setsid = pytest.mark.skipif(shutil.which("setsid") is None, reason="setsid (util-linux) is not installed")
+
+
+def pids_in(text: str) -> list[int]:
+    return [int(line) for line in text.split("\n") if line.isdigit()]
+
+
+@needs_setsid
+async def test_what_left_the_group_is_stopped_when_the_command_ends(tmp_path: Path) -> None:
+    result = await run(tmp_path, ESCAPING)
+    assert result.startswith("exit 0 · ")
+    pids = pids_in(result)
+    assert len(pids) == 2
+    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+
+
+@needs_setsid
+async def test_what_left_the_group_is_stopped_at_a_timeout(tmp_path: Path) -> None:
+    with pytest.raises(ToolError) as error:
+        await run(tmp_path, f"{ESCAPING_BARE}; sleep 100", timeout=3)
+    assert str(error.value).startswith("timed out after 3 s; the command was killed\n")
+    pids = pids_in(str(error.value))
+    assert len(pids) == 3
+    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+
+
+@needs_setsid
+async def test_what_left_the_group_is_stopped_at_a_cancel(tmp_path: Path) -> None:
+    pane = Pane()
+    task = run(tmp_path, f"{ESCAPING_BARE}; sleep 100", pane)
+    await wait_until(lambda: len(pids_in(pane.text)) == 3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    pids = pids_in(pane.text)
+    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+
+
+# Credentials by other names, agents' sockets, and a variable no one listed: none reaches a command.
+KEPT_OUT = {
+    "OPENAI_API_KEY": "sk-one",
+    "HOTLOOP_TEST_PROVIDER_KEY": "sk-two",
+    "GITHUB_TOKEN": "ghp-three",
+    "GITHUB_PAT": "github-pat-value",
+    "DATABASE_URL": "postgres://app:hunter2x@db/app",
+    "NPM_AUTH": "npm-auth-value",
+    "DB_CREDENTIALS": "db-credentials-value",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
+    "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
+    "XDG_RUNTIME_DIR": "/run/user/1000",
+    "DISPLAY": ":0",
+    "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1000/bus",
+    "HOTLOOP_TEST_UNLISTED": "unlisted-value",
+}
+
+
+def environment_of(result: str) -> dict[str, str]:
+    """What `env` printed, after the status line."""
+    return dict(line.split("=", 1) for line in result.split("\n")[1:] if "=" in line)
+
+
+async def test_the_environment_is_an_allowlist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in KEPT_OUT.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("VIRTUAL_ENV", "/opt/venv")
+    first, second = await run(tmp_path, "env"), await run(tmp_path, "env")
+    seen = environment_of(first)
+    assert not set(KEPT_OUT) & set(seen)
+    assert not [value for value in KEPT_OUT.values() if value in first]
+    assert (seen["PATH"], seen["HOME"]) == (os.environ["PATH"], os.environ["HOME"])
+    assert (seen["LC_ALL"], seen["VIRTUAL_ENV"], seen["PWD"]) == ("C.UTF-8", "/opt/venv", str(tmp_path))
+    added_by_bash = {"SHLVL", "_"}
+    assert {name for name in seen if name not in PASSED and not name.startswith("LC_")} <= {
+        RUN_ID,
+        "PWD",
+    } | added_by_bash
+    # Each call's own tag, which no model could have chosen (not the call's id).
+    assert re.fullmatch(r"[0-9a-f]{32}", seen[RUN_ID]) and seen[RUN_ID] != environment_of(second)[RUN_ID]
+
+
+async def test_the_config_adds_names_but_never_a_hidden_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOTLOOP_TEST_ADDED", "added")
     monkeypatch.setenv("HOTLOOP_TEST_PROVIDER_KEY", "sk-two")
-    monkeypatch.setenv("GITHUB_TOKEN", "ghp-three")
-    monkeypatch.setenv("HOTLOOP_TEST_VISIBLE", "shown")
-    result = await run(tmp_path, "env")
-    for value in ("sk-one", "sk-two", "ghp-three"):
-        assert value not in result
-    assert "HOTLOOP_TEST_VISIBLE=shown" in result
+    settings = ShellSettings(env=("HOTLOOP_TEST_ADDED", "HOTLOOP_TEST_PROVIDER_KEY"))
+    seen = environment_of(await run(tmp_path, "env", settings=settings))
+    assert seen["HOTLOOP_TEST_ADDED"] == "added" and "HOTLOOP_TEST_PROVIDER_KEY" not in seen
+
+
+def test_the_config_refuses_a_key_in_shell_env_and_warns_of_a_secret(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[shell]\nenv = ["PATH", "OPENAI_API_KEY"]\n')
+    with pytest.raises(ConfigError, match=r"shell\.env must not name OPENAI_API_KEY: commands never get hotloop's"):
+        load_config(path)
+    path.write_text('[providers.openai]\napi_key_env = "WORK_KEY"\n[shell]\nenv = ["WORK_KEY"]\n')
+    with pytest.raises(ConfigError, match=r"must not name WORK_KEY"):
+        load_config(path)
+    path.write_text('[shell]\nenv = ["GITHUB_PAT", "http_proxy"]\n')
+    config = load_config(path)
+    assert config.shell.env == ("GITHUB_PAT", "http_proxy")
+    assert [warning.split(": ", 1)[1] for warning in config.warnings] == [
+        "shell.env passes GITHUB_PAT to every command, and so maybe to the model "
+        "(named like a secret; the session log masks its value)"
+    ]
+    path.write_text('[shell]\nenv = ["not a name"]\n')
+    with pytest.raises(ConfigError, match=r"shell\.env must list variable names"):
+        load_config(path)
 
 
 async def test_a_failing_command_is_a_result_not_an_error(tmp_path: Path) -> None:
@@ -148,6 +269,14 @@ async def test_long_output_keeps_its_head_and_tail(tmp_path: Path) -> None:
     assert len(output) < 1_100
 
 
+async def test_the_longest_output_and_its_status_fit_a_result_whole(tmp_path: Path) -> None:
+    """Nothing is cut again after the shell's own cut, so the last line reaches the model."""
+    result = await run(tmp_path, "seq 1 100000; echo 'FAILED: 3 tests'")
+    assert len(result) <= OUTPUT_LIMIT and cap_output(result) == result
+    assert result.startswith("exit 0 · ") and result.endswith("\n99999\n100000\nFAILED: 3 tests\n")
+    assert result.count("[output truncated: ") == 1
+
+
 async def test_a_command_that_cannot_start_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="could not start /bin/"):
         await run(tmp_path / "missing", "true")
@@ -167,7 +296,28 @@ async def test_the_preview_shows_the_command_where_and_how(tmp_path: Path) -> No
     assert tool.timeout is not None and tool.timeout > 30  # its own timer goes first
 
 
-def test_the_bwrap_command_line() -> None:
+@contextmanager
+def listening(folder: Path) -> Iterator[Path]:
+    """A Unix socket listening in `folder` while the context lasts."""
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(folder / "s"))
+        server.listen()
+        yield (folder / "s").resolve()
+
+
+@contextmanager
+def folder_in(place: Path) -> Iterator[Path]:
+    """A new folder under `place` (outside /tmp, which the sandbox hides anyway), gone afterwards."""
+    with tempfile.TemporaryDirectory(prefix=".hotloop-test-", dir=place) as folder:
+        yield Path(folder)
+
+
+def at(argv: list[str], *part: str) -> int:
+    """Where `part` starts in `argv`; -1 if it isn't there."""
+    return next((i for i in range(len(argv)) if argv[i : i + len(part)] == list(part)), -1)
+
+
+def test_the_bwrap_command_line(tmp_path: Path) -> None:
     argv = bwrap_argv("/usr/bin/bwrap", ["/bin/sh", "-c", "ls"], Path("/tmp/ws"), network=False)
     assert argv[:4] == ["/usr/bin/bwrap", "--ro-bind", "/", "/"]
     assert argv.index("--tmpfs") < argv.index("--bind")  # a workspace under /tmp is the real one
@@ -175,6 +325,29 @@ def test_the_bwrap_command_line() -> None:
     assert {"--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"} <= set(argv)
     assert argv[-6:] == ["--chdir", "/tmp/ws", "--", "/bin/sh", "-c", "ls"]
     assert "--unshare-net" not in bwrap_argv("bwrap", ["true"], Path("/tmp/ws"), network=True)
+
+
+def test_without_network_every_host_socket_is_masked_before_the_workspace(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".git").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / "data").mkdir()
+    with folder_in(Path.home()) as home, listening(home) as outside, listening(workspace) as inside:
+        read_only = [workspace / "data", workspace / "config", Path("/etc")]
+        argv = bwrap_argv("bwrap", ["true"], workspace, network=False, read_only=read_only)
+        networked = bwrap_argv("bwrap", ["true"], workspace, network=True)
+    bind = at(argv, "--bind", str(workspace), str(workspace))
+    assert 0 < at(argv, "--ro-bind", "/dev/null", str(outside)) < bind
+    assert at(argv, "--ro-bind", "/dev/null", str(inside)) == -1  # the workspace's own sockets stay reachable
+    for folder in ("/tmp", "/var/tmp", "/run"):  # /var/run is a link to /run here, or a folder made private too
+        assert 0 < at(argv, "--tmpfs", folder) < bind
+    assert at(networked, "--ro-bind", "/dev/null", str(outside)) == at(networked, "--tmpfs", "/var/tmp") == -1
+    # After the workspace: what in it must stay as it is. A missing folder gets an empty read-only stand-in.
+    for path in ("data", ".git/config"):
+        assert at(argv, "--ro-bind", str(workspace / path), str(workspace / path)) > bind
+    for path in (".git/hooks", "config"):
+        assert at(argv, "--tmpfs", str(workspace / path), "--remount-ro", str(workspace / path)) > bind
+    assert at(argv, "--ro-bind", "/etc", "/etc") == -1  # outside the workspace, read-only already
 
 
 async def test_without_bwrap_the_reason_is_said_once_and_in_every_preview(
@@ -233,3 +406,72 @@ async def test_cancel_kills_everything_in_the_sandbox(tmp_path: Path) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     await wait_until(lambda: not running_marker(f"sleep\0{marker}"), timeout=5)
+
+
+needs_bwrap = pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")
+# Tries each socket named; prints what it reached and what it couldn't.
+CONNECT = """
+import socket, sys
+for path in sys.argv[1:]:
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+            print("reached", path)
+        except OSError as error:
+            print("refused", path, error.errno)
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("network", [False, True])
+async def test_without_network_no_socket_outside_the_workspace_answers(tmp_path: Path, network: bool) -> None:
+    settings = ShellSettings(sandbox="workspace-write", network=network)
+    with (
+        folder_in(Path.home()) as home,
+        folder_in(Path("/var/tmp")) as var_tmp,
+        listening(home) as in_home,
+        listening(var_tmp) as in_var_tmp,
+        listening(tmp_path) as in_workspace,
+    ):
+        command = shlex.join(
+            [sys.executable, "-I", "-S", "-c", CONNECT, str(in_home), str(in_var_tmp), str(in_workspace)]
+        )
+        said = (await run(tmp_path, command, settings=settings)).split("\n")[1:]
+    assert f"reached {in_workspace}" in said
+    if network:  # the same probe reaches them when nothing masks them
+        assert f"reached {in_home}" in said and f"reached {in_var_tmp}" in said
+    else:
+        assert not [line for line in said if line.startswith("reached") and str(tmp_path) not in line]
+
+
+@needs_bwrap
+async def test_a_sandboxed_command_can_plant_no_git_hook_nor_touch_hotloops_folders(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    (tmp_path / "data").mkdir()
+    tool = shell_tool(ShellSettings(sandbox="workspace-write"), set(), [tmp_path / "data", tmp_path / "config/hotloop"])
+    attempts = (
+        "echo x > .git/hooks/pre-commit; echo x >> .git/config; echo x > data/session.jsonl; "
+        "mkdir -p config/hotloop; echo x > config/hotloop/config.toml; echo fine > fine.txt"
+    )
+    result = await tool.handler({"command": attempts}, ToolContext("c1", tmp_path))
+    assert result.count("Read-only file system") == 4
+    assert (tmp_path / "fine.txt").read_text() == "fine\n"
+    assert (tmp_path / ".git" / "config").read_text() == "[core]\n"
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file()) == [
+        ".git/config",
+        "fine.txt",
+    ]
+
+
+@pytest.mark.skipif(
+    any(Path(sys.executable).resolve().is_relative_to(folder) for folder in (Path("/tmp"), Path("/var/tmp"))),
+    reason="the probe's Python is where the sandbox hides",
+)
+def test_the_self_test_names_a_socket_the_sandbox_leaves_reachable(tmp_path: Path) -> None:
+    leaky = tmp_path / "bwrap"  # runs the command as it is: everything stays reachable
+    leaky.write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n')
+    leaky.chmod(0o755)
+    problem = bwrap_problem(str(leaky))
+    assert problem is not None
+    assert re.fullmatch(r"bwrap's sandbox leaves a host socket reachable: /\S+/\.hotloop-probe-\w+/s", problem)

@@ -3,6 +3,7 @@ timestamps and a fixed clock, so timers and spinners draw the same every run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from textual.command import CommandList
@@ -336,3 +337,36 @@ def test_the_help_screen(snap_compare, isolated_home: Path) -> None:
         await pilot.pause()
 
     assert snap_compare(snapshot_app(isolated_home), terminal_size=(100, 40), run_before=run_before)
+
+
+def test_a_two_hundred_line_command_waiting_at_80_by_24(snap_compare, isolated_home: Path) -> None:
+    """A run_shell call of 200 lines waits for approval at 80×24. The question's first line names
+    what it runs: 200 commands (200 lines): echo, touch. Below it the call's text, scrolled to its
+    end: `echo line 197↵` … `touch LAST`, the last line on screen. Then every answer key: y allow
+    once, a allow for this session (the 200 rules, listed above the call), n deny, r deny saying
+    why. The prompt and the status bar stay below it."""
+    import asyncio
+
+    from hotloop.agent.approvals import Approvals, subject_of
+    from hotloop.agent.events import ApprovalAsked
+    from hotloop.agent.tools.shell import ShellSettings, shell_tool
+
+    command = "\n".join(f"echo line {n}" for n in range(1, 200)) + "\ntouch LAST"
+    arguments = json.dumps({"command": command})
+    events = [
+        TurnStarted(turn=1, prompt="Run the checks", ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        *tool_call_events([("c1", "run_shell", arguments)]),
+        ApprovalAsked(call_id="c1", name="run_shell", subject=command, preview=f"$ {command}", ts=T),
+    ]
+    tool = shell_tool(ShellSettings(), ())
+    request = Approvals().request("c1", "run_shell", subject_of(tool, {"command": command}, Path(".")), command)
+    asking: list[asyncio.Task[object]] = []
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await showing(events)(pilot)
+        asking.append(asyncio.create_task(pilot.app.ask_approval(request)))
+        await wait_until(lambda: pilot.app.query_one("ApprovalBar").requests)
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=(80, 24), run_before=run_before)

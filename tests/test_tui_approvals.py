@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ from hotloop.sessions.store import read_session
 from hotloop.tui.widgets.approval_bar import ApprovalBar
 from hotloop.tui.widgets.prompt_input import PromptInput
 
-from tui_support import drawn, idle, live_panes, press, running_app, send, wait_until, write_config
+from tui_support import answer, drawn, idle, live_panes, press, running_app, send, wait_until, write_config
 
 SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 
@@ -46,7 +48,7 @@ async def test_a_call_waits_in_its_pane_and_runs_when_allowed_once(isolated_home
         assert ran == []
         assert pane.preview is not None and pane.preview.code == "make test"  # a Syntax: highlighted as shell
         assert "make test" in drawn(app)
-        press(app, "y")
+        await answer(app, "y")
         await idle(app, pilot)
         assert ran == ["make test"] and not bar.display and isinstance(app.focused, PromptInput)
         app.session.log.flush()
@@ -65,13 +67,13 @@ async def test_several_waiting_calls_can_be_allowed_together_and_a_denial_says_w
         answers = bar.query_one("AnswerList")
         await wait_until(lambda: app.focused is answers)
         answers.highlighted = answers.get_option_index("every")
-        press(app, "enter")
+        await answer(app, "enter")
         await idle(app, pilot)
         assert sorted(ran) == ["make a", "make b"]
 
         await send(app, pilot, "clean")
         await wait_until(lambda: len(bar.requests) == 1 and app.focused is answers)
-        press(app, "r")
+        await answer(app, "r")
         await wait_until(lambda: app.focused is bar.query_one("Input"))
         press(app, *"keep it", "enter")
         await idle(app, pilot)
@@ -87,8 +89,8 @@ async def test_always_for_this_session_stops_the_next_identical_ask(isolated_hom
         app.session.runtime.tools.replace(acting(ran))
         await send(app, pilot, "test it")
         bar = app.query_one(ApprovalBar)
-        await wait_until(lambda: len(bar.requests) == 1 and app.focused is bar.query_one("AnswerList"))
-        press(app, "a")
+        await wait_until(lambda: len(bar.requests) == 1)
+        await answer(app, "a")
         await idle(app, pilot)
         await send(app, pilot, "test it again")
         await idle(app, pilot)
@@ -116,7 +118,85 @@ async def test_a_read_only_call_of_the_step_runs_while_another_waits(isolated_ho
         read = next(c for c in app.transcript.fold.calls if c.name == "read_file")
         await wait_until(lambda: read.status == "ok")  # done while run_shell still waits for its answer
         assert ran == []
-        await wait_until(lambda: app.focused is bar.query_one("AnswerList"))
-        press(app, "y")
+        await answer(app, "y")
         await idle(app, pilot)
         assert ran == ["make"]
+
+
+async def test_typing_a_whole_prompt_while_a_call_waits_never_answers_it(isolated_home: Path) -> None:
+    """The `a` of "then analyze" allowed the command for the session, 5 of 5 (issue 23, item 1). Whatever is typed
+    as the question appears, and any key that isn't an answer after it, goes to the prompt."""
+    write_config(isolated_home, [calls("make deploy"), {"text": "ok"}])
+    ran: list[str] = []
+    async with running_app() as (app, pilot):
+        app.session.runtime.tools.replace(acting(ran))
+        await send(app, pilot, "deploy")
+        bar = app.query_one(ApprovalBar)
+        box = app.query_one(PromptInput)
+        await wait_until(lambda: bar.requests and bar.has_focus_within)  # the prompt was empty: it took the focus
+        press(app, *"yes, and analyze it", "enter")  # typed as the question popped up: the answer keys are in it
+        await wait_until(lambda: app.query_one("QueuedPrompts").prompts == ("yes, and analyze it",))
+        assert ran == [] and bar.requests and isinstance(app.focused, PromptInput)
+
+        press(app, "ctrl+r")  # to the question, on purpose
+        await wait_until(lambda: bar.has_focus_within and bar.armed)
+        press(app, *"then any more?")  # a prompt again: `t` is no answer, so it and all after it are the prompt's
+        await wait_until(lambda: box.text == "then any more?")
+        assert ran == [] and bar.requests and isinstance(app.focused, PromptInput)
+
+        press(app, "ctrl+r")
+        await answer(app, "n")
+        await idle(app, pilot)
+        assert ran == [] and box.text == "then any more?"
+
+
+async def test_a_question_takes_no_focus_from_a_prompt_being_typed(isolated_home: Path) -> None:
+    """With text in the prompt when the question appears, the keys stay there; the bar says how to reach it."""
+    write_config(isolated_home, [calls("make"), {"text": "ok"}])
+    ran: list[str] = []
+    previewing = asyncio.Event()
+    typed = asyncio.Event()
+    tool = acting(ran)
+
+    async def preview(arguments: dict[str, Any], ctx: ToolContext) -> str:
+        previewing.set()
+        await asyncio.wait_for(typed.wait(), 10)  # the question appears only once the user is typing
+        return arguments["command"]
+
+    async with running_app() as (app, pilot):
+        app.session.runtime.tools.replace(dataclasses.replace(tool, preview=preview))
+        await send(app, pilot, "build")
+        await wait_until(previewing.is_set)
+        box = app.query_one(PromptInput)
+        box.insert("and then")
+        typed.set()
+        bar = app.query_one(ApprovalBar)
+        await wait_until(lambda: bar.requests and "ctrl+r answers" in drawn(app))
+        press(app, *" say yes")
+        await wait_until(lambda: box.text == "and then say yes")
+        assert ran == [] and isinstance(app.focused, PromptInput)
+        press(app, "ctrl+r")
+        await answer(app, "y")
+        await idle(app, pilot)
+        assert ran == ["make"] and box.text == "and then say yes"
+
+
+async def test_a_command_padded_to_hide_its_end_shows_it(isolated_home: Path) -> None:
+    """Padded with spaces and newlines, a command showed as `echo checking build status` over blank lines, its keys
+    off-screen; `y` ran a hidden `touch` (issue 23, item 4). Now the question names every program, counts the
+    padding, shows the end, and keeps its keys on screen at 80×24."""
+    hidden = "echo checking build status" + " " * 300 + "\n" * 60 + "touch \u202eHIDDEN\x1b[2J"
+    write_config(isolated_home, [calls(hidden), {"text": "ok"}])
+    ran: list[str] = []
+    async with running_app(size=(80, 24)) as (app, pilot):
+        app.session.runtime.tools.replace(acting(ran))
+        await send(app, pilot, "check")
+        bar = app.query_one(ApprovalBar)
+        await wait_until(lambda: "touch ⟨U+202E⟩HIDDEN␛[2J" in drawn(app), what="the hidden command on screen")
+        screen = drawn(app)
+        assert "wants to run 2 commands (61 lines): echo, touch" in screen
+        assert "echo checking build status␠×300↵" in screen and "⋮ 59 empty lines" in screen
+        assert all(key in screen for key in ("y  allow once", "n  deny", "r  deny, saying why"))
+        await answer(app, "n")
+        await idle(app, pilot)
+        assert ran == [] and not bar.requests

@@ -26,12 +26,14 @@ from hotloop.config import load_config
 from hotloop.core.slash import SlashError, parse
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.live_panes import LivePane
+from hotloop.tui.widgets.approval_bar import AnswerList, ApprovalBar
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.transcript import Transcript
 
 from support import wait_until
 
 __all__ = [
+    "answer",
     "connected",
     "drawn",
     "idle",
@@ -150,3 +152,12 @@ def drawn(app: App[Any]) -> str:
     """What the app's screen draws now: the text of every line, as it goes to the terminal."""
     update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
     return "\n".join("".join(strip.text for strip in line) for line in update.strips)
+
+
+async def answer(app: HotloopApp, *keys: str) -> None:
+    """Press `keys` on the approval bar once its answers have the focus and its grace is over."""
+    bar = app.query_one(ApprovalBar)
+    await wait_until(
+        lambda: bar.requests and bar.armed and isinstance(app.focused, AnswerList), what="the question to take keys"
+    )
+    press(app, *keys)

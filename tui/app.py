@@ -98,6 +98,7 @@ class HotloopApp(App[None]):
         Binding("f2", "toggle_server", "Server", tooltip="The server panel (vLLM, SGLang, llama.cpp, the simulator)"),
         Binding("f3", "waterfall", "Waterfall", tooltip="Where each turn's time went, for the session on screen"),
         Binding("f1", "help", "Help", tooltip="This help"),
+        Binding("ctrl+r", "answer_question", "Answer", tooltip="Go to the question about a call waiting for you"),
         Binding("pageup", "scroll_transcript('page_up')", "Page up", show=False, priority=True),
         Binding("pagedown", "scroll_transcript('page_down')", "Page down", show=False, priority=True),
         Binding("ctrl+home", "scroll_transcript('start')", "Transcript start", show=False, priority=True),
@@ -133,7 +134,9 @@ class HotloopApp(App[None]):
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
         yield Transcript(self.clock, self.palette, lambda: self.session.config.pricer(), id="transcript")
-        yield ApprovalBar(id="approvals")
+        bar = ApprovalBar(id="approvals")
+        bar.typed = self._type_in_prompt
+        yield bar
         yield PromptInput(id="prompt")
         yield QueuedPrompts(id="queued")
         yield StatusBar(id="status")
@@ -410,12 +413,28 @@ class HotloopApp(App[None]):
             self._show_asks()
 
     def _show_asks(self) -> None:
+        """The waiting calls on the bar; it takes the focus only from an empty prompt, else ctrl+r gives it."""
         bar = self.query_one(ApprovalBar)
         bar.requests = tuple(request for request, _ in self._asks)
-        if self._asks and not bar.has_focus_within:
+        if self._asks and not bar.has_focus_within and not self.query_one(PromptInput).text:
             bar.ask()
         elif not self._asks and bar.has_focus_within:
             self.query_one(PromptInput).focus()
+
+    def action_answer_question(self) -> None:
+        if self._asks:
+            self.query_one(ApprovalBar).ask()
+
+    def _type_in_prompt(self, event: events.Key) -> None:
+        """A key typed where it isn't a command (outside a text box, or not an answer): the prompt's."""
+        box = self.query_one(PromptInput)
+        box.focus()
+        if event.key == "enter":
+            box.action_submit()
+        elif event.key == "backspace":
+            box.action_delete_left()
+        elif event.character:
+            box.insert(event.character)
 
     def on_approval_bar_answered(self, message: ApprovalBar.Answered) -> None:
         for _, answer in self._asks if message.every else self._asks[:1]:
@@ -438,9 +457,7 @@ class HotloopApp(App[None]):
             return
         if isinstance(self.focused, (TextArea, Input, OptionList)):
             return
-        box = self.query_one(PromptInput)
-        box.focus()
-        box.insert(event.character)
+        self._type_in_prompt(event)
         event.stop()
 
     def action_scroll_transcript(self, where: str) -> None:

@@ -1,7 +1,10 @@
 """The tools that change files: `edit_file` (replace an exact string) and `write_file` (create or overwrite).
 
 Paths are confined to the workspace as the read tools' are (`workspace.open_target`: `..`, absolute
-paths outside and symlinks that lead out are refused, each folder opened by descriptor). A write is
+paths outside and symlinks that lead out are refused, each folder opened by descriptor), and hotloop's
+own files (its config, hooks, data folder and session logs) are refused wherever they sit: a model
+that could rewrite them could add a hook the next run executes, or rewrite the log of the session
+it runs in. Approval rules match the path a write really reaches (`reached`), symlinks followed. A write is
 atomic: a new file beside the old, synced, renamed over it, with the old file's mode. Each call's
 preview is the unified diff it would apply, computed from the file as it is, without writing; a call
 that would fail fails in its preview with the same message.
@@ -18,12 +21,24 @@ import difflib
 import os
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolError, cap_output
-from hotloop.agent.tools.workspace import Missing, Target, open_existing, open_target, replace_file
+from hotloop.agent.tools.workspace import (
+    Missing,
+    Target,
+    WorkspaceError,
+    named_path,
+    open_existing,
+    open_path,
+    open_target,
+    real_root,
+    replace_file,
+)
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest file edit_file reads, or write_file replaces
 BINARY_PROBE = 8192  # a NUL byte in a file's first this many bytes makes it binary, as for read_file
@@ -166,9 +181,42 @@ def _near_miss(old: str, text: str) -> str:
     return "it must match exactly, whitespace included; read the file again, it may have changed"
 
 
-def _edit(workspace: Path, args: dict[str, Any], *, write: bool) -> Change:
+# hotloop's own folders (the config's, the data's) and what each is, for the refusal.
+Protected = Mapping[Path, str]
+
+
+def _refuse_own(workspace: Path, path: str, protected: Protected) -> None:
+    """A ToolError if `path` (below the workspace root, symlinks resolved) is in one of hotloop's own folders."""
+    where = real_root(workspace) / path
+    for folder, what in protected.items():
+        own = Path(os.path.realpath(folder))
+        if where == own or where.is_relative_to(own):
+            raise ToolError(f"refused {path}: it is in hotloop's {what} ({own}); no tool may write there")
+
+
+def reached(workspace: Path, args: dict[str, Any]) -> tuple[str, str]:
+    """Where a write to `args["path"]` lands and the path it names, below the root: symlinks followed, missing
+    folders taken as named (nothing after a missing folder can be a symlink)."""
+    raw = args.get("path")
+    named = named_path(workspace, raw)
+    try:
+        with open_target(workspace, raw) as target:
+            return target.path, named
+    except Missing:
+        parts = named.split("/")
+        for kept in range(len(parts) - 1, -1, -1):
+            try:
+                with open_path(workspace, "/".join(parts[:kept]) or ".", "directory") as folder:
+                    return "/".join([*([] if folder.path == "." else [folder.path]), *parts[kept:]]), named
+            except Missing:
+                continue
+        raise
+
+
+def _edit(workspace: Path, args: dict[str, Any], protected: Protected, *, write: bool) -> Change:
     edit = _Edit.of(args)
     with open_target(workspace, args.get("path")) as target:
+        _refuse_own(workspace, target.path, protected)
         current = _current(target)
         if current is None:
             raise ToolError(f"no such file: {target.path}; to create it, use write_file")
@@ -179,15 +227,18 @@ def _edit(workspace: Path, args: dict[str, Any], *, write: bool) -> Change:
     return change
 
 
-def _write(workspace: Path, args: dict[str, Any], *, write: bool) -> Change:
+def _write(workspace: Path, args: dict[str, Any], protected: Protected, *, write: bool) -> Change:
     content = _string(args, "content")
     try:
         target = open_target(workspace, args.get("path"), make_dirs=write)
-    except Missing as missing:
+    except Missing:
         if write:
             raise
-        return Change(missing.path, None, content)  # a folder on the way is missing: the write would make it
+        path = reached(workspace, args)[0]  # a folder on the way is missing: the write would make it
+        _refuse_own(workspace, path, protected)
+        return Change(path, None, content)
     with target:
+        _refuse_own(workspace, target.path, protected)
         current = _current(target)
         before, status = current if current is not None else (None, None)
         change = Change(target.path, before, content)
@@ -197,37 +248,44 @@ def _write(workspace: Path, args: dict[str, Any], *, write: bool) -> Change:
 
 
 class _Plan(Protocol):
-    def __call__(self, workspace: Path, args: dict[str, Any], *, write: bool) -> Change: ...
+    def __call__(self, workspace: Path, args: dict[str, Any], protected: Protected, *, write: bool) -> Change: ...
 
 
-def _written(plan: _Plan, workspace: Path, args: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class _FileTool:
+    """A write tool's handler and preview, with the folders it must never write."""
+
+    plan: _Plan
+    protected: Protected
+
+    def _written(self, workspace: Path, args: dict[str, Any]) -> str:
+        try:
+            with _WRITES:
+                return _result(self.plan(workspace, args, self.protected, write=True))
+        except OSError as error:  # the disk is full, the folder read-only: the old file is still there, whole
+            raise ToolError(f"cannot write {args.get('path')!r}: {error.strerror or error}") from None
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        return await asyncio.to_thread(self._written, ctx.workspace, args)
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        change = await asyncio.to_thread(partial(self.plan, write=False), ctx.workspace, args, self.protected)
+        return change.diff() or f"no change: {change.path} already has this content"
+
+
+def _target(args: dict[str, Any], workspace: Path) -> tuple[str, str]:
     try:
-        with _WRITES:
-            return _result(plan(workspace, args, write=True))
-    except OSError as error:  # the disk is full, the folder read-only: the old file is still there, whole
-        raise ToolError(f"cannot write {args.get('path')!r}: {error.strerror or error}") from None
+        return reached(workspace, args)
+    except WorkspaceError:
+        return named_path(workspace, args.get("path")), named_path(workspace, args.get("path"))
 
 
-async def edit_file(args: dict[str, Any], ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_written, _edit, ctx.workspace, args)
+def edit_tools(protected: Protected | None = None) -> list[Tool]:
+    """`edit_file` and `write_file`: they change the workspace, so they run only once approved.
 
-
-async def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_written, _write, ctx.workspace, args)
-
-
-async def _preview_edit(args: dict[str, Any], ctx: ToolContext) -> str:
-    change = await asyncio.to_thread(_edit, ctx.workspace, args, write=False)
-    return change.diff()
-
-
-async def _preview_write(args: dict[str, Any], ctx: ToolContext) -> str:
-    change = await asyncio.to_thread(_write, ctx.workspace, args, write=False)
-    return change.diff() or f"no change: {change.path} already has this content"
-
-
-def edit_tools() -> list[Tool]:
-    """`edit_file` and `write_file`: they change the workspace, so they run only once approved."""
+    `protected`: hotloop's own folders, each with what it is, refused to both.
+    """
+    edit, write = _FileTool(_edit, protected or {}), _FileTool(_write, protected or {})
     return [
         Tool(
             name="edit_file",
@@ -246,9 +304,10 @@ def edit_tools() -> list[Tool]:
                 },
                 "required": ["path", "old_string", "new_string"],
             },
-            handler=edit_file,
+            handler=edit.run,
             side_effects=True,
-            preview=_preview_edit,
+            preview=edit.preview,
+            target=_target,
         ),
         Tool(
             name="write_file",
@@ -264,8 +323,9 @@ def edit_tools() -> list[Tool]:
                 },
                 "required": ["path", "content"],
             },
-            handler=write_file,
+            handler=write.run,
             side_effects=True,
-            preview=_preview_write,
+            preview=write.preview,
+            target=_target,
         ),
     ]

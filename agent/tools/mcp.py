@@ -168,7 +168,7 @@ class McpBridge:
                 raise ToolError(text or f"{remote_name} failed")
             return text
 
-        read_only, destructive = _hinted(tool.annotations)
+        read_only, destructive = _hinted(tool.annotations, state.server.trust_hints)
         return Tool(
             name=name,
             description=tool.description or "",
@@ -192,13 +192,14 @@ class McpBridge:
         self.notify(Notice(level="warning", message=f"MCP server {name!r} {problem}{suffix}"))
 
 
-def _hinted(hints: ToolAnnotations | None) -> tuple[bool, bool]:
+def _hinted(hints: ToolAnnotations | None, trusted: bool) -> tuple[bool, bool]:
     """Whether a tool is read-only, and whether destructive, with the spec's default for a hint left out.
 
     A read-only tool can be memoized and prefetched, and runs unasked; any other may act and asks
     first; a destructive one (`destructiveHint` true, or absent: the spec's default) asks every time.
+    Only a trusted server's word makes a tool read-only: the spec calls annotations untrusted hints.
     """
-    read_only = bool(hints and hints.read_only_hint)
+    read_only = trusted and bool(hints and hints.read_only_hint)
     return read_only, not read_only and (hints is None or hints.destructive_hint is not False)
 
 

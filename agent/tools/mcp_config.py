@@ -40,6 +40,9 @@ class McpServer(Struct, frozen=True, forbid_unknown_fields=True):
     env: Annotated[dict[str, str], Meta(extra={"problem": "must be a table of strings"})] = {}
     url: Url | None = None
     headers_env: HeadersEnv = {}
+    # Whether its tools' `readOnlyHint` is believed (they then run unasked and may be prefetched). The MCP spec calls
+    # annotations untrusted hints: a server that says read-only and writes would act unasked.
+    trust_hints: bool = False
 
     def __post_init__(self) -> None:
         # msgspec turns a ValueError into a validation error, which the config names and words as its own.

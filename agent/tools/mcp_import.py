@@ -3,8 +3,9 @@
 Claude Code keeps servers in `.mcp.json` and `~/.claude.json` (`mcpServers`, and each project's
 under `projects.<path>.mcpServers`); Claude Desktop in `claude_desktop_config.json`. Their files
 hold secrets as literals; hotloop's never does. A header becomes `headers_env` naming a variable to
-export, and an environment value that may be a secret (or uses `${VAR}`, which hotloop doesn't
-expand) is left for the user to export: a stdio server inherits hotloop's environment. Each such
+export, and an environment value that may be a secret (its name says so by `secret_policy`'s rule,
+the one run_shell and the session log follow) or uses `${VAR}` (which hotloop doesn't expand) is
+left for the user to export: a stdio server inherits hotloop's environment. Each such
 step is a note for the user, which never repeats the value.
 """
 
@@ -22,9 +23,8 @@ import msgspec
 
 from hotloop import InputError
 from hotloop.agent.tools.mcp_config import ENV_NAME, INVALID_NAME_CHARS, McpServer
+from hotloop.secret_policy import is_secret_name
 
-# An environment variable whose name says it holds a credential is never copied.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL|COOKIE|(^|_)PAT($|_)", re.IGNORECASE)
 WHOLE_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
 # A `${VAR}` template the shell can take as it is, inside double quotes.
 SHELL_SAFE = re.compile(r'[^"`\\]*')
@@ -189,7 +189,7 @@ def _env(name: str, entry: dict[str, Any], notes: list[str]) -> Any:
             continue  # already from the environment, which the server inherits
         if isinstance(value, str) and "${" in value:
             notes.append(f"[mcp.{name}] needs {key}: {_export(key, value)}")
-        elif SECRET_NAME.search(key):
+        elif is_secret_name(key):
             notes.append(f"[mcp.{name}] needs {key}: export it (its value was not copied: it may be a secret)")
         else:
             kept[key] = value

@@ -29,6 +29,8 @@ class ToolContext:
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 # What a call would do, shown before it is approved and in its pane: a unified diff, a command line.
 Preview = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+# Where a call writes, for rules: the path it reaches (symlinks followed) and the path it names, both below the root.
+Target = Callable[[dict[str, Any], Path], tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Tool:
     side_effects: bool = False  # changes the workspace or the world: runs only once approved
     destructive: bool = False  # asks every time, whatever the rules allow (an MCP tool's destructiveHint)
     preview: Preview | None = None
+    target: Target | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, canonical(self.parameters))
@@ -67,11 +70,23 @@ def canonical(schema: dict[str, Any]) -> dict[str, Any]:
     return sorted_schema
 
 
-def cap_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
-    """`text`, cut to `limit` characters with a notice saying how much was left out."""
-    if len(text) <= limit:
+def cap_output(text: str, limit: int = OUTPUT_LIMIT, unseen: int = 0) -> str:
+    """`text` in at most `limit` characters: its head and its tail, how much was left out said between them.
+
+    The end is kept because that is where a command says what failed. `unseen`: characters already
+    missing from the middle of `text` (a stream that kept only its ends), counted in the notice.
+    """
+    if len(text) <= limit and not unseen:
         return text
-    return f"{text[:limit]}\n[output truncated: showed {limit:,} of {len(text):,} characters]"
+    total = len(text) + unseen
+    # Room for the notice at its longest (no cut exceeds the total); what is unseen sits at the middle.
+    room = min(len(text), max(0, limit - len(_cut(total))))
+    head, tail = room // 2, room - room // 2
+    return f"{text[:head]}{_cut(total - head - tail)}{text[len(text) - tail :]}"
+
+
+def _cut(characters: int) -> str:
+    return f"\n[output truncated: {characters:,} characters left out here]\n"
 
 
 class ToolRegistry:

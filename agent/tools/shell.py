@@ -3,14 +3,19 @@
 Each call is its own process in its own process group (a new session), with the workspace as its
 working folder: parallel calls never share a shell or a `cd`. stdin is /dev/null, so nothing waits
 on the keyboard; stdout and stderr share one pipe, interleaved as the command wrote them, as in a
-terminal. The environment is hotloop's without the provider keys (`hidden_env`) and without anything
-named like a secret (`…_API_KEY`, `…_TOKEN`, `…_SECRET`, …).
+terminal. The environment is built from an allowlist (`secret_policy.PASSED`: PATH, HOME, the
+locale, TERM, toolchain roots, …), PWD set to the workspace, plus the names `[shell] env` adds;
+nothing else of hotloop's environment, so a credential in a variable (`GITHUB_PAT`, `DATABASE_URL`)
+never reaches a command, nor an agent's socket (`SSH_AUTH_SOCK`).
 
-The whole group goes when the call ends, however it ends: at a timeout or a cancel (Esc) it gets
-SIGTERM, then SIGKILL after KILL_GRACE; after a normal exit, whatever the command left running in
-the background is stopped the same way, since nothing would ever stop it otherwise and it may hold
-the output pipe open. A process that starts a session of its own escapes the group, except under
-the sandbox, whose PID namespace dies with it (see `sandbox.py`).
+Everything a call started goes when it ends, however it ends (see `processes.py`): at a timeout or
+a cancel (Esc) its processes get SIGTERM, then SIGKILL after KILL_GRACE; after a normal exit,
+whatever the command left running in the background is stopped the same way, since nothing would
+ever stop it otherwise and it may hold the output pipe open. That includes what left the process
+group (`setsid`, a double fork), found by a tag in its environment.
+
+The model reads the head and the tail of a long output, with the cut said between them (the tail
+is where a command says what failed); the pane gets all of it as it comes.
 """
 
 from __future__ import annotations
@@ -19,25 +24,24 @@ import asyncio
 import codecs
 import collections
 import os
-import re
+import secrets
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from hotloop.agent.tools.registry import OUTPUT_LIMIT, Tool, ToolContext, ToolError
+from hotloop.agent.tools.processes import KILL_GRACE, RUN_ID, stop
+from hotloop.agent.tools.registry import OUTPUT_LIMIT, Tool, ToolContext, ToolError, cap_output
 from hotloop.agent.tools.sandbox import NO_BWRAP, bwrap_argv, bwrap_problem, find_bwrap, sandbox_problem
 from hotloop.agent.tools.workspace import real_root
+from hotloop.secret_policy import allowed_environment
 
-KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
 DRAIN = 0.2  # seconds to wait, after the command exits, for output still in the pipe
-DEFAULT_KEY_ENVS = frozenset({"OPENAI_API_KEY", "ANTHROPIC_API_KEY"})
-# Names that hold credentials by convention: kept out of the command's environment too.
-SECRET_NAME = re.compile(r"(?:^|_)(?:API_?KEY|TOKEN|SECRET|SECRET_KEY|SECRET_ACCESS_KEY|PASSWORD)$", re.IGNORECASE)
+VARIABLE = r"^[A-Za-z_][A-Za-z0-9_]*$"  # lower case too: http_proxy and its kin are spelled so
 
 
 class ShellSettings(Struct, frozen=True, forbid_unknown_fields=True):
@@ -48,15 +52,23 @@ class ShellSettings(Struct, frozen=True, forbid_unknown_fields=True):
     # "workspace-write": under bubblewrap, writable only in the workspace (see sandbox.py).
     sandbox: Literal["off", "workspace-write"] = "off"
     network: bool = False  # whether a sandboxed command may use the network; unsandboxed ones always can
-    # Characters of output the model reads: the first and the last half, the middle left out.
-    output_limit: Annotated[int, Meta(ge=1_000, extra={"problem": "must be at least 1000"})] = OUTPUT_LIMIT
+    # Characters of output the model reads: the first and the last half, the middle left out. No tool
+    # result is longer than OUTPUT_LIMIT.
+    output_limit: Annotated[
+        int, Meta(ge=1_000, le=OUTPUT_LIMIT, extra={"problem": f"must be from 1000 to {OUTPUT_LIMIT}"})
+    ] = OUTPUT_LIMIT
+    # Variables passed to commands besides the allowlist (secret_policy.PASSED); never a provider key.
+    env: Annotated[
+        tuple[Annotated[str, Meta(pattern=VARIABLE)], ...],
+        Meta(extra={"problem": 'must list variable names, e.g. ["HTTPS_PROXY"]'}),
+    ] = ()
 
 
-def command_environment(hidden_env: Iterable[str], environ: dict[str, str] | None = None) -> dict[str, str]:
-    """`environ` (default: hotloop's) without the hidden variables, the default key ones and secret-like names."""
-    hidden = DEFAULT_KEY_ENVS | set(hidden_env)
-    source = os.environ if environ is None else environ
-    return {name: value for name, value in source.items() if name not in hidden and not SECRET_NAME.search(name)}
+def command_environment(workspace: Path, settings: ShellSettings, hidden_env: Iterable[str]) -> dict[str, str]:
+    """What a command sees of hotloop's environment: the allowlist and `[shell] env`, never a hidden name."""
+    hidden = set(hidden_env)
+    allowed = allowed_environment(os.environ, settings.env)
+    return {name: value for name, value in allowed.items() if name not in hidden} | {"PWD": str(workspace)}
 
 
 def sandbox_notice(settings: ShellSettings) -> str | None:
@@ -94,13 +106,15 @@ class _Captured:
             self.dropped += len(self.tail[0])
             self.tail_size -= len(self.tail.popleft())
 
-    def text(self) -> str:
+    def text(self, room: int) -> str:
+        """The output in at most `room` characters, the cut (if any) said between its head and its tail."""
         tail = "".join(self.tail)
         cut = max(0, len(tail) - self.tail_room)
-        head, dropped = "".join(self.head), self.dropped + cut
-        if not dropped:
-            return head + tail or "(no output)"
-        return f"{head}\n[output truncated: {dropped:,} characters left out here]\n{tail[cut:]}"
+        return cap_output("".join(self.head) + tail[cut:], room, self.dropped + cut) or "(no output)"
+
+    def after(self, line: str) -> str:
+        """`line`, then the output: together no longer than a tool's result may be."""
+        return f"{line}\n{self.text(OUTPUT_LIMIT - len(line) - 1)}"
 
 
 class _Command(asyncio.SubprocessProtocol):
@@ -144,26 +158,6 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _signal(group: int, number: signal.Signals) -> bool:
-    """Send `number` to the process group; False if it has no process left."""
-    try:
-        os.killpg(group, number)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-async def _stop(group: int, command: _Command) -> None:
-    """SIGTERM to the group, SIGKILL after KILL_GRACE, or at once if this wait is cancelled too."""
-    if not _signal(group, signal.SIGTERM):
-        return
-    try:
-        # The shell gone and the pipe closed: what could still clean up has had its chance.
-        await asyncio.wait([command.exited, command.closed], timeout=KILL_GRACE)
-    finally:
-        _signal(group, signal.SIGKILL)
-
-
 def _status(code: int | None) -> str:
     if code is not None and code < 0:
         try:
@@ -176,9 +170,10 @@ def _status(code: int | None) -> str:
 class _Shell:
     """run_shell's handler and preview, with its settings and the environment its commands get."""
 
-    def __init__(self, settings: ShellSettings, hidden_env: Iterable[str]) -> None:
+    def __init__(self, settings: ShellSettings, hidden_env: Iterable[str], protected: Sequence[Path]) -> None:
         self.settings = settings
         self.hidden_env = frozenset(hidden_env)
+        self.protected = tuple(Path(os.path.realpath(path)) for path in protected)
 
     def _timeout(self, args: dict[str, Any]) -> float:
         asked = args.get("timeout")
@@ -198,7 +193,11 @@ class _Shell:
         if bwrap is None or problem is not None:
             return argv, f"UNSANDBOXED (the sandbox is unavailable: {problem})"
         network = "with network" if self.settings.network else "no network"
-        return bwrap_argv(bwrap, argv, workspace, network=self.settings.network), f"sandboxed: {network}"
+        # In a thread: it reads /proc/net/unix and looks at every socket listed there.
+        sandboxed = await asyncio.to_thread(
+            bwrap_argv, bwrap, argv, workspace, network=self.settings.network, read_only=self.protected
+        )
+        return sandboxed, f"sandboxed: {network}"
 
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> str:
         command = _command(args)
@@ -209,6 +208,8 @@ class _Shell:
         command, timeout = _command(args), self._timeout(args)
         workspace = real_root(ctx.workspace)
         argv, _ = await self._argv(command, workspace)
+        tag = secrets.token_hex(16)  # the model never sees it, so no command can name it
+        env = command_environment(workspace, self.settings, self.hidden_env) | {RUN_ID: tag}
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
@@ -219,7 +220,7 @@ class _Shell:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 cwd=workspace,
-                env=command_environment(self.hidden_env),
+                env=env,
                 start_new_session=True,
             )
         except OSError as error:
@@ -233,15 +234,15 @@ class _Shell:
         except TimeoutError:
             if not running.exited.done():
                 raise ToolError(
-                    f"timed out after {timeout:g} s; the command was killed\n{running.output.text()}"
+                    running.output.after(f"timed out after {timeout:g} s; the command was killed")
                 ) from None
         finally:
             try:
-                await _stop(group, running)
+                await stop(group, tag, running.exited, running.closed)
                 await asyncio.wait([running.exited], timeout=KILL_GRACE)  # reaped, before the transport closes
             finally:
                 transport.close()
-        return f"{_status(running.returncode)} · {took:.2f} s\n{running.output.text()}"
+        return running.output.after(f"{_status(running.returncode)} · {took:.2f} s")
 
 
 def _command(args: dict[str, Any]) -> str:
@@ -251,9 +252,13 @@ def _command(args: dict[str, Any]) -> str:
     return command
 
 
-def shell_tool(settings: ShellSettings, hidden_env: Iterable[str]) -> Tool:
-    """`run_shell`, limited by `settings`; `hidden_env` names the variables its commands must not see."""
-    shell = _Shell(settings, hidden_env)
+def shell_tool(settings: ShellSettings, hidden_env: Iterable[str], protected: Sequence[Path] = ()) -> Tool:
+    """`run_shell`, limited by `settings`.
+
+    `hidden_env` names variables its commands must never see, even if `[shell] env` names them;
+    `protected`, folders a sandboxed command must not change even inside the workspace (hotloop's own).
+    """
+    shell = _Shell(settings, hidden_env, protected)
     return Tool(
         name="run_shell",
         description=(

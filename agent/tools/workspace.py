@@ -406,6 +406,11 @@ def _checked(fd: int, path: str) -> Opened:
     raise _Special(_KINDS.get(stat.S_IFMT(info.st_mode), "special file"))
 
 
+def named_path(workspace: Path, raw: object) -> str:
+    """`raw` as a path below the workspace root, as named: no symlink followed."""
+    return "/".join(_parts(workspace, raw)) or "."
+
+
 def _parts(workspace: Path, raw: object) -> list[str]:
     """The components of `raw` below the workspace root, or a WorkspaceError saying why it is refused."""
     if not isinstance(raw, str) or not raw.strip() or "\0" in raw:
