@@ -183,6 +183,7 @@ class Router:
             await asyncio.wait(self._side_jobs, timeout=timeout)
         for job in self._side_jobs:
             job.cancel()
+        await asyncio.gather(*self._side_jobs, return_exceptions=True)  # done with the clients before they close
 
     async def route(self, prompt: str, agent: Agent) -> tuple[Target, str]:
         """The tier for a turn of `agent` on the `auto` tier, and the reason to show on its strips."""

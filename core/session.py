@@ -591,9 +591,11 @@ class Session:
 
     async def close(self, grace: float = 0.0) -> None:
         """Let side jobs finish for up to `grace` seconds (a title), then close the log, servers and connections."""
-        for task in (self._probes, self._server_task):
-            if task is not None:
-                task.cancel()
+        watchers = [task for task in (self._probes, self._server_task) if task is not None]
+        for task in watchers:
+            task.cancel()
+        # Awaited before the clients close: a cancelled task can still be mid-request, and would use a closed client.
+        await asyncio.gather(*watchers, return_exceptions=True)
         if self.router is not None:
             await self.router.settle(grace)
         self._close_log()
