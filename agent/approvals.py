@@ -87,6 +87,7 @@ class Request:
     subject: str
     preview: str
     given: str = ""  # the path as the call named it, where the write reaches another one
+    file: bool = False  # `subject` is the path a write reaches
     commands: tuple[str, ...] = ()  # run_shell: each command it runs, one line each
     programs: tuple[str, ...] = ()  # run_shell: the programs those commands run, each once
     unread: tuple[str, ...] = ()  # why no rule could allow it
@@ -198,6 +199,7 @@ class Approvals:
             subject.text,
             preview,
             given=subject.given,
+            file=subject.file,
             commands=tuple(c.shown for c in command.commands) if command is not None else (),
             programs=tuple(command.programs()) if command is not None else (),
             unread=tuple(command.reasons()) if command is not None else (),

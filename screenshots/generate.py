@@ -112,6 +112,8 @@ async def shoot(workspace: Path) -> None:
         while len(app.screen.query("ApprovalBar.-asking")) == 0 or len(app.query_one("ApprovalBar").requests) < 3:
             await asyncio.sleep(0.05)
         answers = app.query_one("AnswerList")
+        while not (app.query_one("ApprovalBar").armed and app.focused is answers):  # a key in the grace isn't one
+            await asyncio.sleep(0.05)
         answers.highlighted = answers.get_option_index("every")
         await pilot.press("enter")  # allow all three once
         while running_panes(app.transcript) < 3:
@@ -126,6 +128,8 @@ async def shoot(workspace: Path) -> None:
             await asyncio.sleep(0.05)
         await pilot.pause(0.5)
         app.save_screenshot("edit-approval.svg", str(HERE))
+        while not app.query_one("ApprovalBar").armed:
+            await asyncio.sleep(0.05)
         await pilot.press("y")
         while app.turn_running:
             await asyncio.sleep(0.05)

@@ -127,7 +127,9 @@ class ApprovalBar(Vertical):
             self.disarm()
         self.query_one("#question", Static).update(_headline(first, len(requests)))
         self.query_one("#call-text", Static).update(_spelled(first))
-        self.query_one("#call", VerticalScroll).anchor()  # the end shows, whatever the size, until the user scrolls
+        call = self.query_one("#call", VerticalScroll)
+        call.display = not first.file or not _inline(first.session_rules)  # else a path is all in the first line
+        call.anchor()  # the end shows, whatever the size, until the user scrolls
         self._show_note()
         answers = self.query_one(AnswerList)
         answers.clear_options()
@@ -196,12 +198,15 @@ def _headline(request: Request, waiting: int) -> Text:
         count = f"{len(request.commands)} commands" if len(request.commands) > 1 else "a command"
         line.append(f"wants to run {count}{size}: ")
         line.append(visible(", ".join(request.programs)), "bold")
-    elif request.given:
-        line.append("wants to write ")
-        line.append(visible(request.given), "bold")
-        line.append(" → ")
-        line.append(visible(request.subject), "bold reverse")
-        line.append(" (through a symlink)", "dim")
+    elif request.file:
+        line.append(f"wants to {'edit' if request.tool == 'edit_file' else 'write'} ")
+        if request.given:
+            line.append(visible(request.given), "bold")
+            line.append(" → ")
+            line.append(visible(request.subject), "bold reverse")
+            line.append(" (through a symlink)", "dim")
+        else:
+            line.append(visible(request.subject), "bold")
     else:
         line.append(f"wants to act on{size}: " if request.tool != "run_shell" else f"wants to run{size}: ")
         line.append(visible(request.subject.splitlines()[0][:120] if request.subject else ""), "bold")
