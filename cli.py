@@ -474,7 +474,7 @@ def _app(args: argparse.Namespace) -> int:
     options = _options(args, "app_")
     app = HotloopApp(load_config(), options)
     app.run()
-    say_saved(app.session.last_log, options.workspace)
+    say_saved(app.session.logs.last, options.workspace)
     return 0
 
 

@@ -22,9 +22,8 @@ from msgspec import Meta, Struct, structs
 
 from hotloop import InputError, paths
 from hotloop.agent.approvals import ApprovalRules
-from hotloop.agent.compaction import DEFAULT_THRESHOLD
 from hotloop.agent.hooks import Hook
-from hotloop.agent.loop import MAX_STEPS, TOOL_TIMEOUT
+from hotloop.agent.options import COMPACT_AT, MAX_STEPS, MEMO_TTL, TOOL_TIMEOUT, AgentOptions
 from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.mcp_config import McpServer
 from hotloop.agent.tools.shell import ShellSettings
@@ -189,7 +188,7 @@ class LatencySettings(Struct, frozen=True, forbid_unknown_fields=True):
 
     early_dispatch: bool = True  # start a tool call once its arguments are complete in the stream
     # Seconds an identical read-only call reuses a result; 0 turns it off.
-    memo_ttl: Annotated[float, _rule("must be 0 (off) or more seconds", ge=0)] = 30.0
+    memo_ttl: Annotated[float, _rule("must be 0 (off) or more seconds", ge=0)] = MEMO_TTL
     prefetch: bool = False  # run predicted read-only calls (of tools that allow it) while the model thinks
 
 
@@ -210,9 +209,7 @@ class ContextSettings(Struct, frozen=True, forbid_unknown_fields=True):
 
     auto_compact: bool = True
     # The share of the context window that, once the last step used it, compacts before the next turn.
-    compact_at: Annotated[float, _rule("must be a share of the window above 0, at most 1", gt=0, le=1)] = (
-        DEFAULT_THRESHOLD
-    )
+    compact_at: Annotated[float, _rule("must be a share of the window above 0, at most 1", gt=0, le=1)] = COMPACT_AT
 
 
 SIM_MODELS = ("sim-fast", "sim-balanced", "sim-strong")
@@ -316,6 +313,18 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
             servers={p.name: p.server for p in providers if p.server},
             hourly={p.name: p.cost_per_hour for p in providers if p.cost_per_hour is not None},
             write_ttl={p.name: p.cache_ttl for p in providers},
+        )
+
+    def agent_options(self, max_steps: int | None = None) -> AgentOptions:
+        """How every agent runs, as this config says (`max_steps`: a command line's own cap)."""
+        latency, context = self.latency, self.context
+        return AgentOptions(
+            max_steps=max_steps or self.max_steps,
+            tool_timeout=self.tool_timeout,
+            early_dispatch=latency.early_dispatch,
+            memo_ttl=latency.memo_ttl,
+            prefetch=latency.prefetch,
+            compact_at=context.compact_at if context.auto_compact else None,
         )
 
     def secrets(self) -> list[str]:

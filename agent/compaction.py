@@ -27,7 +27,6 @@ OPENING = (
     "This conversation was compacted to save context: its earlier turns are summarized below. "
     "Go on from this summary; ask the user if something you need is missing from it."
 )
-DEFAULT_THRESHOLD = 0.8  # of the context window, before a turn
 # English text in the BPE tokenizers of OpenAI, Anthropic, Llama and Qwen: ~4 bytes a token.
 BYTES_PER_TOKEN = 4
 # How servers refuse a request longer than the context: vLLM and OpenAI, Anthropic, llama.cpp, SGLang.
@@ -90,3 +89,14 @@ def with_fix(refusal: str) -> str:
     if _TOO_LONG.search(refusal):
         return f"{refusal} · the conversation no longer fits the context: /compact summarizes it, /new starts afresh"
     return refusal
+
+
+def too_long(step: int, estimate: int, reserved: int | None, window: int, model: str) -> str | None:
+    """The warning before a request of ≈ `estimate` tokens (plus `reserved` for the answer) that `window` can't hold."""
+    if estimate + (reserved or 0) <= window:
+        return None
+    answer = f" + {reserved:,} reserved for the answer" if reserved else ""
+    return (
+        f"step {step}'s request is ≈ {estimate:,} tokens{answer}, more than the {window:,} tokens {model} holds: "
+        "the server will likely refuse it (/compact once this turn ends, or switch to a model with a longer context)"
+    )

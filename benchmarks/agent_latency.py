@@ -37,6 +37,7 @@ from typing import Any
 
 from hotloop.agent.events import AgentEvent, StepFinished, ToolStarted, TurnFinished
 from hotloop.agent.loop import Agent
+from hotloop.agent.options import AgentOptions
 from hotloop.agent.prompt import system_prompt
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
@@ -124,12 +125,14 @@ async def run(
             emit=events.append,
             workspace=folder,
             system=system_prompt(INSTRUCTIONS),
-            parallel_tools=configuration != "sequential tools",
-            early_dispatch=configuration != "no early dispatch",
-            prefetch=configuration == "with prefetch" and past is not None,
+            options=AgentOptions(
+                parallel_tools=configuration != "sequential tools",
+                early_dispatch=configuration != "no early dispatch",
+                prefetch=configuration == "with prefetch" and past is not None,
+            ),
         )
-        if agent.prefetcher is not None and past is not None:
-            agent.prefetcher.predictor.learn_from(past)
+        if agent.runner.prefetcher is not None and past is not None:
+            agent.runner.prefetcher.predictor.learn_from(past)
         if configuration == "unstable prefix":
             base = agent.system
 

@@ -34,8 +34,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hotloop.config import TIER_NAMES, Choice, Config, RoutingSettings, SimSettings, Tier, resolve
-from hotloop.core.routing import Prefix, Router
+from hotloop.core.routing import Router
 from hotloop.core.runtime import Runtime
+from hotloop.core.side_jobs import Prefix
 from hotloop.providers.sim.cache import PrefixCache
 from hotloop.providers.sim.server import RecordedRequest
 
@@ -119,7 +120,7 @@ async def session(folder: Path, server: Server, first: str, prefixed: bool) -> F
         await router.turn(agent, first)
         asked = len(requests)
         prefix = replace(Prefix.of(agent), reuse=True) if prefixed else None  # on Anthropic too: what it would cost
-        assert await router.title(tuple(agent.messages), prefix)
+        assert await router.side_jobs.title(tuple(agent.messages), prefix)
         await router.turn(agent, SECOND)
         return Figures(requests[asked], requests[asked + 1])
     finally:

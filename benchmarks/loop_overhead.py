@@ -33,6 +33,7 @@ import httpx2
 
 from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, fan_out
 from hotloop.agent.loop import Agent
+from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.headless.printer import Printer
@@ -109,7 +110,13 @@ async def hotloop_steps(provider: RecordingProvider, workspace: Path, clock: Ste
         SessionLog.create(workspace / "sessions", provider="sim", model="sim-balanced", workspace=workspace) as log,
     ):
         emit = fan_out(Printer(out=null, err=null), log.write, clock)
-        agent = Agent(provider, ToolRegistry(builtin_tools()), emit=emit, workspace=workspace, max_steps=STEPS)
+        agent = Agent(
+            provider,
+            ToolRegistry(builtin_tools()),
+            emit=emit,
+            workspace=workspace,
+            options=AgentOptions(max_steps=STEPS),
+        )
         finished = await agent.run_turn("read the notes, one page per step")
     assert finished.steps == STEPS and finished.reason == "answer", finished
 

@@ -71,7 +71,7 @@ async def one_round(folder: Path, mode: str) -> tuple[list[float], float | None]
         provider = await runtime.connect(resolve(config, Choice(tier="balanced")))
         await runtime.server_of(provider)
         router = Router(config, runtime)
-        await runtime.helper(router.helper_target())  # connected before the clock starts, like a running app
+        await runtime.helper(router.side_jobs.helper_target())  # connected before the clock starts, like a running app
         agents = [
             Agent(provider, runtime.tools, emit=emit, workspace=folder, lanes=runtime.lanes) for _ in range(AGENTS)
         ]
@@ -81,7 +81,7 @@ async def one_round(folder: Path, mode: str) -> tuple[list[float], float | None]
             if mode == "no background"
             else [
                 asyncio.create_task(
-                    router.title(
+                    router.side_jobs.title(
                         [
                             UserMessage(f"Session {n}: explain {TOPICS[n % len(TOPICS)]} in depth"),
                             AssistantMessage(f"Here is how {TOPICS[n % len(TOPICS)]} works."),

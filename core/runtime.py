@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hotloop import paths
-from hotloop.agent.events import Notice, ProviderSwitched
+from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched
+from hotloop.agent.figures import short_model
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.edit import edit_tools
 from hotloop.agent.tools.mcp import McpBridge
@@ -33,7 +34,10 @@ from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.sessions.log import SessionLog
 
 if TYPE_CHECKING:
+    from hotloop.agent.approvals import Approvals
+    from hotloop.agent.hooks import Hooks
     from hotloop.agent.loop import Agent
+    from hotloop.agent.options import AgentOptions
     from hotloop.providers.vllm import ServerInfo
 
 PROBE_TIMEOUT = 3.0
@@ -130,6 +134,40 @@ class Runtime:
         if provider.server is not None and isinstance(provider, OpenAIChatProvider):
             provider.send_priority = provider.server.takes_priority and self.config.routing.lanes
 
+    def agent(
+        self,
+        provider: Provider,
+        *,
+        emit: Callable[[AgentEvent], None],
+        workspace: Path,
+        tools: ToolRegistry | None = None,
+        options: AgentOptions | None = None,
+        system: str | None = None,
+        cache_key: str | None = None,
+        max_steps: int | None = None,
+        approvals: Approvals | None = None,
+        hooks: Hooks | None = None,
+    ) -> Agent:
+        """An agent as the config says: its options, the runtime's tools (unless given) and lanes.
+
+        The one place agents are made (the app, `hotloop run`, `hotloop bench`): a setting in the
+        config reaches them all. `options` replaces the config's only where a caller says why.
+        """
+        from hotloop.agent.loop import Agent
+
+        return Agent(
+            provider,
+            tools if tools is not None else self.tools,
+            emit=emit,
+            workspace=workspace,
+            options=options or self.config.agent_options(max_steps),
+            system=system,
+            cache_key=cache_key,
+            lanes=self.lanes,
+            approvals=approvals,
+            hooks=hooks,
+        )
+
     async def switch(self, agent: Agent, choice: Choice) -> ProviderSwitched:
         """Move `agent`'s conversation to the provider, model or tier chosen; the event says what it costs."""
         provider = await self.connect(resolve(self.config, choice))
@@ -223,9 +261,10 @@ class Runtime:
         """Teach the agent's prefetch predictor what earlier sessions in this workspace did (off the event loop)."""
         from hotloop.sessions.store import past_events
 
-        if agent.prefetcher is not None:
+        prefetcher = agent.runner.prefetcher
+        if prefetcher is not None:
             for events in await asyncio.to_thread(past_events, paths.sessions_dir(), workspace):
-                agent.prefetcher.predictor.learn_from(events)
+                prefetcher.predictor.learn_from(events)
 
     async def served(self, settings: ProviderSettings) -> list[str] | None:
         """The models a provider's server lists, asked until it answers; None when it can't say (no answer, no key)."""
@@ -236,6 +275,29 @@ class Runtime:
                 return None
             self._served[key] = listing
         return self._served[key]
+
+    async def fit_tiers(self, target: Target) -> str | None:
+        """Tiers (and so titles, summaries and auto's classifier) only on models the session's server lists.
+
+        Returns what to say when a tier moved: `fast = balanced = strong = MODEL` on a one-model server.
+        """
+        settings = target.settings
+        served = await self.served(settings)
+        if not served:
+            return None  # a server that can't say what it serves; the first request will
+        self.config, moved = self.config.fitted_to(settings.name, served, target.model)
+        if not moved:
+            return None
+        model = self.config.tiers[next(iter(moved))].model
+        same = [t.name for t in self.config.tiers.values() if (t.provider, t.model) == (settings.name, model)]
+        where = settings.base_url or settings.name
+        if len(served) == 1:
+            return f"{' = '.join(same)} = {short_model(model)}: the only model {where} serves"
+        unlisted = ", ".join(sorted(set(moved.values())))
+        return (
+            f"{' = '.join(same)} = {short_model(model)}: {where} doesn't serve {unlisted}; "
+            f"name its models in the config's [tiers] (models: {', '.join(map(short_model, served))})"
+        )
 
     async def probe(self, settings: ProviderSettings) -> list[str] | str:
         """The models a provider serves, or why it can't be used (missing key, unreachable)."""

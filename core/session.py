@@ -38,11 +38,13 @@ from hotloop.agent.events import (
     StepFinished,
     TurnFinished,
 )
-from hotloop.agent.figures import context_use, short_model
 from hotloop.agent.hooks import Hooks
 from hotloop.agent.tools.shell import sandbox_notice
-from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, Target, resolve
-from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallStarted
+from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, resolve
+from hotloop.core.context_meter import ContextMeter
+from hotloop.core.log_keeper import LogKeeper
+from hotloop.core.server_watch import ServerReport, follow_server
+from hotloop.core.switch_menu import SwitchOption, probe_all, switch_options
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
@@ -51,18 +53,12 @@ if TYPE_CHECKING:
     from hotloop.core.routing import Router
     from hotloop.core.runtime import Runtime
     from hotloop.providers.base import Provider
-    from hotloop.providers.server_metrics import ServerStats
-    from hotloop.providers.vllm import ServerInfo
     from hotloop.sessions.fork import Forked
     from hotloop.sessions.log import SessionLog
     from hotloop.sessions.store import LoggedSession
 
-# What shows a provider answered: a session with none of these is only an unanswered prompt.
-_ANSWERS = (TextDelta, ReasoningDelta, ToolCallStarted, StepFinished)
 DISCOVERY_WAIT = 1.0  # seconds open() waits for the server to say what it is
 SIDE_JOB_GRACE = 10.0  # seconds a headless run waits at the end for a title still being written
-SERVER_BUSY_INTERVAL = 1.0  # seconds between /metrics scrapes while a turn runs
-SERVER_IDLE_INTERVAL = 5.0
 
 
 @dataclass(frozen=True)
@@ -86,26 +82,6 @@ class SessionOptions:
     @property
     def choice(self) -> Choice:
         return Choice(self.provider, self.model, self.base_url, self.tier)
-
-
-@dataclass(frozen=True)
-class SwitchOption:
-    """One entry of the switch menu: a tier, or a provider and model, and what moving there costs now."""
-
-    title: str
-    help: str
-    choice: Choice
-    unavailable: str | None = None
-
-
-@dataclass(frozen=True)
-class ServerReport:
-    """What a self-hosted server says of itself, for the server panel; `stats` is None until the first scrape."""
-
-    info: ServerInfo
-    base_url: str
-    model: str
-    stats: ServerStats | None = None
 
 
 class Session:
@@ -142,14 +118,10 @@ class Session:
         self.runtime: Runtime | None = None
         self.router: Router | None = None
         self.agent: Agent | None = None
-        self.log: SessionLog | None = None
-        self.log_problem: str | None = None  # why a log stopped early (a failing disk), once it is closed
+        self.logs = LogKeeper()
         self.cut_off_steps = 0  # steps the output limit ended: the work they did is incomplete
         self.unapproved_calls = 0  # calls refused because no one could approve them (headless): work not done
-        self._unlogged: list[AgentEvent] = []  # said before the log exists; written when it opens
-        self._unanswered = False  # a log this session created that no step has finished in yet
-        self.last_log: SessionLog | None = None  # the log closed last: the one to name on exit
-        self.context_used: int | None = None  # tokens the last step left in the context: its prompt and answer
+        self.meter = ContextMeter()
         self._turns = 0  # turns in flight
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
         self._server_task: asyncio.Task[None] | None = None
@@ -170,15 +142,10 @@ class Session:
 
     def emit(self, event: AgentEvent) -> None:
         """Every event of the session: to its log (or held until the log opens), then to the frontend."""
-        if self.log is not None:
-            self.log.write(event)
-        else:
-            self._unlogged.append(event)
-        if isinstance(event, _ANSWERS):
-            self._unanswered = False
+        self.logs.write(event)
         if isinstance(event, StepFinished):
             self.cut_off_steps += event.finish_reason == "length"
-        self._measure(event)
+        self.meter.observe(event)
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
             self.unapproved_calls += 1
         self._sink(event)
@@ -202,7 +169,8 @@ class Session:
             else:
                 target = resolve(self.config, self.choice)
             self.runtime.config = self.config
-            fitted = await self._fit_tiers(target)
+            fitted = await self.runtime.fit_tiers(target)
+            self.config = self.runtime.config
             if fitted is not None and resumed is None:
                 target = resolve(self.config, self.choice)  # a tier now names a model the server lists
             self.router = Router(self.config, self.runtime, auto=self.choice.tier == AUTO_TIER)
@@ -211,7 +179,7 @@ class Session:
             if resumed is not None:
                 resumed.log.close()  # its lock: the session is free again
             if self._probes is None:  # the switch menu's list: another provider may be picked meanwhile
-                self._probes = asyncio.create_task(self._probe_all())
+                self._probes = asyncio.create_task(probe_all(self.runtime, self.config))
             raise
         with contextlib.suppress(TimeoutError):
             # What the server is decides the first requests' `priority` and the flag a hint names; a
@@ -230,7 +198,7 @@ class Session:
         await self.runtime.learn_from_past(self.agent, self.workspace)
         if self._probes is not None:
             self._probes.cancel()
-        self._probes = asyncio.create_task(self._probe_all())
+        self._probes = asyncio.create_task(probe_all(self.runtime, self.config))
         self._ready = True
         # The startup heap never dies: keep the collector off it, and collect old objects rarely.
         gc.collect()
@@ -243,31 +211,6 @@ class Session:
             raise RuntimeError("retarget() is for a session that isn't open; switch() moves an open one")
         resolve(self.config, choice)  # a bad provider, tier or missing key fails here, as at the start
         self.choice = choice
-
-    async def _fit_tiers(self, target: Target) -> str | None:
-        """Tiers (and so titles, summaries and auto's classifier) only on models the session's server lists.
-
-        Returns what to say when a tier moved: `fast = balanced = strong = MODEL` on a one-model server.
-        """
-        assert self.runtime is not None
-        settings = target.settings
-        served = await self.runtime.served(settings)
-        if not served:
-            return None  # a server that can't say what it serves; the first request will
-        self.config, moved = self.config.fitted_to(settings.name, served, target.model)
-        if not moved:
-            return None
-        self.runtime.config = self.config
-        model = self.config.tiers[next(iter(moved))].model
-        same = [t.name for t in self.config.tiers.values() if (t.provider, t.model) == (settings.name, model)]
-        where = settings.base_url or settings.name
-        if len(served) == 1:
-            return f"{' = '.join(same)} = {short_model(model)}: the only model {where} serves"
-        unlisted = ", ".join(sorted(set(moved.values())))
-        return (
-            f"{' = '.join(same)} = {short_model(model)}: {where} doesn't serve {unlisted}; "
-            f"name its models in the config's [tiers] (models: {', '.join(map(short_model, served))})"
-        )
 
     def _system(self, kept: str | None = None) -> str:
         """`kept` (a logged or the current prompt) or a new one, with the project's instructions as they are now."""
@@ -293,8 +236,9 @@ class Session:
             approvals=self.approvals,
             hooks=self.hooks,
         )
-        if self.agent is not None and self.agent.prefetcher is not None and agent.prefetcher is not None:
-            agent.prefetcher.predictor = self.agent.prefetcher.predictor  # what was learned outlives the conversation
+        before, after = self.agent.runner.prefetcher if self.agent else None, agent.runner.prefetcher
+        if before is not None and after is not None:
+            after.predictor = before.predictor  # what was learned outlives the conversation
         return agent
 
     def _continue(self, resumed: Resumption, notes: list[str]) -> None:
@@ -307,32 +251,23 @@ class Session:
         header, conversation = resumed.session.header, resumed.conversation
         self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.routing_key)
         self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
-        self.context_used = None
+        self.meter = ContextMeter()
         for event in resumed.session.events:
-            self._measure(event)
+            self.meter.observe(event)
         self._open_log(log)
         self._restored(resumed.session)
         for event in resumed.opening_events(notes + moved):
             self.emit(event)
 
-    def _measure(self, event: AgentEvent) -> None:
-        """The context after a step (its prompt and answer) or a compaction (its estimate); other events leave it."""
-        if isinstance(event, Compacted):
-            self.context_used = event.after_tokens
-        elif isinstance(event, StepFinished):
-            usage = event.usage
-            if usage is not None and usage.prompt_total is not None:
-                self.context_used = usage.prompt_total + (usage.output or 0)
-            else:
-                self.context_used = None
-
-    def _open_log(self, log: SessionLog) -> None:
-        self.log = log
+    def _open_log(self, log: SessionLog, created: bool = False) -> None:
+        self.logs.open(log, created)
         if self.hooks is not None:
             self.hooks.session_id = log.id
-        for event in self._unlogged:
-            log.write(event)
-        self._unlogged.clear()
+
+    @property
+    def log(self) -> SessionLog | None:
+        """The log this conversation writes to; None until its first turn."""
+        return self.logs.log
 
     # -- turns and switches -------------------------------------------------------------
 
@@ -344,8 +279,7 @@ class Session:
         self.agent.system = self._system(self.agent.system)  # AGENTS.md may have changed since the last turn
         if self.log is None:
             log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
-            self._open_log(log)
-            self._unanswered = True
+            self._open_log(log, created=True)
             self.agent.cache_key = log.id
         self._turns += 1
         self._nudge.set()
@@ -358,8 +292,7 @@ class Session:
 
     def context(self) -> tuple[int, int] | None:
         """How full the context is: the tokens the last step left in it, and the window; None if either is unknown."""
-        window = self.context_window()
-        return (self.context_used, window) if self.context_used is not None and window else None
+        return self.meter.of(self.context_window())
 
     async def compact(self) -> Compacted | None:
         """`/compact`: the conversation replaced by its summary; None if that failed (a notice says why)."""
@@ -378,27 +311,17 @@ class Session:
 
     async def _compact_if_full(self) -> None:
         """Compact before a turn once the last step filled `[context] compact_at` of the window."""
-        settings, measured = self.config.context, self.context()
-        if not settings.auto_compact or measured is None or self.agent is None or not self.agent.messages:
-            return
-        used, window = measured
-        if used < settings.compact_at * window:
-            return
-        self.emit(
-            Notice(
-                level="info",
-                message=f"compacting the conversation first: {context_use(used, window)}, past "
-                f"[context] compact_at = {settings.compact_at:g}",
-            )
-        )
-        await self._compact("auto")
+        why = self.meter.due(self.config.context, self.context_window())
+        if why is not None and self.agent is not None and self.agent.messages:
+            self.emit(Notice(level="info", message=why))
+            await self._compact("auto")
 
     async def _compact(self, trigger: Literal["manual", "auto"]) -> Compacted | None:
         from hotloop.providers.errors import ProviderError
 
         assert self.agent is not None
         try:
-            return await self.agent.compact(trigger, self.context_used, self.context_window())
+            return await self.agent.compact(trigger, self.meter.used, self.context_window())
         except ProviderError as error:
             self.emit(Notice(level="error", message=compaction_failed(error)))
             return None
@@ -423,9 +346,9 @@ class Session:
     def new_conversation(self) -> None:
         """Close this conversation's log and start another on the same provider (a turn in flight is the caller's)."""
         assert self.agent is not None
-        self._close_log()
+        self.logs.close()
         self.agent = self._new_agent(self.agent.provider, self._system())
-        self.context_used = None
+        self.meter = ContextMeter()
 
     async def continue_session(self, path: Path) -> None:
         """Leave this conversation (its log stays) and go on with the saved one at `path`."""
@@ -440,7 +363,7 @@ class Session:
         except BaseException:
             resumed.log.close()
             raise
-        self._close_log()
+        self.logs.close()
         self.agent = self._new_agent(provider, self._system())
         self._continue(resumed, notes)
         self._nudge.set()
@@ -455,22 +378,6 @@ class Session:
             raise InputError("a turn is running: fork when it ends")
         self.log.flush()  # the fork reads the log: what is buffered belongs in it
         return await asyncio.to_thread(fork_session, self.log.path, turn)
-
-    def _close_log(self) -> None:
-        from hotloop.sessions.summary import summary_path
-
-        if self.log is not None:
-            self.log.close()
-            if self.log.error is not None:
-                self.log_problem = f"the session log stopped at {self.log.path}: {self.log.error.strerror}"
-            elif self._unanswered:
-                # Nothing but a prompt no provider answered: not a session to find, continue or replay.
-                for file in (self.log.path, summary_path(self.log.path)):
-                    file.unlink(missing_ok=True)
-            self.last_log = self.log
-            self.log = None
-        self._unanswered = False
-        self._unlogged.clear()
 
     # -- MCP servers ---------------------------------------------------------------------
 
@@ -496,96 +403,16 @@ class Session:
 
     async def switch_options(self) -> list[SwitchOption]:
         """Every tier, provider and model, each with what switching to it would cost now."""
-        from hotloop.agent.switching import describe_cost
-
-        probes = await self._probes if self._probes is not None else {}
-
-        def cost(provider: str, model: str) -> str:
-            agent = self.agent
-            if agent is None or not agent.messages:
-                return ""
-            if (provider, model) == (agent.provider.name, agent.provider.model):
-                return " · current"
-            return " · " + describe_cost(*agent.warmth.cost(provider, model))
-
-        options = []
-        for tier in self.config.tiers.values():
-            reason = probes.get(tier.provider)
-            options.append(
-                SwitchOption(
-                    f"tier: {tier.name}",
-                    f"{tier.provider} · {tier.model}{cost(tier.provider, tier.model)}",
-                    Choice(tier=tier.name),
-                    reason if isinstance(reason, str) else None,
-                )
-            )
-        routing = self.config.routing
-        options.append(
-            SwitchOption(
-                f"tier: {AUTO_TIER}",
-                f"the {routing.helper_tier} tier sorts each turn: simple → {routing.auto_simple}, "
-                f"complex → {routing.auto_complex}",
-                Choice(tier=AUTO_TIER),
-            )
-        )
-        for name, settings in self.config.providers.items():
-            served = probes.get(name, [])
-            if isinstance(served, str):
-                options.append(
-                    SwitchOption(f"provider: {name}", f"unavailable: {served}", Choice(provider=name), served)
-                )
-                continue
-            where = settings.base_url or f"embedded simulator, {settings.protocol} API"
-            for model in settings.models or tuple(served):
-                options.append(
-                    SwitchOption(
-                        f"model: {name} · {model}", f"{where}{cost(name, model)}", Choice(provider=name, model=model)
-                    )
-                )
-        return options
-
-    async def _probe_all(self) -> dict[str, list[str] | str]:
-        assert self.runtime is not None
-        names = list(self.config.providers)
-        results = await asyncio.gather(*(self.runtime.probe(self.config.providers[name]) for name in names))
-        return dict(zip(names, results, strict=True))
+        return switch_options(self.config, self.agent, await self._probes if self._probes is not None else {})
 
     def watch_server(self, report: Callable[[ServerReport | None], None]) -> None:
-        """Report what the current provider's server says of itself: at once, then after each scrape of /metrics.
+        """Report what the current provider's server says of itself (`server_watch.py`), from now until closed."""
+        if self._server_task is None and self.runtime is not None:
+            watching = follow_server(self.runtime, self._provider_now, lambda: self.busy, self._nudge, report)
+            self._server_task = asyncio.create_task(watching)
 
-        Scrapes come every second while a turn runs or the server shows requests running, and
-        every five otherwise; `None` means the provider is not a server that describes itself
-        (a hosted API).
-        """
-        if self._server_task is None:
-            self._server_task = asyncio.create_task(self._follow_server(report))
-
-    async def _follow_server(self, report: Callable[[ServerReport | None], None]) -> None:
-        from hotloop.providers.server_metrics import ServerWatch
-        from hotloop.providers.vllm import scrape
-
-        assert self.runtime is not None
-        followed: Provider | None = None
-        watch = ServerWatch()
-        info: ServerInfo | None = None
-        running = False  # the last scrape showed requests running: a cancelled one may still be winding down
-        while True:
-            provider = self.agent.provider if self.agent is not None else None
-            if provider is not followed and provider is not None:
-                followed, watch = provider, ServerWatch()
-                info = await self.runtime.server_of(provider)
-                report(ServerReport(info, provider.base_url, provider.model) if info is not None else None)
-            if info is not None and info.has_metrics and followed is not None:
-                sample = await scrape(followed)
-                if sample is not None:
-                    stats = watch.observe(sample)
-                    running = bool(stats.running)
-                    report(ServerReport(info, followed.base_url, followed.model, stats))
-            self._nudge.clear()
-            # While anything runs, a second apart: "running" drops to 0 within a second of the server's last request.
-            interval = SERVER_BUSY_INTERVAL if self.busy or running else SERVER_IDLE_INTERVAL
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._nudge.wait(), interval)
+    def _provider_now(self) -> Provider | None:
+        return self.agent.provider if self.agent is not None else None
 
     # -- closing ------------------------------------------------------------------------
 
@@ -597,7 +424,7 @@ class Session:
         # Awaited before the clients close: a cancelled task can still be mid-request, and would use a closed client.
         await asyncio.gather(*watchers, return_exceptions=True)
         if self.router is not None:
-            await self.router.settle(grace)
-        self._close_log()
+            await self.router.side_jobs.settle(grace)
+        self.logs.close()
         if self.runtime is not None:
             await self.runtime.aclose()

@@ -29,7 +29,9 @@ from hotloop.config import Choice
 
 if TYPE_CHECKING:
     from rich.console import Console
-from hotloop.providers.base import Provider
+
+    from hotloop.core.runtime import Runtime
+    from hotloop.providers.base import Provider
 
 # The built-in task: a research question in two turns, each two rounds of tool calls and an answer.
 RULES = "\n".join(
@@ -158,11 +160,9 @@ class Level:
 
 
 async def run_level(
-    provider: Provider, scenario: Scenario, agents: int, on_event: Callable[[AgentEvent], None]
+    runtime: Runtime, provider: Provider, scenario: Scenario, agents: int, on_event: Callable[[AgentEvent], None]
 ) -> Level:
-    """`agents` sessions at once, each the scenario's turns in order."""
-    from hotloop.agent.loop import Agent
-
+    """`agents` sessions at once, each the scenario's turns in order, each agent as the config says."""
     level = Level(agents)
     registry = tools_of(scenario)
 
@@ -174,11 +174,12 @@ async def run_level(
             events.append(event)
             on_event(event)
 
-        agent = Agent(
+        # The config's options, all of them: the bench measures agents as the app runs them.
+        agent = runtime.agent(
             provider,
-            registry,
             emit=emit,
             workspace=Path.cwd(),
+            tools=registry,
             system=scenario.system,
             cache_key=f"bench-{uuid.uuid4().hex[:12]}",
         )
@@ -263,7 +264,7 @@ async def bench(
             with Live(progress, console=err, refresh_per_second=4, transient=True, auto_refresh=err.is_terminal):
                 for agents in ramp:
                     progress.start(agents)
-                    level = await run_level(provider, scenario, agents, progress.take)
+                    level = await run_level(runtime, provider, scenario, agents, progress.take)
                     result["levels"].append(level.figures())
         finally:
             await runtime.aclose()

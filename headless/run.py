@@ -37,10 +37,10 @@ async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: b
         failed = await _run_prompts(session, prompts)
     finally:
         await session.close(SIDE_JOB_GRACE)
-        if session.log_problem is not None:
-            printer(Notice(level="warning", message=session.log_problem))
+        if session.logs.problem is not None:
+            printer(Notice(level="warning", message=session.logs.problem))
         printer.close()
-        say_saved(session.last_log, options.workspace)
+        say_saved(session.logs.last, options.workspace)
     # A step the output limit cut off, or a call no one could approve, left work undone even if the turn went on.
     return 1 if failed or session.cut_off_steps or session.unapproved_calls else 0
 

@@ -14,14 +14,18 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import openai
 import pytest
 from aiohttp import web
 
+from hotloop.agent.approvals import Approvals
 from hotloop.agent.events import AgentEvent, fan_out
+from hotloop.agent.hooks import Hooks
 from hotloop.agent.loop import Agent
+from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
@@ -125,12 +129,23 @@ def make_agent(
     workspace: Path,
     tools: list[Tool] | None = None,
     registry: ToolRegistry | None = None,
-    **options: object,
+    approvals: Approvals | None = None,
+    hooks: Hooks | None = None,
+    **options: Any,
 ) -> tuple[Agent, Recorder]:
-    """An agent on the simulator with the built-ins plus `tools`, or with `registry` as given."""
+    """An agent on the simulator with the built-ins plus `tools`, or with `registry` as given; `options` are
+    `AgentOptions` fields, the rest as the config's defaults."""
     recorder = Recorder()
     registry = registry or ToolRegistry(builtin_tools() + (tools or []))
-    agent = Agent(provider_for(sim), registry, emit=recorder, workspace=workspace, **options)  # type: ignore[arg-type]
+    agent = Agent(
+        provider_for(sim),
+        registry,
+        emit=recorder,
+        workspace=workspace,
+        options=AgentOptions(**options),
+        approvals=approvals,
+        hooks=hooks,
+    )
     return agent, recorder
 
 

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from msgspec import structs
 
 from hotloop.cli import main
 
-from tui_support import write_config
+from tui_support import FAST_SIM, write_config
 
 
 def test_a_ramp_runs_every_agent_and_saves_what_it_measured(
@@ -165,3 +166,44 @@ def test_a_comparison_says_each_change_in_the_form_that_reads(
     from hotloop.headless.bench_view import _change
 
     assert _change(before, after, in_points) == said
+
+
+async def test_the_bench_builds_its_agents_as_the_app_does(isolated_home: Path, tmp_path: Path) -> None:
+    """One factory: the config's tool_timeout and memo reach the bench's agents and the session's alike (the bench
+    used to build its own, with the memo off and the timeout ignored)."""
+    from hotloop.agent.events import AgentEvent, ToolFinished
+    from hotloop.config import Choice, load_config, resolve
+    from hotloop.core.runtime import Runtime
+    from hotloop.core.session import Session, SessionOptions
+    from hotloop.headless.bench import Scenario, run_level
+
+    (isolated_home / "config.toml").write_text(f"tool_timeout = 0.3\n[latency]\nmemo_ttl = 7\n{FAST_SIM}")
+    config = load_config()
+    probe = {"name": "probe", "arguments": {"url": "https://docs.example/a"}}
+    scenario = Scenario(
+        system="You check links.",
+        prompts=["Check the docs."],
+        tools={"probe": 0.01, "slow": 30.0},
+        steps=[{"tool_calls": [probe]}, {"tool_calls": [probe]}, {"tool_calls": [{"name": "slow"}]}, {"text": "ok"}],
+    )
+    script = tmp_path / "steps.json"
+    script.write_text(json.dumps(scenario.steps))
+    runtime = Runtime(structs.replace(config, sim=structs.replace(config.sim, scenario=script)))
+    events: list[AgentEvent] = []
+    try:
+        provider = await runtime.connect(resolve(runtime.config, Choice()))
+        await run_level(runtime, provider, scenario, 1, events.append)
+    finally:
+        await runtime.aclose()
+    finished = [e for e in events if isinstance(e, ToolFinished)]
+    assert [e.reused for e in finished[:2]] == ["", "memo"]
+    assert finished[2].result == "error: slow timed out after 0.3 s"
+
+    session = Session(config, SessionOptions(workspace=tmp_path), lambda event: None)
+    try:
+        await session.open()
+        assert session.agent is not None
+        assert session.agent.options == config.agent_options()
+        assert (session.agent.options.tool_timeout, session.agent.options.memo_ttl) == (0.3, 7)
+    finally:
+        await session.close()

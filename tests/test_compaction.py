@@ -12,6 +12,7 @@ import pytest
 from hotloop.agent.compaction import INSTRUCTION, compacted_messages, with_fix
 from hotloop.agent.events import AgentEvent, Compacted, Notice, StepFinished, TurnStarted, fan_out
 from hotloop.agent.loop import Agent
+from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.cli import main
@@ -168,7 +169,7 @@ async def test_a_turn_that_outgrows_the_window_compacts_between_its_steps_and_go
             emit=fan_out(recorder, log.write),
             workspace=workspace,
             cache_key=log.id,
-            compact_at=0.8,
+            options=AgentOptions(compact_at=0.8, memo_ttl=0),  # no memo: the test counts the fetches that ran
         )
         assert isinstance(provider, OpenAIChatProvider | OpenAIResponsesProvider)
         provider.server = await discover(provider)  # the window: the server's max_model_len
@@ -221,7 +222,7 @@ async def test_a_step_right_after_a_compaction_does_not_compact_again(tmp_path: 
         recorder = Recorder()
         provider = provider_on(sim, "openai")
         registry = ToolRegistry([Tool("fetch", "Fetch a page.", URL_SCHEMA, fetch, read_only=True)])
-        agent = Agent(provider, registry, emit=recorder, workspace=workspace, compact_at=0.8)
+        agent = Agent(provider, registry, emit=recorder, workspace=workspace, options=AgentOptions(compact_at=0.8))
         assert isinstance(provider, OpenAIChatProvider)
         provider.server = await discover(provider)
         finished = await agent.run_turn("fetch the cache docs and sum them up")

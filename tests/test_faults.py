@@ -18,6 +18,7 @@ import pytest
 from hotloop.agent.events import Notice, ResponseFinished, StepFinished, ToolFinished, fan_out
 from hotloop.agent.figures import SessionTotals, step_summary
 from hotloop.agent.loop import Agent
+from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.core.resumption import Resumption
@@ -295,7 +296,7 @@ async def test_an_answer_cut_off_by_the_output_limit_does_not_look_finished(
 ) -> None:
     sim = start(sims, tmp_path, [{"text": "word " * 50}])
     agent, recorder = agent_on(sim, "openai", workspace)
-    agent.max_tokens = 8
+    agent.options = AgentOptions(max_tokens=8)
     finished = await agent.run_turn("go")
     await agent.provider.aclose()
     assert finished.reason == "cut_off"

@@ -28,7 +28,7 @@ from hotloop.agent.text import inert
 from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.cli import main
 from hotloop.config import Choice, load_config
-from hotloop.core.session import SwitchOption
+from hotloop.core.switch_menu import SwitchOption
 from hotloop.headless.printer import Printer
 from hotloop.providers.events import ReasoningDelta, TextDelta
 from hotloop.sessions.store import read_session

@@ -194,7 +194,7 @@ async def test_identical_read_only_calls_reuse_the_earlier_result_until_somethin
     reads = [(e.reused, e.result) for e in recorder.of(ToolFinished) if e.name == "read_file"]
     assert reads == [("", "# Demo\n"), ("memo", "# Demo\n"), ("", "# Changed\n")]  # the write made it read again
     assert ticks == [0, 1]  # a volatile tool always runs
-    assert agent.memo.hits == 1
+    assert agent.runner.memo.hits == 1
 
 
 def test_the_memo_forgets_after_its_ttl() -> None:
@@ -251,7 +251,8 @@ async def test_a_repeated_workload_is_served_from_prefetch(tmp_path: Path) -> No
         registry.add(slowed(tool, 0.18))
     workload = ["Read README.md and notes.txt", "grep for TODO", "list the files, then read pyproject.toml"]
     try:
-        agent, recorder = make_agent(sim, tmp_path, registry=registry, prefetch=True)
+        # No memo: prefetch serves.
+        agent, recorder = make_agent(sim, tmp_path, registry=registry, prefetch=True, memo_ttl=0)
         walls, served = [], []
         for _ in range(3):
             mark = len(recorder.events)
@@ -266,7 +267,8 @@ async def test_a_repeated_workload_is_served_from_prefetch(tmp_path: Path) -> No
     # The same results, served early (prefetched calls finish in either order).
     assert sorted((n, r) for n, _, r in served[1]) == sorted((n, r) for n, _, r in served[0])
     assert walls[1] < 0.8 * walls[0] and walls[2] < 0.8 * walls[0]
-    assert agent.prefetcher.stats.misses == 0 and agent.prefetcher.stats.hits == 10
+    assert agent.runner.prefetcher is not None
+    assert agent.runner.prefetcher.stats.misses == 0 and agent.runner.prefetcher.stats.hits == 10
 
 
 async def test_a_wrong_guess_is_cancelled_and_never_used() -> None:

@@ -19,6 +19,7 @@ from aiohttp import web
 from hotloop.agent.events import ResponseFinished, StepFinished, StepStarted
 from hotloop.agent.figures import step_summary
 from hotloop.agent.loop import Agent
+from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.events import ToolCallStarted
@@ -47,7 +48,13 @@ async def one_step(name: str, workspace: Path) -> tuple[ResponseFinished, StepFi
     recorder = Recorder()
     async for url in serve_events(events_of(name), "/v1/chat/completions"):
         provider = OpenAIChatProvider(name="local", model=MODEL, base_url=url, max_retries=0)
-        agent = Agent(provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, max_steps=1)
+        agent = Agent(
+            provider,
+            ToolRegistry(builtin_tools()),
+            emit=recorder,
+            workspace=workspace,
+            options=AgentOptions(max_steps=1),
+        )
         await agent.run_turn("Say hello.")
         await provider.aclose()
     return recorder.of(ResponseFinished)[0], recorder.of(StepFinished)[0]
@@ -107,7 +114,13 @@ async def test_ttft_is_the_first_byte_not_the_held_back_tool_call(workspace: Pat
     recorder = Recorder()
     async for url in held_back(events_of("05_tool_call_stream_hermes_template.sse"), hold):
         provider = OpenAIChatProvider(name="local", model=MODEL, base_url=url, max_retries=0)
-        agent = Agent(provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, max_steps=1)
+        agent = Agent(
+            provider,
+            ToolRegistry(builtin_tools()),
+            emit=recorder,
+            workspace=workspace,
+            options=AgentOptions(max_steps=1),
+        )
         await agent.run_turn("List the files.")
         await provider.aclose()
     [response] = recorder.of(ResponseFinished)

@@ -46,7 +46,7 @@ async def agent_on(runtime: Runtime, provider: str, workspace: Path, **options: 
 
     recorder = Recorder()
     connected = await runtime.connect(resolve(runtime.config, Choice(provider=provider)))
-    return Agent(connected, runtime.tools, emit=recorder, workspace=workspace, **options), recorder  # type: ignore[arg-type]
+    return Agent(connected, runtime.tools, emit=recorder, workspace=workspace, **options), recorder
 
 
 def steps_of(recorder: Recorder, turn: int) -> list[StepFinished]:

@@ -14,8 +14,9 @@ from hotloop.agent.events import Notice, SessionTitled, StepFinished, ToolFinish
 from hotloop.agent.loop import Agent
 from hotloop.cli import main
 from hotloop.config import Choice, Config, RoutingSettings, SimSettings, resolve
-from hotloop.core.routing import CLASSIFY_ASK, TITLE, TITLE_ASK, Router
+from hotloop.core.routing import Router
 from hotloop.core.runtime import Runtime
+from hotloop.core.side_jobs import CLASSIFY_ASK, TITLE, TITLE_ASK
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
@@ -60,7 +61,7 @@ async def test_auto_sends_a_greeting_to_fast_and_a_multi_part_task_to_strong(tmp
     try:
         await router.turn(agent, "hi there!")
         await router.turn(agent, "Read README.md and notes.txt, then grep for TODO")
-        await router.settle(5)
+        await router.side_jobs.settle(5)
         requests = list(router.runtime.simulator.server.requests)
     finally:
         await router.runtime.aclose()
@@ -85,9 +86,9 @@ async def test_the_fast_tier_titles_the_session_after_its_first_turn(tmp_path: P
     agent, router, recorder = await agent_and_router(config_with(tmp_path), workspace)
     try:
         await router.turn(agent, "Please read README.md, then grep for TODO")
-        await router.settle(5)
+        await router.side_jobs.settle(5)
         await router.turn(agent, "and notes.txt too")
-        await router.settle(5)
+        await router.side_jobs.settle(5)
         titler = [r for r in router.runtime.simulator.server.requests if b"Write a title" in r.body]
     finally:
         await router.runtime.aclose()
@@ -124,7 +125,7 @@ async def test_a_title_on_the_conversations_model_extends_its_request_and_evicts
     try:
         await router.turn(agent, "Please read README.md, then grep for TODO")
         conversation = list(agent.messages)
-        await router.settle(5)
+        await router.side_jobs.settle(5)
         assert agent.messages == conversation  # the title job leaves the conversation as it was
         requests = list(server.requests)
         await router.turn(agent, "and notes.txt too")
@@ -258,7 +259,7 @@ async def test_a_title_queued_behind_a_busy_server_is_served_after_the_interacti
         agent.provider.send_priority = lanes != "off"
         assert agent.provider.model != "sim-fast"  # the title's model: the server's queue tells them apart
         await wait_until(lambda: server.admission.running >= 1)
-        title = asyncio.create_task(router.title([UserMessage("Read README.md")]))
+        title = asyncio.create_task(router.side_jobs.title([UserMessage("Read README.md")]))
         if lanes != "on":  # the title waits at the server before the turn's request arrives
             await wait_until(lambda: server.admission.waiting_for("sim-fast") == 1)
         turn = asyncio.create_task(agent.run_turn("hello"))

@@ -33,8 +33,9 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.config import load_config
-from hotloop.core import session as session_module
-from hotloop.core.session import ServerReport, Session, SessionOptions
+from hotloop.core import server_watch
+from hotloop.core.server_watch import ServerReport
+from hotloop.core.session import Session, SessionOptions
 from hotloop.headless.printer import Printer
 from hotloop.providers import vllm
 from hotloop.providers.anthropic import AnthropicProvider
@@ -232,7 +233,7 @@ async def test_the_last_minute_empties_after_a_minute_without_requests(
     (isolated_home / "config.toml").write_text("[routing]\ntitles = false\n[sim]\nttft_ms = 0\n")
     clock = Clock()
     monkeypatch.setattr(vllm, "time", clock)
-    monkeypatch.setattr(session_module, "SERVER_IDLE_INTERVAL", 0.01)
+    monkeypatch.setattr(server_watch, "IDLE_INTERVAL", 0.01)
     workspace = isolated_home / "ws"
     workspace.mkdir()
     reports: list[ServerReport | None] = []
