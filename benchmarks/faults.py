@@ -1,25 +1,32 @@
-"""The fault matrix: every fault a server, a tool, an MCP server or a user can throw, against the real CLI.
+"""The fault matrix: every fault a server, a tool, an MCP server, a hostile model or a user can throw at hotloop.
 
 Each row runs `python -m hotloop run …` as a subprocess, with `HOTLOOP_CONFIG` and
 `HOTLOOP_DATA_DIR` in a fresh temporary folder and a small workspace as its cwd. The embedded
 simulator follows a scenario that misbehaves on purpose (the fault fields of
-providers/sim/model.py); MCP faults come from tests/mcp_faults.py. For every row the table gives:
+providers/sim/model.py); MCP faults come from tests/mcp_faults.py. The rows for the tools that
+act (approvals, rules, the sandbox, hotloop's own files, secrets, MCP hints, escaping processes,
+long outputs) are in faults_acting.py; those that run their own way (the app driven by Pilot in
+this process, a Responses server of hand-written SSE, startup) in faults_custom.py. For every row
+the table gives:
 
+- verdict: held when every check of the row held and nothing printed a traceback, else FAILED;
 - what the user saw: the stderr lines that matter (warnings, errors, tool results), shortened,
   every control character shown as its stand-in (ESC as ␛);
 - the exit code of the run (the README documents 0, 1 for a failed run, 2 for bad input, 141
-  for a closed stdout);
+  for a closed stdout; "app" for a row run in the app);
 - log valid: `hotloop sessions show ID` exits 0 and every line of the .jsonl after its header
   decodes with `hotloop.agent.events.decode` ("no session" when the fault came before one);
 - resumable: `hotloop run -c "go on"` exits 0 once the server behaves (the scenario is taken
   out of the config, so the simulator's own planner answers);
 - traceback?: whether "Traceback" appears in any stdout/stderr of the row.
 
-Every row checks its exit code against the documented one, and some check more (no raw ESC in
-any output, nothing from outside the workspace read, the size of a log that carried a 1 MB
-argument); a failed check is listed under its row. The script exits 1 if any row printed a
-traceback or failed a check, so it is a test too. Rows run one after another, about 2 minutes
-in all; `--only TEXT` runs the rows whose name holds TEXT.
+Every row checks its exit code against the documented one, and most check more: what is on disk
+(the files a refused command would have made, a hook, hotloop's config), in the log (a tool's
+result, secrets masked) or in the output (no raw ESC, one warning naming the event); a failed
+check is listed under its row. The script exits 1 if any row failed, so it is a test too. Rows
+run one after another, about 3 minutes in all; `--only TEXT` runs the rows whose name holds TEXT.
+This module is long because it holds the matrix's machinery (a row's run, log check, resume and
+the table) besides its first 28 rows.
 
     python benchmarks/faults.py [--only TEXT]
 """
@@ -35,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +60,7 @@ LIMIT = 60.0  # seconds any one command may take before it counts as hung
 ESC = "\x1b"
 HOSTILE = "\u001b[2J\u001b]0;pwned\u0007 [/bold] [red]red?[/red] done"
 SECRET = "TOP-SECRET-OUTSIDE-THE-WORKSPACE"
-STATS = re.compile(r"^step \d+ · ")  # the per-step figures line, the same in every row
+STATS = re.compile(r"^(turn \d+ · )?step \d+ · ")  # the per-step figures line, the same in every row
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 Mode = Literal["run", "pipe", "concurrent"]
 
@@ -77,7 +85,7 @@ class Fault:
     steps: list[dict[str, Any]]
     flags: tuple[str, ...] = ()
     prompt: str = "go"
-    config: str = ""  # top-level config keys, before any table
+    config: str = ""  # config text before the [sim] table: top-level keys, or tables of its own
     setup: Callable[[Path, Path], None] | None = None  # (workspace, root)
     mode: Mode = "run"
     expect: tuple[int, ...] = (0,)  # the documented exit codes
@@ -85,6 +93,11 @@ class Fault:
     figures: bool = False  # so is the per-step figures line
     timeout: str = "1,1"  # --timeout FIRST,IDLE: short, so that stalls end fast
     check: Callable[[Trial], list[str]] | None = None  # problems; notes start with "note: "
+    env: dict[str, str] = field(default_factory=dict)  # added to every command's environment
+    cwd: str = "workspace"  # the workspace, in the row's folder: "." is the folder of hotloop's config and data
+
+    def run(self, folder: Path) -> Row:
+        return run_fault(self, folder)
 
 
 @dataclass
@@ -98,6 +111,29 @@ class Row:
     seconds: float
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool:
+        return not self.problems and not self.traceback
+
+
+@dataclass(frozen=True)
+class Custom:
+    """A row that runs its own way (the app in this process, a server of its own): `make` gives its Row."""
+
+    name: str
+    make: Callable[[Path], Row]  # given the matrix's folder
+
+    def run(self, folder: Path) -> Row:
+        started = time.perf_counter()
+        try:
+            row = self.make(folder)
+        except Exception as error:  # the row fails in its line, and the matrix goes on
+            traceback.print_exc()
+            said = shown(traceback.format_exception_only(error)[-1])
+            row = Row(self.name, [said], "raised", "-", "-", True, 0.0, problems=[said])
+        row.seconds = time.perf_counter() - started
+        return row
 
 
 def shown(text: str, width: int = 110) -> str:
@@ -165,9 +201,13 @@ def log_problems(log: Path) -> list[str]:
     return problems
 
 
+def row_folder(folder: Path, name: str) -> Path:
+    return folder / re.sub(r"\W+", "-", name).strip("-")
+
+
 def run_fault(fault: Fault, folder: Path) -> Row:
-    root = folder / re.sub(r"\W+", "-", fault.name).strip("-")
-    workspace = root / "workspace"
+    root = row_folder(folder, fault.name)
+    workspace = root / fault.cwd
     workspace.mkdir(parents=True)
     (workspace / "README.md").write_text("# demo\n\nA small project.\n")
     (workspace / "notes.txt").write_text("TODO: write the notes\n")
@@ -176,7 +216,7 @@ def run_fault(fault: Fault, folder: Path) -> Row:
     scenario = root / "scenario.json"
     scenario.write_text(json.dumps(fault.steps))
     (root / "config.toml").write_text(config_text(scenario, fault.config))
-    env = environment(root)
+    env = environment(root) | fault.env
     trial = Trial(root, workspace)
     started = time.perf_counter()
     exit_text = {"run": run_plain, "pipe": run_piped, "concurrent": run_concurrent}[fault.mode](fault, trial, env)
@@ -189,21 +229,36 @@ def run_fault(fault: Fault, folder: Path) -> Row:
         row.problems.append(f"exit {trial.code}, documented {' or '.join(map(str, fault.expect))}")
     trial.log = latest_log(root)
     if trial.log is not None:
-        session_id = trial.log.stem.rpartition("_")[2]
-        code, out, err = execute((*HOTLOOP, "sessions", "show", session_id), workspace, env)
-        trial.outputs.append((out, err))
-        bad = log_problems(trial.log)
-        row.log = "yes" if code == 0 and not bad else f"NO: show exit {code}; " + "; ".join(bad[:2])
-        (root / "config.toml").write_text(config_text(None))  # the server behaves again
-        code, out, err = execute(RESUME, workspace, env)
-        trial.outputs.append((out, err))
-        row.resumable = "yes" if code == 0 else f"NO: exit {code}: " + " ".join(what_matters(err, 1))
+        row.log = log_valid(trial, env)
+        row.resumable = resumable(trial, env, fault.config)
     row.seconds = time.perf_counter() - started
     row.traceback = any("Traceback" in out + err for out, err in trial.outputs)
     if fault.check is not None:
         for said in fault.check(trial):
             (row.notes if said.startswith("note: ") else row.problems).append(said.removeprefix("note: "))
     return row
+
+
+def log_valid(trial: Trial, env: dict[str, str]) -> str:
+    """Whether `hotloop sessions show` takes the trial's log, and every event of it decodes."""
+    assert trial.log is not None
+    session_id = trial.log.stem.rpartition("_")[2]
+    code, out, err = execute((*HOTLOOP, "sessions", "show", session_id), trial.workspace, env)
+    trial.outputs.append((out, err))
+    bad = log_problems(trial.log)
+    return "yes" if code == 0 and not bad else f"NO: show exit {code}; " + "; ".join(bad[:2])
+
+
+def resumable(trial: Trial, env: dict[str, str], config: str) -> str:
+    """Whether `hotloop run -c` goes on once the server behaves: the row's config without the scenario.
+
+    That config is a file of its own, so that a check still finds config.toml as the run left it.
+    """
+    resume = trial.root / "resume.toml"
+    resume.write_text(config_text(None, config))
+    code, out, err = execute(RESUME, trial.workspace, env | {"HOTLOOP_CONFIG": str(resume)})
+    trial.outputs.append((out, err))
+    return "yes" if code == 0 else f"NO: exit {code}: " + " ".join(what_matters(err, 1))
 
 
 def command(fault: Fault, *prompt: str) -> tuple[str, ...]:
@@ -338,7 +393,8 @@ def outside_link(workspace: Path, root: Path) -> None:
 
 
 def mcp(mode: str) -> tuple[str, ...]:
-    return ("--mcp", f"{PYTHON} {MCP_FAULTS} {mode}")
+    # --yes: a server given by --mcp is not trusted, so its read-only tools ask; these rows are about its faults.
+    return ("--yes", "--mcp", f"{PYTHON} {MCP_FAULTS} {mode}")
 
 
 def read(path: str) -> dict[str, Any]:
@@ -461,10 +517,11 @@ def yes(flag: bool) -> str:
 
 def table(rows: list[Row]) -> str:
     """The matrix, one line per row; a row's further lines (what it saw, notes, failed checks) go under `saw`."""
-    heads = ("fault", "what the user saw", "exit", "log valid", "resumable", "traceback?", "time")
+    heads = ("fault", "verdict", "what the user saw", "exit", "log valid", "resumable", "traceback?", "time")
     body = [
         (
             r.fault,
+            "held" if r.held else "FAILED",
             (r.saw or ["(nothing on stderr)"])[0],
             r.exit,
             r.log,
@@ -493,18 +550,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--only", help="run only the rows whose name contains this text")
     args = parser.parse_args()
-    faults = [f for f in FAULTS if args.only is None or args.only.lower() in f.name.lower()]
+    # Here, not above: they build on this module.
+    from faults_acting import ACTING
+    from faults_custom import CUSTOM
+
+    faults = [f for f in [*FAULTS, *ACTING, *CUSTOM] if args.only is None or args.only.lower() in f.name.lower()]
     rows: list[Row] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hotloop-faults-") as folder:
         for fault in faults:
-            rows.append(run_fault(fault, Path(folder)))
+            rows.append(fault.run(Path(folder)))
             print(f"  {fault.name}: {rows[-1].seconds:.1f} s", file=sys.stderr, flush=True)
     print(table(rows))
     print()
     tracebacks = [r.fault for r in rows if r.traceback]
     failed = [r.fault for r in rows if r.problems]
-    print(f"{len(rows)} faults in {time.perf_counter() - started:.0f} s")
+    print(f"{sum(r.held for r in rows)} of {len(rows)} faults held, in {time.perf_counter() - started:.0f} s")
     print("no traceback anywhere in the matrix" if not tracebacks else f"TRACEBACK in: {', '.join(tracebacks)}")
     print("every check held" if not failed else f"checks failed in: {', '.join(failed)}")
     return 1 if tracebacks or failed else 0
