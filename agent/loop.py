@@ -243,6 +243,7 @@ class Agent:
             cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
         )
         self.messages, self._checked = messages, 0
+        self.provider.prune(messages)  # the turns summarized are sent no more
         self._explainer.compacted()
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         self.emit(compacted)

@@ -1,6 +1,6 @@
 """How an agent runs its turns, as one options object; its defaults are the config's.
 
-The config (`config.py`) takes its defaults from here and `Config.agent_options()` fills one
+The config (`config/settings.py`) takes its defaults from here and `Config.agent_options()` fills one
 in, so an agent built anywhere (the app, `hotloop run`, `hotloop bench`, a test) runs as the
 config says unless the caller says otherwise, in code, with a reason.
 """

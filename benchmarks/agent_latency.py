@@ -41,12 +41,12 @@ from hotloop.agent.options import AgentOptions
 from hotloop.agent.prompt import system_prompt
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
-from hotloop.providers.base import Provider
+from hotloop.providers.base import Provider, ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
-from hotloop.providers.sim.engine import TIERS, SimConfig
-from hotloop.providers.sim.model import load_scenario
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import TIERS, SimConfig
+from hotloop.sim.scenario import load_scenario
 
 MODEL = "sim-balanced"
 PROFILE = TIERS[MODEL]
@@ -89,10 +89,10 @@ PROTOCOLS = ("Chat Completions", "Responses", "Anthropic Messages")
 
 def provider_for(protocol: str, sim: EmbeddedSimulator) -> Provider:
     if protocol == "Responses":
-        return OpenAIResponsesProvider(name="sim", model=MODEL, base_url=sim.base_url)
+        return OpenAIResponsesProvider(ProviderOptions(name="sim", model=MODEL, base_url=sim.base_url))
     if protocol == "Anthropic Messages":
-        return AnthropicProvider(name="sim", model=MODEL, base_url=sim.url, max_tokens=4096)
-    return OpenAIChatProvider(name="sim", model=MODEL, base_url=sim.base_url)
+        return AnthropicProvider(ProviderOptions(name="sim", model=MODEL, base_url=sim.url), max_tokens=4096)
+    return OpenAIChatProvider(ProviderOptions(name="sim", model=MODEL, base_url=sim.base_url))
 
 
 async def sleep(args: dict[str, Any], ctx: ToolContext) -> str:

@@ -33,11 +33,12 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.prompt import system_prompt
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.events import TextDelta, Usage, UsageLedger
 from hotloop.providers.openai_chat import OpenAIChatProvider
-from hotloop.providers.sim.engine import NO_LATENCY, TIERS, SimConfig
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import NO_LATENCY, TIERS, SimConfig
 
 MODEL = "sim-balanced"
 SUMMARIZER = "You summarize conversations between a user and a coding agent."
@@ -56,7 +57,7 @@ class Phase:
 async def built(sim: EmbeddedSimulator, workspace: Path, turns: int) -> tuple[Agent, list[AgentEvent]]:
     """An agent holding `turns` turns of conversation, built at zero latency; then the simulator slows to MODEL's pace."""
     events: list[AgentEvent] = []
-    provider = OpenAIChatProvider(name="sim", model=MODEL, base_url=sim.base_url)
+    provider = OpenAIChatProvider(ProviderOptions(name="sim", model=MODEL, base_url=sim.base_url))
     agent = Agent(provider, ToolRegistry(builtin_tools()), emit=events.append, workspace=workspace)
     for n in range(1, turns + 1):
         await agent.run_turn(f"write 300 words about topic {n}")

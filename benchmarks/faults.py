@@ -3,7 +3,7 @@
 Each row runs `python -m hotloop run …` as a subprocess, with `HOTLOOP_CONFIG` and
 `HOTLOOP_DATA_DIR` in a fresh temporary folder and a small workspace as its cwd. The embedded
 simulator follows a scenario that misbehaves on purpose (the fault fields of
-providers/sim/model.py); MCP faults come from tests/mcp_faults.py. The rows for the tools that
+sim/scenario.py); MCP faults come from tests/mcp_faults.py. The rows for the tools that
 act (approvals, rules, the sandbox, hotloop's own files, secrets, MCP hints, escaping processes,
 long outputs) are in faults_acting.py; those that run their own way (the app driven by Pilot in
 this process, a Responses server of hand-written SSE, startup) in faults_custom.py. For every row

@@ -40,12 +40,14 @@ from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.prompt import system_prompt
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
-from hotloop.providers.sim.defaults import AFFINITY_HEADER, ROUTERS
-from hotloop.providers.sim.engine import TIERS, SimConfig
-from hotloop.providers.sim.fleet import EmbeddedFleet
-from hotloop.providers.sim.model import load_scenario
-from hotloop.providers.sim.server import EmbeddedServer, EmbeddedSimulator, SimServer
+from hotloop.sim.defaults import AFFINITY_HEADER, ROUTERS
+from hotloop.sim.embedded import EmbeddedServer, EmbeddedSimulator
+from hotloop.sim.engine import TIERS, SimConfig
+from hotloop.sim.fleet import EmbeddedFleet
+from hotloop.sim.scenario import load_scenario
+from hotloop.sim.server import SimServer
 
 MODEL = "sim-fast"
 PROFILE = TIERS[MODEL]
@@ -96,7 +98,9 @@ async def agent_session(agent: Agent, n: int) -> None:
 
 
 def new_agent(n: int, sim: EmbeddedServer, folder: Path, events: list[AgentEvent]) -> Agent:
-    provider = OpenAIChatProvider(name="sim", model=MODEL, base_url=sim.base_url, affinity_header=AFFINITY_HEADER)
+    provider = OpenAIChatProvider(
+        ProviderOptions(name="sim", model=MODEL, base_url=sim.base_url, affinity_header=AFFINITY_HEADER)
+    )
     return Agent(
         provider,
         tools(n),

@@ -37,8 +37,8 @@ from hotloop.config import TIER_NAMES, Choice, Config, RoutingSettings, SimSetti
 from hotloop.core.routing import Router
 from hotloop.core.runtime import Runtime
 from hotloop.core.side_jobs import Prefix
-from hotloop.providers.sim.cache import PrefixCache
-from hotloop.providers.sim.server import RecordedRequest
+from hotloop.sim.cache import PrefixCache
+from hotloop.sim.server import RecordedRequest
 
 FIRST_TURNS = (
     (

@@ -12,7 +12,9 @@ answer. Two things are measured, interleaved in the same process so machine nois
 hotloop's own time is the difference. CPU time includes the kernel's loopback work.
 `--protocol anthropic` measures the Anthropic provider and the `anthropic` SDK instead.
 
-    python benchmarks/loop_overhead.py [--rounds N] [--protocol openai|anthropic]
+    python benchmarks/loop_overhead.py [--rounds N] [--protocol openai|anthropic] [--baseline DIR]
+
+`--baseline DIR` (an earlier checkout) runs both, a round of each in turn, and prints the two.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.headless.printer import Printer
 from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionLog
 
@@ -96,10 +99,12 @@ RecordingProvider = RecordingOpenAI | RecordingAnthropic
 def recording_provider(protocol: str, root_url: str) -> RecordingProvider:
     if protocol == "anthropic":
         provider: RecordingProvider = RecordingAnthropic(
-            name="sim", model="sim-balanced", base_url=root_url, max_retries=0
+            ProviderOptions(name="sim", model="sim-balanced", base_url=root_url, max_retries=0)
         )
     else:
-        provider = RecordingOpenAI(name="sim", model="sim-balanced", base_url=f"{root_url}/v1", max_retries=0)
+        provider = RecordingOpenAI(
+            ProviderOptions(name="sim", model="sim-balanced", base_url=f"{root_url}/v1", max_retries=0)
+        )
     provider.bodies = []
     return provider
 
@@ -176,7 +181,11 @@ def main() -> None:
         "--rounds", type=int, default=7, help=f"rounds of {RUNS_PER_ROUND} runs of {STEPS} steps (default 7)"
     )
     parser.add_argument("--protocol", choices=("openai", "anthropic"), default="openai")
+    parser.add_argument("--baseline", type=Path, help="an earlier checkout of hotloop's source, to compare with")
     args = parser.parse_args()
+    if args.baseline is not None:
+        compare(args.baseline, args.rounds, args.protocol)
+        return
     rounds = asyncio.run(measure(args.rounds, args.protocol))
     full = [f for f, _ in rounds]
     own = [f - b for f, b in rounds]
@@ -197,6 +206,34 @@ def main() -> None:
         f"  bare {args.protocol + ' SDK request, same bytes:':<44}  median {statistics.median(bare):.2f} ms "
         f"(rounds {min(bare):.2f}–{max(bare):.2f})"
     )
+
+
+def compare(baseline: Path, rounds: int, protocol: str) -> None:
+    """This checkout against `baseline`, a round of each in turn, every round a fresh process of each's own script.
+
+    Each side runs the script of its own checkout (the baseline's agent may take other arguments),
+    the baseline's package put on the path under the package's name.
+    """
+    own: dict[str, list[float]] = {"before": [], "now": []}
+    with tempfile.TemporaryDirectory() as root:
+        os.symlink(baseline.resolve(), os.path.join(root, "hotloop"))
+        sides = {
+            "before": (baseline.resolve() / "benchmarks" / Path(__file__).name, root),
+            "now": (Path(__file__), None),
+        }
+        for _ in range(rounds):
+            for name, (script, package_root) in sides.items():
+                env = {**os.environ, **({"PYTHONPATH": package_root} if package_root else {})}
+                done = subprocess.run(
+                    [sys.executable, str(script), "--rounds", "1", "--protocol", protocol],
+                    env=env, capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                line = next(line for line in done.stdout.splitlines() if "hotloop's own time" in line)
+                own[name].append(float(line.split("median ", 1)[1].split(" ms", 1)[0]))
+    print(f"loop overhead ({protocol} protocol), hotloop's own CPU per step, {rounds} interleaved rounds:")
+    for name, values in own.items():
+        each = " / ".join(f"{value:.2f}" for value in values)
+        print(f"  {name:>6}: median {statistics.median(values):.2f} ms ({each})")
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ from hotloop.agent.events import AgentEvent, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.agent.tools.shell import ShellSettings, shell_tool
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
-from hotloop.providers.sim.engine import SimConfig
-from hotloop.providers.sim.model import load_scenario
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import SimConfig
+from hotloop.sim.scenario import load_scenario
 
 SECONDS = (1.0, 0.9, 1.1)
 SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
@@ -41,7 +42,7 @@ async def measure(name: str, tool: Tool, calls: list[dict[str, Any]]) -> None:
         scenario.write_text(json.dumps([{"tool_calls": calls}, {"text": "done"}]))
         events: list[AgentEvent] = []
         with EmbeddedSimulator(SimConfig(scenario=load_scenario(scenario))) as sim:
-            provider = OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url)
+            provider = OpenAIChatProvider(ProviderOptions(name="sim", model="sim-fast", base_url=sim.base_url))
             agent = Agent(
                 provider,
                 ToolRegistry([tool]),

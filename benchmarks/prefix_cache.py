@@ -26,12 +26,12 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
-from hotloop.providers.base import Provider
+from hotloop.providers.base import Provider, ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
-from hotloop.providers.sim.engine import SimConfig
-from hotloop.providers.sim.model import load_scenario
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import SimConfig
+from hotloop.sim.scenario import load_scenario
 
 TARGETS = {"openai": -32, "openai-responses": -32, "anthropic": -4}
 
@@ -43,14 +43,20 @@ async def run(root: Path, protocol: str) -> list[StepFinished]:
         provider: Provider
         if protocol == "anthropic":
             provider = AnthropicProvider(
-                name="sim-anthropic", model="sim-balanced", base_url=sim.url, cache_min_tokens=config.cache_min_tokens
+                ProviderOptions(
+                    name="sim-anthropic",
+                    model="sim-balanced",
+                    base_url=sim.url,
+                    cache_min_tokens=config.cache_min_tokens,
+                )
             )
         elif protocol == "openai-responses":
             provider = OpenAIResponsesProvider(
-                name="sim-responses", model="sim-balanced", base_url=sim.base_url, reasoning_summary=True
+                ProviderOptions(name="sim-responses", model="sim-balanced", base_url=sim.base_url),
+                reasoning_summary=True,
             )
         else:
-            provider = OpenAIChatProvider(name="sim", model="sim-balanced", base_url=sim.base_url)
+            provider = OpenAIChatProvider(ProviderOptions(name="sim", model="sim-balanced", base_url=sim.base_url))
         agent = Agent(provider, ToolRegistry(builtin_tools()), emit=events.append, workspace=root)
         await agent.run_turn("read notes.md page by page")
         await provider.aclose()

@@ -183,7 +183,7 @@ async def stream(app: HotloopApp, case: Case) -> dict[str, Any]:
     app.show(TurnStarted(turn=turn, prompt="the live turn"))
     app.show(StepStarted(turn=turn, step=1, provider="sim", model="sim-balanced"))
     panes = start_panes(app, case.panes)
-    answer = app.transcript.answer
+    answer = app.main.transcript.answer
     ends: list[int] = []  # the answer's length once each token is in
     for token in tokens:
         ends.append((ends[-1] if ends else 0) + len(token))

@@ -75,6 +75,7 @@ from hotloop.agent.prompt import system_prompt, volatile_context
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider, MessageParser, _decode_event
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -84,11 +85,11 @@ from hotloop.providers.conversation import (
     UserMessage,
 )
 from hotloop.providers.openai_chat import ChunkParser, OpenAIChatProvider, _decode_chunk
-from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
-from hotloop.providers.sim.model import Reply
-from hotloop.providers.sim.server import EmbeddedSimulator
-from hotloop.providers.sim.template import Call
 from hotloop.providers.transport import server_sent_data
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import NO_LATENCY, SimConfig
+from hotloop.sim.scenario import Reply
+from hotloop.sim.template import Call
 
 SIZES = (10, 40, 80)  # messages in the conversation, for request building
 SIZE = 40  # messages in the request of the transport and chunk figures
@@ -265,8 +266,8 @@ Provider: TypeAlias = OpenAIChatProvider | AnthropicProvider
 def hotloop_provider(sdk: str, sim: EmbeddedSimulator) -> Provider:
     """hotloop's provider as the runtime builds it: the SDK client on `DefaultAioHttpClient()`."""
     if sdk == "anthropic":
-        return AnthropicProvider(name="sim", model="sim-balanced", base_url=sim.url, max_retries=0)
-    return OpenAIChatProvider(name="sim", model="sim-balanced", base_url=sim.base_url, max_retries=0)
+        return AnthropicProvider(ProviderOptions(name="sim", model="sim-balanced", base_url=sim.url, max_retries=0))
+    return OpenAIChatProvider(ProviderOptions(name="sim", model="sim-balanced", base_url=sim.base_url, max_retries=0))
 
 
 async def on_default_client(provider: Provider, sim: EmbeddedSimulator) -> Provider:

@@ -11,7 +11,7 @@ import contextlib
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hotloop import paths
 from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched
@@ -22,16 +22,16 @@ from hotloop.agent.tools.mcp import McpBridge
 from hotloop.agent.tools.mcp_config import server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.agent.tools.shell import shell_tool
-from hotloop.config import Choice, Config, ConfigError, ProviderSettings, Target, resolve
-from hotloop.providers.base import Provider
+from hotloop.config import Choice, Config, ConfigError, ProviderSettings, SimSettings, Target, resolve
+from hotloop.providers.base import Provider, ProviderOptions
 from hotloop.providers.errors import ConnectionFailed, ProviderError, UnknownModel
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
-from hotloop.providers.sim.engine import SimConfig
-from hotloop.providers.sim.model import ScenarioError, load_scenario
-from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.sessions.log import SessionLog
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import SimConfig
+from hotloop.sim.scenario import ScenarioError, load_scenario
 
 if TYPE_CHECKING:
     from hotloop.agent.approvals import Approvals
@@ -196,49 +196,47 @@ class Runtime:
         base_url, location, sim_minimum = settings.base_url, None, None
         if settings.is_simulator:
             if self.simulator is None:
-                self.simulator = EmbeddedSimulator(simulator_config(self.config)).start()
+                self.simulator = EmbeddedSimulator(simulator_config(self.config.sim)).start()
             base_url, location, sim_minimum = (
                 self.simulator.url,
                 "the embedded simulator",
                 self.config.sim.cache_min_tokens,
             )
-        common: dict[str, Any] = {
-            "name": settings.name,
-            "model": "",
-            "api_key": settings.api_key(),
-            "max_retries": settings.max_retries,
-            "timeout": settings.request_timeout.limits(),
-            "location": location,
-            "affinity_header": settings.affinity_header or None,
-        }
-        if settings.protocol == "anthropic":
+        anthropic = settings.protocol == "anthropic"
+        # OpenAI caches prompts of 1,024 tokens and more: a shorter one is not a miss.
+        official_minimum = 1024 if settings.key_required else None
+        options = ProviderOptions(
+            name=settings.name,
+            base_url=f"{base_url}/v1" if settings.is_simulator and not anthropic else base_url,
+            api_key=settings.api_key(),
+            max_retries=settings.max_retries,
+            timeout=settings.request_timeout.limits(),
+            location=location,
+            affinity_header=settings.affinity_header or None,
+            # The simulator's Anthropic side has Anthropic's minimum; its OpenAI side, vLLM's (none).
+            cache_min_tokens=(sim_minimum or settings.cache_min_tokens)
+            if anthropic
+            else settings.cache_min_tokens or official_minimum,
+        )
+        if anthropic:
             from hotloop.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 
             return AnthropicProvider(
-                **common,
-                base_url=base_url,
+                options,
                 max_tokens=settings.max_tokens or DEFAULT_MAX_TOKENS,
                 thinking_budget=settings.thinking_budget,
                 cache_ttl=settings.cache_ttl,
                 cache_breakpoints=settings.cache_breakpoints,
-                cache_min_tokens=sim_minimum or settings.cache_min_tokens,
             )
-        # OpenAI caches prompts of 1,024 tokens and more: a shorter one is not a miss.
-        official_minimum = 1024 if settings.key_required else None
-        openai: dict[str, Any] = {
-            **common,
-            "base_url": f"{base_url}/v1" if settings.is_simulator else base_url,
-            "prompt_cache_key": settings.sends_prompt_cache_key,
-            "user": settings.user,
-            "cache_min_tokens": settings.cache_min_tokens or official_minimum,
-        }
+        routed = {"prompt_cache_key": settings.sends_prompt_cache_key, "user": settings.user}
         if settings.protocol == "openai-responses":
             return OpenAIResponsesProvider(
-                **openai,
+                options,
+                **routed,
                 reasoning_summary=settings.reasoning_summary,
                 previous_response_id=settings.previous_response_id,
             )
-        return OpenAIChatProvider(**openai)
+        return OpenAIChatProvider(options, **routed)
 
     def open_session_log(self, provider: Provider, workspace: Path, system: str) -> SessionLog:
         """A new session log that masks every configured key's value, or a one-line ConfigError."""
@@ -341,8 +339,8 @@ class Runtime:
             self.simulator.stop()
 
 
-def simulator_config(config: Config) -> SimConfig:
-    sim = config.sim
+def simulator_config(sim: SimSettings) -> SimConfig:
+    """The simulator the `[sim]` settings describe: the embedded one's, and `hotloop sim serve`'s from its flags."""
     try:
         scenario = load_scenario(sim.scenario) if sim.scenario else ()
     except ScenarioError as error:

@@ -347,6 +347,7 @@ class Session:
         """Close this conversation's log and start another on the same provider (a turn in flight is the caller's)."""
         assert self.agent is not None
         self.logs.close()
+        self.agent.provider.prune(())
         self.agent = self._new_agent(self.agent.provider, self._system())
         self.meter = ContextMeter()
 
@@ -364,6 +365,8 @@ class Session:
             resumed.log.close()
             raise
         self.logs.close()
+        if self.agent is not None:
+            self.agent.provider.prune(())
         self.agent = self._new_agent(provider, self._system())
         self._continue(resumed, notes)
         self._nudge.set()

@@ -1,5 +1,5 @@
-"""The headless frontend: `hotloop run` (`run`), its printer (`printer`, `markdown_stream`),
-and the terminal commands on saved sessions (`session_commands`).
+"""The headless frontend: `hotloop run` (`run`), its printer (`printer`, `markdown_stream`), the
+line naming the session saved (`saved`), and `hotloop bench` (`bench`, `bench_view`).
 
 It may import `core` and everything below it; never `tui`, never Textual.
 """

@@ -26,6 +26,7 @@ import msgspec
 from hotloop.agent.events import AgentEvent, Notice, StepFinished, TurnFinished
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.config import Choice
+from hotloop.struct_errors import explained
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,9 +75,13 @@ class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if path is None:
             return msgspec.convert(BUILTIN, cls)
         try:
-            return msgspec.json.decode(path.read_bytes(), type=cls)
-        except (OSError, msgspec.ValidationError, msgspec.DecodeError) as error:
+            given = msgspec.json.decode(path.read_bytes())
+        except (OSError, msgspec.DecodeError) as error:
             raise ValueError(f"bench scenario {path}: {error}") from None
+        try:
+            return msgspec.convert(given, cls)
+        except msgspec.ValidationError as error:
+            raise ValueError(f"bench scenario {path}: {explained(error, given, cls)}") from None
 
 
 def tools_of(scenario: Scenario) -> ToolRegistry:

@@ -12,7 +12,7 @@ from hotloop.config import Config, load_config, resolve
 from hotloop.core.session import SIDE_JOB_GRACE, Session, SessionOptions
 from hotloop.core.slash import SWITCHES, Slash
 from hotloop.headless.printer import Printer
-from hotloop.headless.session_commands import say_saved
+from hotloop.headless.saved import say_saved
 
 
 async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: bool = False) -> int:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import msgspec
 
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -44,7 +46,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider
+from hotloop.providers.transport import CallIds, SdkProvider
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 BREAKPOINT_LIMIT = 4
@@ -79,7 +81,7 @@ def min_cacheable_tokens(model: str) -> int | None:
     return next((minimum for prefix, minimum in _CACHE_MINIMUMS if model.startswith(prefix)), None)
 
 
-class AnthropicProvider(SdkProvider):
+class AnthropicProvider(SdkProvider[list[bytes]]):
     """Streams one Messages response per request as model events."""
 
     protocol = sdk = "anthropic"
@@ -88,33 +90,21 @@ class AnthropicProvider(SdkProvider):
 
     def __init__(
         self,
+        options: ProviderOptions,
         *,
-        name: str,
-        model: str,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_retries: int = 2,
-        timeout: RequestTimeout | None = None,
-        location: str | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         thinking_budget: int | None = None,
         cache_ttl: str = "5m",
         cache_breakpoints: int = BREAKPOINT_LIMIT,
-        cache_min_tokens: int | None = None,
-        affinity_header: str | None = None,
     ) -> None:
         # Without a URL the SDK would read ANTHROPIC_BASE_URL; hotloop's config decides instead.
-        super().__init__(
-            name, model, location, base_url or ANTHROPIC_URL, api_key, max_retries, timeout, affinity_header
-        )
+        super().__init__(options if options.base_url else replace(options, base_url=ANTHROPIC_URL))
         self._max_tokens = max_tokens
         self._thinking_budget = thinking_budget
         self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
         self._cache_control = _encode(
             {"type": "ephemeral", "ttl": "1h"} if cache_ttl == "1h" else {"type": "ephemeral"}
         )
-        self._cache_min_tokens = cache_min_tokens
-        self._blocks: dict[Message, list[bytes]] = {}
         self._tools: tuple[tuple[ToolSpec, ...], list[bytes]] | None = None
 
     # -- the request ---------------------------------------------------------------------
@@ -157,9 +147,9 @@ class AnthropicProvider(SdkProvider):
         return wire
 
     def _message_blocks(self, message: Message) -> list[bytes]:
-        blocks = self._blocks.get(message)
+        blocks = self._rendered.get(message)
         if blocks is None:
-            blocks = self._blocks[message] = [_encode(block) for block in render_blocks(message)]
+            blocks = self._rendered[message] = [_encode(block) for block in render_blocks(message)]
         return blocks
 
     def _marked(self, block: bytes) -> bytes:

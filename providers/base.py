@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from hotloop.providers.conversation import ChatRequest
+from hotloop.providers.conversation import ChatRequest, Message
 from hotloop.providers.events import ModelEvent
 
 if TYPE_CHECKING:
+    from hotloop.providers.transport import RequestTimeout
     from hotloop.providers.vllm import ServerInfo
+
+
+@dataclass(frozen=True)
+class ProviderOptions:
+    """What every provider takes, whatever its protocol: its name and model, and how its server is reached."""
+
+    name: str
+    model: str = ""
+    base_url: str | None = None
+    api_key: str | None = None
+    max_retries: int = 2
+    timeout: RequestTimeout | None = None
+    location: str | None = None  # how lines name a server with no URL of its own: "the embedded simulator"
+    # Every request of a session carries its key in this header, for a router that keeps a session on the
+    # replica holding its cache (vLLM's production-stack router reads it with --session-key).
+    affinity_header: str | None = None
+    cache_min_tokens: int | None = None  # the shortest prompt the server caches: a shorter one is not a miss
 
 
 class Provider(Protocol):
@@ -43,6 +62,10 @@ class Provider(Protocol):
 
         An error status is an answer; a ProviderError means no answer came.
         """
+        ...
+
+    def prune(self, keep: Sequence[Message]) -> None:
+        """Forget the bytes rendered for messages not in `keep` (a new conversation, a compaction)."""
         ...
 
     def connect_paid(self, since: float) -> float:

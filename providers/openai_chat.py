@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -49,39 +50,23 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
 from hotloop.providers.server_fixes import fix_for, truncated_prompt
-from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider
+from hotloop.providers.transport import CallIds, SdkProvider
 from hotloop.providers.vllm import MissingDetails
 
 _encode = msgspec.json.Encoder().encode
 
 
-class OpenAIChatProvider(SdkProvider):
+class OpenAIChatProvider(SdkProvider[bytes]):
     """Streams one Chat Completions response per request as model events."""
 
     protocol = sdk = "openai"
     client_class = "AsyncOpenAI"
     path = "/chat/completions"
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        model: str,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_retries: int = 2,
-        timeout: RequestTimeout | None = None,
-        location: str | None = None,
-        prompt_cache_key: bool = False,
-        cache_min_tokens: int | None = None,
-        affinity_header: str | None = None,
-        user: bool = False,
-    ) -> None:
-        super().__init__(name, model, location, base_url, api_key, max_retries, timeout, affinity_header)
+    def __init__(self, options: ProviderOptions, *, prompt_cache_key: bool = False, user: bool = False) -> None:
+        super().__init__(options)
         self._prompt_cache_key = prompt_cache_key
         self._user = user
-        self._cache_min_tokens = cache_min_tokens
-        self._sent: dict[Message, bytes] = {}
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
         self.send_priority = False  # set for vLLM; cleared if the server rejects the field
         self._details = MissingDetails()
@@ -116,9 +101,9 @@ class OpenAIChatProvider(SdkProvider):
         return self._tools[1]
 
     def _message_bytes(self, message: Message) -> bytes:
-        sent = self._sent.get(message)
+        sent = self._rendered.get(message)
         if sent is None:
-            sent = self._sent[message] = _encode(render_message(message))
+            sent = self._rendered[message] = _encode(render_message(message))
         return sent
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -46,7 +47,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import CallIds, RequestTimeout, SdkProvider
+from hotloop.providers.transport import CallIds, SdkProvider
 
 _encode = msgspec.json.Encoder().encode
 # Reasoning comes back as encrypted items, which a stateless request sends back as they came.
@@ -55,7 +56,7 @@ _STORED = b',"store":true'
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
-class OpenAIResponsesProvider(SdkProvider):
+class OpenAIResponsesProvider(SdkProvider[bytes]):
     """Streams one Responses API response per request as model events."""
 
     protocol = "openai-responses"
@@ -65,31 +66,21 @@ class OpenAIResponsesProvider(SdkProvider):
 
     def __init__(
         self,
+        options: ProviderOptions,
         *,
-        name: str,
-        model: str,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_retries: int = 2,
-        timeout: RequestTimeout | None = None,
-        location: str | None = None,
         prompt_cache_key: bool = False,
-        cache_min_tokens: int | None = None,
+        user: bool = False,
         reasoning_summary: bool = False,
         previous_response_id: bool = False,
-        affinity_header: str | None = None,
-        user: bool = False,
     ) -> None:
-        super().__init__(name, model, location, base_url, api_key, max_retries, timeout, affinity_header)
+        super().__init__(options)
         self._prompt_cache_key = prompt_cache_key
         self._user = user
-        self._cache_min_tokens = cache_min_tokens
         self._reasoning_summary = reasoning_summary
         self._stored = previous_response_id
         # The last stored response and the messages its request held: a request whose messages
         # start with those and that answer sends only the rest.
         self._last: tuple[str, tuple[Message, ...]] | None = None
-        self._sent: dict[Message, bytes] = {}
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
 
     @property
@@ -140,9 +131,9 @@ class OpenAIResponsesProvider(SdkProvider):
         return self._tools[1]
 
     def _message_bytes(self, message: Message) -> bytes:
-        sent = self._sent.get(message)
+        sent = self._rendered.get(message)
         if sent is None:
-            sent = self._sent[message] = render_items(message)
+            sent = self._rendered[message] = render_items(message)
         return sent
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:

@@ -1,5 +1,5 @@
-"""What both wire protocols share: the SDK client around a streamed request, reading
-server-sent events, and turning SDK failures into one line.
+"""What every wire protocol shares: the SDK client around a streamed request and reading
+server-sent events (`failures.py` turns SDK failures into one line).
 
 hotloop retries failed requests itself (the SDK's own retries are off) so that each retry is
 said: `429 from openai: retrying in 12 s (2 of 3)`, with the wait the server asked for in
@@ -12,38 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import random
-import re
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from hotloop.providers.errors import (
-    AuthenticationFailed,
-    ConnectionFailed,
-    ProviderError,
-    RequestRejected,
-    Stalled,
-    StreamInterrupted,
-    UnknownModel,
-)
+from hotloop.providers.conversation import Message
+from hotloop.providers.errors import ProviderError, Stalled, StreamInterrupted
 from hotloop.providers.events import ProviderWarning, StreamStarted
-from hotloop.providers.server_fixes import fix_for
+from hotloop.providers.failures import backoff, explain, retry_line, root_cause
 
 if TYPE_CHECKING:
     import httpx2
 
+    from hotloop.providers.base import ProviderOptions
     from hotloop.providers.vllm import ServerInfo
 
+Rendered = TypeVar("Rendered")  # what a protocol renders a message into, kept for the next request
 CONNECT_TIMEOUT = 10.0
-MAX_RETRY_WAIT = 60.0  # seconds: a longer `retry-after` is cut to this, and said
-RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx, unless the server says the request itself is bad
-# A 5xx whose message blames the request (llama.cpp answers 500 to arguments it can't parse), or names a launch flag
-# the server lacks, fails the same way again.
-_BAD_REQUEST = re.compile(r"\b(?:fail(?:ed)? to parse|invalid|malformed|bad request)\b", re.IGNORECASE)
 MASK = "[redacted]"
 
 
@@ -104,116 +91,31 @@ async def server_sent_data(
     """The `data` of each server-sent event in an HTTP response, as bytes (multi-line data joined by newlines).
 
     Working on bytes skips text decoding and line objects: msgspec decodes JSON from bytes
-    directly. A last event not ended by a blank line is still delivered. `received` is called
-    for every block read from the network.
+    directly. Lines end in LF, CRLF or CR, as the spec allows (a CR ending a block is held: its
+    LF may come with the next). A last event not ended by a blank line is still delivered.
+    `received` is called for every block read from the network.
     """
     pending = b""
     data: list[bytes] = []
     async for block in response.aiter_bytes():
         received()
-        *lines, pending = (pending + block).split(b"\n")
+        text = pending + block
+        if b"\r" in text:
+            held = b"\r" if text.endswith(b"\r") else b""
+            text = text[: len(text) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
+        *lines, pending = text.split(b"\n")
         for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
             if not line:
                 if data:
                     yield b"\n".join(data)
                     data = []
             elif line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+    pending = pending.removesuffix(b"\r")
     if pending.startswith(b"data:"):
         data.append(pending[6:] if pending.startswith(b"data: ") else pending[5:])
     if data:
         yield b"\n".join(data)
-
-
-def error_detail(error: Exception) -> str:
-    """The server's own message from an SDK error, if it sent one."""
-    body = getattr(error, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else None
-        if isinstance(message, str):
-            return message
-    message = getattr(error, "message", None)
-    return message if isinstance(message, str) and message else str(error) or type(error).__name__
-
-
-def root_exception(error: BaseException) -> BaseException:
-    while (cause := error.__cause__ or error.__context__) is not None:
-        error = cause
-    return error
-
-
-def root_cause(error: BaseException) -> str:
-    root = root_exception(error)
-    text = str(root).strip()
-    return text.splitlines()[-1].strip() if text else type(root).__name__
-
-
-async def explain(
-    error: Exception, sdk: ModuleType, where: str, model: str, available: Callable[[], Awaitable[str]] | None
-) -> ProviderError:
-    """One line a user can act on, for an error raised by the `openai` or `anthropic` SDK (`sdk`)."""
-    detail = error_detail(error)
-    if isinstance(error, sdk.APIConnectionError):
-        # The aiohttp transport reports a refused connection as a connect timeout; the root cause tells.
-        root = root_exception(error)
-        if isinstance(error, sdk.APITimeoutError) and not (
-            isinstance(root, OSError) and not isinstance(root, TimeoutError)
-        ):
-            return ConnectionFailed(f"{where} timed out", retryable=True)
-        return ConnectionFailed(f"cannot reach {where}: {root_cause(error)}", retryable=True)
-    if isinstance(error, sdk.AuthenticationError):
-        return AuthenticationFailed(f"{where} rejected the API key (401): {detail}", status=401)
-    if isinstance(error, sdk.NotFoundError) and available is not None:
-        return UnknownModel(f"unknown model {model!r} at {where}{await available()}", status=404)
-    if isinstance(error, sdk.APIStatusError):
-        status = error.status_code
-        blamed = _BAD_REQUEST.search(detail) or fix_for(None, status, detail)  # a launch flag missing fails again
-        retryable = status in RETRY_STATUSES or (status >= 500 and not blamed)
-        return RequestRejected(
-            f"{where} answered {status}: {detail}",
-            status=status,
-            retry_after=retry_after(error.response.headers),
-            retryable=retryable,
-        )
-    return StreamInterrupted(f"{where} failed: {detail}")
-
-
-def retry_after(headers: httpx2.Headers) -> float | None:
-    """The wait a server asked for: `retry-after-ms`, or `retry-after` in seconds or as an HTTP date."""
-    try:
-        if (millis := headers.get("retry-after-ms")) is not None:
-            return max(float(millis) / 1000, 0.0)
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return max(float(value), 0.0)
-        except ValueError:
-            import email.utils  # an HTTP date is rare: not worth ~3 ms of every start
-
-            when = email.utils.parsedate_to_datetime(value)
-            return max(when.timestamp() - time.time(), 0.0)
-    except (TypeError, ValueError):
-        return None
-
-
-def backoff(attempt: int, asked: float | None) -> float:
-    """Seconds before retry `attempt` (1, 2, …): what the server asked, capped, else 0.5 s doubling up to 8 s."""
-    if asked is not None:
-        return min(asked, MAX_RETRY_WAIT)
-    return float(min(0.5 * 2 ** (attempt - 1), 8.0) * random.uniform(0.75, 1.0))
-
-
-def retry_line(error: ProviderError, provider: str, wait: float, attempt: int, attempts: int) -> str:
-    """e.g. `429 from openai: retrying in 12 s (2 of 3)`; a capped wait says what the server asked."""
-    what = str(error.status) if error.status else "no answer" if isinstance(error, Stalled) else "connection failed"
-    asked = error.retry_after
-    capped = f", not the {asked:.0f} s it asked for" if asked is not None and asked > MAX_RETRY_WAIT else ""
-    shown = f"{wait:.1f}" if wait < 10 else f"{wait:.0f}"
-    return f"{what} from {provider}: retrying in {shown} s{capped} ({attempt} of {attempts})"
 
 
 class CallIds:
@@ -249,39 +151,31 @@ def utf8(data: bytes) -> tuple[bytes, bool]:
     return data, False
 
 
-class SdkProvider:
+class SdkProvider(Generic[Rendered]):
     """A provider on an official SDK's client: it posts request bytes to `path` and reads the event stream.
 
-    `sdk` names the SDK module (`openai` or `anthropic`) and `client_class` its async client.
+    `sdk` names the SDK module (`openai` or `anthropic`) and `client_class` its async client. Each
+    message is rendered once, its bytes kept (`_rendered`) and sent again by every later request
+    of the conversation, so a request is the previous one plus what was added, byte for byte.
     """
 
     sdk: str
     client_class: str
     path: str
 
-    def __init__(
-        self,
-        name: str,
-        model: str,
-        location: str | None,
-        base_url: str | None,
-        api_key: str | None,
-        max_retries: int,
-        timeout: RequestTimeout | None = None,
-        affinity_header: str | None = None,
-    ) -> None:
+    def __init__(self, options: ProviderOptions) -> None:
         import httpx2
 
         sdk = importlib.import_module(self.sdk)
-        self.name = name
-        self.model = model
-        self._location = location
-        self._api_key = api_key
-        self.max_retries = max_retries
-        self.timeout = timeout or RequestTimeout()
-        # Every request of a session carries its key in this header, for a router that keeps a session on the
-        # replica holding its cache (vLLM's production-stack router reads it with --session-key).
-        self.affinity_header = affinity_header
+        self.name = options.name
+        self.model = options.model
+        self._location = options.location
+        self._api_key = options.api_key
+        self.max_retries = options.max_retries
+        self.timeout = options.timeout or RequestTimeout()
+        self.affinity_header = options.affinity_header
+        self._cache_min_tokens = options.cache_min_tokens
+        self._rendered: dict[Message, Rendered] = {}
         # The first request to the server opens the connection: when it went out and came back (perf_counter).
         self.warm: tuple[float, float | None] | None = None
         # What discovery found, for a self-hosted server (only OpenAI-compatible servers are asked).
@@ -291,8 +185,8 @@ class SdkProvider:
         # hotloop retries and times requests itself (see the module docstring); the SDK's limits are a backstop.
         backstop = 2 * max(self.timeout.first_byte, self.timeout.idle)
         self._client = getattr(sdk, self.client_class)(
-            api_key=api_key or "no-key",
-            base_url=base_url,
+            api_key=options.api_key or "no-key",
+            base_url=options.base_url,
             max_retries=0,
             timeout=httpx2.Timeout(backstop, connect=CONNECT_TIMEOUT),
             http_client=sdk.DefaultAioHttpClient(),
@@ -301,6 +195,16 @@ class SdkProvider:
     @property
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
+
+    @property
+    def kept(self) -> int:
+        """How many messages' bytes are kept for the requests to come."""
+        return len(self._rendered)
+
+    def prune(self, keep: Sequence[Message]) -> None:
+        """Forget the bytes of messages not in `keep`: a conversation ended or compacted sends them no more."""
+        kept = set(keep)
+        self._rendered = {message: rendered for message, rendered in self._rendered.items() if message in kept}
 
     async def server_events(
         self, body: bytes, session_key: str | None = None

@@ -80,7 +80,7 @@ async def shoot(workspace: Path) -> None:
     async def turn(app: HotloopApp, pilot: Any, prompt: str, wait: bool = True) -> None:
         app.query_one(PromptInput).load_text(prompt)
         await pilot.press("enter")
-        while wait and (app.turn_running or not app.transcript.history.items):
+        while wait and (app.main.turn_running or not app.main.transcript.history.items):
             await asyncio.sleep(0.05)
         await pilot.pause(0.3)
 
@@ -98,11 +98,11 @@ async def shoot(workspace: Path) -> None:
         app.save_screenshot("answer-with-code.svg", str(HERE))
 
         await turn(app, pilot, "Check three things at once", wait=False)
-        while running_panes(app.transcript) < 3:
+        while running_panes(app.main.transcript) < 3:
             await asyncio.sleep(0.05)
         await pilot.pause(1.5)
         app.save_screenshot("tool-panes.svg", str(HERE))
-        while app.turn_running:
+        while app.main.turn_running:
             await asyncio.sleep(0.05)
 
         await turn(app, pilot, "Read app.py and cache.py, then grep for TODO")
@@ -116,22 +116,22 @@ async def shoot(workspace: Path) -> None:
             await asyncio.sleep(0.05)
         answers.highlighted = answers.get_option_index("every")
         await pilot.press("enter")  # allow all three once
-        while running_panes(app.transcript) < 3:
+        while running_panes(app.main.transcript) < 3:
             await asyncio.sleep(0.05)
         await pilot.pause(1.6)
         app.save_screenshot("shell-panes.svg", str(HERE))
-        while app.turn_running:
+        while app.main.turn_running:
             await asyncio.sleep(0.05)
 
         await turn(app, pilot, "Fix the typo in the README", wait=False)
-        while not any(pane.status == "waiting" for pane in app.transcript.panes.panes.values()):
+        while not any(pane.status == "waiting" for pane in app.main.transcript.panes.panes.values()):
             await asyncio.sleep(0.05)
         await pilot.pause(0.5)
         app.save_screenshot("edit-approval.svg", str(HERE))
         while not app.query_one("ApprovalBar").armed:
             await asyncio.sleep(0.05)
         await pilot.press("y")
-        while app.turn_running:
+        while app.main.turn_running:
             await asyncio.sleep(0.05)
 
         await pilot.press("f3")  # where this session's time went, turn by turn

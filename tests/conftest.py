@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import KEY_VARIABLES, start_sim
 

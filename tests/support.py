@@ -29,12 +29,13 @@ from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
-from hotloop.providers.sim.engine import NO_LATENCY, LatencyProfile, SimConfig
-from hotloop.providers.sim.model import load_scenario
-from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.sessions.log import SessionLog
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import NO_LATENCY, LatencyProfile, SimConfig
+from hotloop.sim.scenario import load_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
@@ -108,7 +109,7 @@ def anthropic_client(sim: EmbeddedSimulator) -> anthropic.AsyncAnthropic:
 
 
 def provider_for(sim: EmbeddedSimulator, model: str = "sim-balanced") -> OpenAIChatProvider:
-    return OpenAIChatProvider(name="sim", model=model, base_url=sim.base_url, max_retries=0)
+    return OpenAIChatProvider(ProviderOptions(name="sim", model=model, base_url=sim.base_url, max_retries=0))
 
 
 class Recorder:
@@ -221,18 +222,16 @@ def provider_on(
     items go back) or Anthropic's Messages (with thinking, whose signatures go back)."""
     if protocol == "openai-responses":
         return OpenAIResponsesProvider(
-            name="sim-responses", model="sim-fast", base_url=sim.base_url, max_retries=0, reasoning_summary=True
+            ProviderOptions(name="sim-responses", model="sim-fast", base_url=sim.base_url, max_retries=0),
+            reasoning_summary=True,
         )
     if protocol == "anthropic":
         return AnthropicProvider(
-            name="sim-anthropic",
-            model="sim-fast",
-            base_url=sim.url,
-            max_retries=0,
+            ProviderOptions(name="sim-anthropic", model="sim-fast", base_url=sim.url, max_retries=0),
             thinking_budget=1024,
             max_tokens=4096,
         )
-    return OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0)
+    return OpenAIChatProvider(ProviderOptions(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0))
 
 
 def logged_agent(sim: EmbeddedSimulator, protocol: str, workspace: Path, log: SessionLog) -> tuple[Agent, Recorder]:

@@ -44,8 +44,8 @@ async def test_an_edit_shows_its_diff_and_waits_for_approval(isolated_home: Path
         await answer(app, "y")  # the answer's keys are the bar's
         await idle(app, pilot)
         assert readme.read_text() == "# hotloop\n\nfast, and it says why\n"
-        (item,) = [i for i in app.transcript.history.items if isinstance(i, ToolCallsItem)]
-        lines = [line.text for line in item.render(app.transcript.context(96)).lines]
+        (item,) = [i for i in app.main.transcript.history.items if isinstance(i, ToolCallsItem)]
+        lines = [line.text for line in item.render(app.main.transcript.context(96)).lines]
         assert lines[0].strip().endswith("edit README.md +1 −1") or "edit README.md +1 −1" in lines[0]
 
 
@@ -77,17 +77,17 @@ async def test_esc_kills_every_running_shell_with_its_children(isolated_home: Pa
         pids = _pids(app)
         assert all(alive(pid) for pid in pids)
         press(app, "escape")
-        await wait_until(lambda: not app.turn_running)
+        await wait_until(lambda: not app.main.turn_running)
         await wait_until(lambda: not any(alive(pid) for pid in pids), what="every shell and its child to be gone")
-        panes = [call.status for call in app.transcript.fold.calls]
+        panes = [call.status for call in app.main.transcript.fold.calls]
         assert panes == [] or set(panes) == {"cancelled"}
 
 
 def _pids(app: Any) -> list[int]:
-    text = " ".join("".join(call.output) for call in app.transcript.fold.calls)
+    text = " ".join("".join(call.output) for call in app.main.transcript.fold.calls)
     return [int(pid) for pair in re.findall(r"pid (\d+) (\d+)", text) for pid in pair]
 
 
 async def _pane(app: Any) -> LivePane:
-    await wait_until(lambda: bool(live_panes(app.transcript)))
-    return live_panes(app.transcript)[0]
+    await wait_until(lambda: bool(live_panes(app.main.transcript)))
+    return live_panes(app.main.transcript)[0]

@@ -14,12 +14,12 @@ from test_openai_fixtures import sse_file
 from hotloop.cli import main
 from hotloop.config import ProviderSettings
 from hotloop.providers.anthropic import AnthropicProvider
-from hotloop.providers.base import Provider
+from hotloop.providers.base import Provider, ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
-from hotloop.providers.sim.server import EmbeddedSimulator
 from hotloop.sessions.store import session_id_of
+from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import serving
 
@@ -31,7 +31,9 @@ PROTOCOLS = {
 }
 
 
-async def sent(protocol: str, cache_key: str | None, **options: Any) -> tuple[Mapping[str, str], dict[str, Any]]:
+async def sent(
+    protocol: str, cache_key: str | None, affinity_header: str | None = None, **options: Any
+) -> tuple[Mapping[str, str], dict[str, Any]]:
     """The headers and body one request of `protocol` went out with."""
     provider_class, route, recording = PROTOCOLS[protocol]
     seen: list[tuple[Mapping[str, str], dict[str, Any]]] = []
@@ -49,7 +51,8 @@ async def sent(protocol: str, cache_key: str | None, **options: Any) -> tuple[Ma
     app.router.add_post(route, answer)
     async with serving(app) as base_url:
         url = base_url.removesuffix("/v1") if protocol == "anthropic" else base_url
-        provider: Provider = provider_class(name="p", model="m", base_url=url, max_retries=0, **options)
+        where = ProviderOptions("p", "m", url, max_retries=0, affinity_header=affinity_header)
+        provider: Provider = provider_class(where, **options)
         try:
             request = ChatRequest("Be brief.", (), (UserMessage("hi"),), cache_key=cache_key)
             [event async for event in provider.stream(request)]

@@ -21,10 +21,11 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
 from hotloop.providers.events import TextDelta, ToolCallReady
 from hotloop.providers.openai_chat import OpenAIChatProvider
-from hotloop.providers.sim.engine import LatencyProfile
+from hotloop.sim.engine import LatencyProfile
 
 from support import make_agent, sim_with_scenario, start_sim, wait_until
 
@@ -70,6 +71,7 @@ def hangs(count: int) -> dict:
     return {"tool_calls": [{"name": "hang", "arguments": {}} for _ in range(count)]}
 
 
+@pytest.mark.wall_clock
 async def test_three_independent_tools_run_concurrently(tmp_path: Path) -> None:
     # The first call sleeps longest after the three have met, so it is the one the tool phase waits for.
     sim = sim_with_scenario(tmp_path, [sleeps(0.05, 0.03, 0.04), {"text": "all done"}])
@@ -145,6 +147,7 @@ async def test_a_raising_tool_becomes_an_error_result_and_others_go_on(tmp_path:
     assert [(m.name, m.is_error) for m in sent] == [("boom", True), ("read_file", False)]
 
 
+@pytest.mark.wall_clock
 async def test_a_hanging_tool_times_out_into_an_error_result(tmp_path: Path) -> None:
     sim = sim_with_scenario(tmp_path, [hangs(1), {"text": "ok"}])
     try:
@@ -234,7 +237,9 @@ async def test_cancel_mid_stream_keeps_the_partial_answer(tmp_path: Path) -> Non
 
 
 async def test_unreachable_provider_ends_the_turn_with_an_error(tmp_path: Path) -> None:
-    provider = OpenAIChatProvider(name="local", model="m", base_url="http://127.0.0.1:9/v1", max_retries=0)
+    provider = OpenAIChatProvider(
+        ProviderOptions(name="local", model="m", base_url="http://127.0.0.1:9/v1", max_retries=0)
+    )
     recorder_events: list = []
     agent = Agent(provider, ToolRegistry(), emit=recorder_events.append, workspace=tmp_path)
     finished = await agent.run_turn("hi")
@@ -246,7 +251,7 @@ async def test_unreachable_provider_ends_the_turn_with_an_error(tmp_path: Path) 
 
 
 async def test_unknown_model_lists_what_the_server_has(sim) -> None:
-    provider = OpenAIChatProvider(name="sim", model="gpt-9", base_url=sim.base_url, max_retries=0)
+    provider = OpenAIChatProvider(ProviderOptions(name="sim", model="gpt-9", base_url=sim.base_url, max_retries=0))
     events: list = []
     await Agent(provider, ToolRegistry(), emit=events.append, workspace=Path(".")).run_turn("hi")
     (notice,) = [e for e in events if isinstance(e, Notice)]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import (
@@ -26,11 +28,10 @@ from support import FIXTURES, serve_events
 REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
 
 
-async def stream_fixture(events: list[bytes], **options: object) -> list[ModelEvent]:
+async def stream_fixture(events: list[bytes], cache_min_tokens: int | None = None) -> list[ModelEvent]:
     async for base_url in serve_events(events, "/v1/messages"):
-        provider = AnthropicProvider(
-            name="fixture", model="m", base_url=base_url.removesuffix("/v1"), max_retries=0, **options
-        )  # type: ignore[arg-type]
+        where = ProviderOptions("fixture", "m", base_url.removesuffix("/v1"), max_retries=0)
+        provider = AnthropicProvider(replace(where, cache_min_tokens=cache_min_tokens))
         try:
             return [event async for event in provider.stream(REQUEST)]
         finally:

@@ -1,7 +1,8 @@
 """The layers hold: import-linter's contracts (pyproject.toml) pass, and each one fails when broken.
 
-Contracts are checked statically; two runtime checks stay here because no import graph can
-see them: the headless core never loads Textual, and `--version` loads almost nothing.
+Contracts are checked statically; three runtime checks stay here because no import graph can
+see them: the headless core never loads Textual, the config loads nothing of the simulator but
+its defaults, and `--version` loads almost nothing.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+SERVER, ALONE = "the simulator is a server", "the simulator stands alone"
 # A planted import per contract: (module file, the line added, the contract it must break).
 PLANTS = {
     "layers": ("providers/events.py", "from hotloop import config", "layers: cli > frontends"),
     "frontends": ("tui/fold.py", "import hotloop.headless.printer", "layers: cli > frontends"),
     "textual": ("sessions/store.py", "import textual", "Textual only in the TUI"),
-    "simulator": ("agent/loop.py", "from hotloop.providers.sim import engine", "the simulator is a server"),
+    # Only the runtime and the CLI import the simulator; the config reads its defaults, nothing more.
+    "simulator_in_the_agent": ("agent/loop.py", "from hotloop.sim import engine", SERVER),
+    "simulator_in_a_protocol": ("providers/openai_responses.py", "from hotloop.sim.scenario import Faults", SERVER),
+    "simulator_beside_the_runtime": ("core/routing.py", "import hotloop.sim.embedded", SERVER),
+    "simulator_in_the_config": ("config/settings.py", "from hotloop.sim import engine", SERVER),
+    # The simulator imports no package or module of hotloop.
+    "package_in_the_simulator": ("sim/engine.py", "from hotloop.providers import events", ALONE),
+    "module_in_the_simulator": ("sim/defaults.py", "from hotloop import paths", ALONE),
 }
 
 
@@ -67,11 +76,18 @@ def test_the_core_and_the_headless_cli_never_load_textual() -> None:
     code = (
         "import sys, hotloop.agent.loop, hotloop.sessions.log, hotloop.sessions.store, hotloop.sessions.resume, "
         "hotloop.sessions.replay, hotloop.sessions.export, hotloop.headless.run, hotloop.core.session, "
-        "hotloop.core.runtime, hotloop.core.resumption, hotloop.headless.session_commands, hotloop.cli; "
+        "hotloop.core.runtime, hotloop.core.resumption, hotloop.cli.session_commands, hotloop.cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_config_loads_only_the_simulators_defaults() -> None:
+    """The one import of the simulator the config may make (pyproject's `ignore_imports`) loads constants, no server."""
+    code = "import sys, hotloop.config; print(sorted(m for m in sys.modules if m.split('.')[:2] == ['hotloop', 'sim']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "['hotloop.sim', 'hotloop.sim.defaults']"
 
 
 def test_version_imports_almost_nothing() -> None:

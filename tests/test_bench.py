@@ -92,7 +92,7 @@ def test_a_scenario_file_sets_the_task(isolated_home: Path, tmp_path: Path, caps
     scenario.write_text(json.dumps({**task, "tools": {"probe": "fast"}}))
     assert main(["bench", "--scenario", str(scenario)]) == 2
     err = capsys.readouterr().err
-    assert f"bench scenario {scenario}" in err and "Expected `float`" in err
+    assert f"bench scenario {scenario}: tools.probe must be a number (got 'fast')" in err
 
 
 def test_a_server_that_fails_is_counted_and_said_per_level(

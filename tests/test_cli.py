@@ -13,7 +13,7 @@ import pytest
 from hotloop import __version__
 from hotloop.agent.events import SessionTitled, StepFinished, ToolFinished, TurnFinished, decode
 from hotloop.cli import main
-from hotloop.providers.sim.engine import TIERS, SimConfig
+from hotloop.sim.engine import TIERS, SimConfig
 
 from support import scenario_file, start_sim
 

@@ -23,13 +23,14 @@ from hotloop.providers.conversation import AssistantMessage, UserMessage
 from hotloop.providers.events import ToolCallStarted
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
-from hotloop.providers.sim.cache import BLOCK_SIZE
-from hotloop.providers.sim.template import ASSISTANT_HEADER, END
-from hotloop.providers.sim.tokenizer import count
+from hotloop.providers.transport import SdkProvider
 from hotloop.providers.vllm import discover
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.resume import rebuild
 from hotloop.sessions.store import read_session
+from hotloop.sim.cache import BLOCK_SIZE
+from hotloop.sim.template import ASSISTANT_HEADER, END
+from hotloop.sim.tokenizer import count
 from hotloop.tui.items import CompactionItem
 
 from support import Recorder, logged_agent, provider_on, sim_with_scenario, start_sim
@@ -114,6 +115,8 @@ async def test_a_compacted_conversation_resumes_sending_the_same_bytes(
             assert (await original.run_turn(prompt)).reason == "answer"
         compacted = await original.compact("manual")
         assert original.messages == compacted_messages(compacted.summary)
+        provider = original.provider
+        assert isinstance(provider, SdkProvider) and provider.kept == 0  # the summarized turns' bytes are gone
         assert (await original.run_turn("and then?")).reason == "answer"
         after = recorder.of(StepFinished)[-1]
         if protocol == "openai":  # on Anthropic's API this short a prompt is below the cache minimum
@@ -318,15 +321,15 @@ async def test_slash_compact_in_the_app_marks_the_transcript_and_resets_the_mete
         for prompt in ("read README.md", "write 200 words about caching"):
             await send(app, pilot, prompt)
             await idle(app, pilot)
-        before = app.status.context
+        before = app.main.status.context
         assert before is not None
         await send(app, pilot, "/compact")
-        history = app.transcript.history
+        history = app.main.transcript.history
         await wait_until(lambda: any(isinstance(item, CompactionItem) for item in history.items), what="the mark")
         item = next(item for item in history.items if isinstance(item, CompactionItem))
         assert item.copy_text() == item.compacted.summary
         assert "- The user asked: read README.md" in item.compacted.summary
-        after = app.status.context
+        after = app.main.status.context
         assert after is not None and after[0] < before[0]
         assert app.agent is not None and app.agent.messages == compacted_messages(item.compacted.summary)
         await send(app, pilot, "and now?")
@@ -351,3 +354,18 @@ def test_a_refusal_for_length_says_what_to_do(refusal: str) -> None:
 
 def test_other_refusals_are_left_as_they_are() -> None:
     assert with_fix("vllm answered 400: unknown field 'foo'") == "vllm answered 400: unknown field 'foo'"
+
+
+async def test_a_new_conversation_leaves_the_provider_none_of_the_old_ones_bytes(isolated_home: Path) -> None:
+    write_config(isolated_home)
+    session = Session(load_config(), SessionOptions(workspace=isolated_home), lambda event: None)
+    try:
+        await session.open()
+        await session.turn("read README.md then grep for TODO")
+        assert session.agent is not None
+        provider = session.agent.provider
+        assert isinstance(provider, SdkProvider) and provider.kept == len(session.agent.messages) - 1  # all sent
+        session.new_conversation()
+        assert provider.kept == 0
+    finally:
+        await session.close()

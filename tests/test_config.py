@@ -11,9 +11,10 @@ from msgspec import structs
 
 from hotloop.agent.options import AgentOptions
 from hotloop.cli import build_parser, main
+from hotloop.cli.sim import sim_settings
 from hotloop.config import Config, ProviderSettings, RoutingSettings, SimSettings, load_config
 from hotloop.core.runtime import simulator_config
-from hotloop.providers.sim.engine import SimConfig
+from hotloop.sim.engine import SimConfig
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -55,6 +56,15 @@ lanes = false
 
 [latency]
 memo_ttl = 0
+
+[approvals]
+allow = ["run_shell:pytest *"]
+deny = ["run_shell:rm -rf *"]
+
+[[hooks]]
+event = "PreToolUse"
+matcher = "edit_file|write_file"
+command = "./check.sh"
 
 [mcp.github]
 command = "npx"
@@ -119,6 +129,9 @@ def test_config_show_prints_every_setting_as_toml_that_loads_back_the_same(isola
     assert shown["tiers"]["strong"] == {"provider": "claude.work", "model": "claude-sonnet-4-5"}
     assert set(shown["tiers"]) == {"fast", "balanced", "strong"}
     assert shown["mcp"]["github"]["args"] == ["-y", "@modelcontextprotocol/server-github"]
+    assert shown["approvals"] == {"allow": ["run_shell:pytest *"], "deny": ["run_shell:rm -rf *"]}
+    hook = {"event": "PreToolUse", "matcher": "edit_file|write_file", "command": "./check.sh", "timeout": 10.0}
+    assert shown["hooks"] == [hook]  # a list of tables, as TOML (it was written as JSON, which doesn't load)
     assert (shown["default_provider"], shown["max_steps"], shown["tool_timeout"]) == ("local", 40, 30.0)
 
     write_config(isolated_home, body)
@@ -234,6 +247,15 @@ def test_an_unknown_setting_anywhere_is_refused_in_one_line(isolated_home, capsy
         ("[tiers.fast]\nprovider = 'sim'\nmodel = ''", "tiers.fast.model is required"),
         ("[mcp.fs]\ncommand = ''", "mcp.fs.command is required"),
         ("[mcp.fs]\ncommand = 'npx'\nenv = { TOKEN = 1 }", "mcp.fs.env must be a table of strings"),
+        (
+            "[[hooks]]\nevent = 'PreToolUse'\ncommand = 'x'\n[[hooks]]\nevent = 'Later'\ncommand = 'y'",
+            "hooks[1].event must be one of PreToolUse, PostToolUse, UserPromptSubmit, Stop (got 'Later')",
+        ),
+        (
+            "[[hooks]]\nevent = 'Stop'\ncommand = 'x'\nshell = 'sh'",
+            "hooks[0].shell is not a setting (known: event, matcher, command, timeout)",
+        ),
+        ("[approvals]\nallow = ['read_file', 'rm -rf *']", "approvals.allow[1] must be TOOL or TOOL:PATTERN"),
     ],
 )
 def test_a_bad_setting_is_named_in_one_line(isolated_home, capsys, text, problem) -> None:
@@ -279,9 +301,17 @@ def test_the_readme_example_config_loads(tmp_path: Path) -> None:
     assert config.sim.scenario == tmp_path / "scenario.json" and config.warnings == ()
 
 
+def test_sim_serve_converts_its_flags_as_the_runtime_converts_the_config() -> None:
+    flags = build_parser().parse_args(["sim", "serve", "--no-latency", "--ttft-ms", "5", "--max-running", "3"])
+    served = simulator_config(sim_settings(flags))
+    configured = simulator_config(SimSettings(ttft_ms=5, prefill_us_per_token=0, decode_ms_per_token=0, max_running=3))
+    assert served == configured
+    assert {(p.ttft, p.prefill_per_token, p.decode_per_token) for p in served.models.values()} == {(0.005, 0, 0)}
+
+
 def test_each_default_is_one_value_everywhere(tmp_path: Path) -> None:
     config = Config(path=tmp_path / "config.toml", loaded=False)
-    sim, engine, embedded = config.sim, SimConfig(), simulator_config(config)
+    sim, engine, embedded = config.sim, SimConfig(), simulator_config(config.sim)
     serve = build_parser().parse_args(["sim", "serve"])
     expected = (16_384, 1024, "priority", True, None)  # priority, unlike stock vLLM: lanes send background at 10
     assert (
@@ -297,6 +327,7 @@ def test_each_default_is_one_value_everywhere(tmp_path: Path) -> None:
     figures = serve.cache_blocks, serve.cache_min_tokens, serve.scheduling_policy
     assert (*figures, not serve.no_prompt_tokens_details, serve.max_running) == expected
     assert sim.batch_slowdown == engine.batch_slowdown == embedded.batch_slowdown == serve.batch_slowdown == 0.02
+    assert sim_settings(serve) == sim  # `sim serve`'s flags are the [sim] settings, converted by the same function
 
     assert config.agent_options() == AgentOptions()  # an agent built without the config runs as the config says
     (tmp_path / "config.toml").write_text("", encoding="utf-8")  # an empty file means the same

@@ -53,11 +53,11 @@ async def test_the_status_bar_shows_the_servers_window_and_warns_once_near_the_e
         assert window == 131_072  # the simulator's max_model_len, as vLLM lists it
         for event in step(1, 40_000, 500):
             app.session.emit(event)
-        await wait_until(lambda: app.status.context == (40_500, 131_072))
-        assert "ctx 31% of 128k" in str(app.status.render())
+        await wait_until(lambda: app.main.status.context == (40_500, 131_072))
+        assert "ctx 31% of 128k" in str(app.main.status.render())
         for event in [*step(2, 107_000, 300), *step(3, 108_000, 300)]:
             app.session.emit(event)
-        await wait_until(lambda: app.status.context == (108_300, 131_072))
+        await wait_until(lambda: app.main.status.context == (108_300, 131_072))
 
         def warnings() -> list[str]:
             return [str(n.message) for n in app._notifications if "context is" in str(n.message)]

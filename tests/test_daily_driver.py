@@ -18,6 +18,7 @@ from hotloop.providers.conversation import AssistantMessage
 from hotloop.sessions.store import read_session
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.screens.help import HelpScreen
+from hotloop.tui.screens.main import MainScreen
 from hotloop.tui.screens.replay import ReplayScreen
 from hotloop.tui.screens.session_view import SessionView
 from hotloop.tui.screens.waterfall import WaterfallScreen
@@ -42,7 +43,7 @@ def prompts_sent(app: HotloopApp) -> list[str]:
 
 async def type_during_the_turn(app: HotloopApp, text: str) -> PromptInput:
     box = app.query_one(PromptInput)
-    await wait_until(lambda: app.turn_running and app.agent is not None and app.agent.turn == 1)
+    await wait_until(lambda: app.main.turn_running and app.agent is not None and app.agent.turn == 1)
     box.load_text(text)
     return box
 
@@ -56,7 +57,7 @@ async def test_enter_during_a_turn_queues_the_prompt_and_sends_it_when_the_turn_
         queued = app.query_one(QueuedPrompts)
         await wait_until(lambda: queued.prompts == ("second",) and queued.display)
         assert box.text == "" and app.agent is not None and app.agent.turn == 1  # queued, not sent, not refused
-        await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.turn_running)
+        await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.main.turn_running)
         assert prompts_sent(app) == ["first", "second"]
         assert queued.prompts == () and not queued.display
 
@@ -72,7 +73,7 @@ async def test_up_in_an_empty_box_takes_a_queued_prompt_back_to_edit(isolated_ho
         await wait_until(lambda: box.text == "secnod" and app.query_one(QueuedPrompts).prompts == ())
         box.load_text("second")
         press(app, "enter")
-        await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.turn_running)
+        await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.main.turn_running)
         assert prompts_sent(app) == ["first", "second"]
 
 
@@ -84,7 +85,7 @@ async def test_esc_stops_the_turn_and_gives_the_queued_prompts_back(isolated_hom
         press(app, "enter")
         await wait_until(lambda: app.query_one(QueuedPrompts).prompts == ("second",))
         press(app, "escape")
-        await wait_until(lambda: not app.turn_running and box.text == "second")
+        await wait_until(lambda: not app.main.turn_running and box.text == "second")
         await pilot.pause()
         assert app.agent is not None and app.agent.turn == 1 and prompts_sent(app) == ["first"]
 
@@ -94,9 +95,9 @@ async def test_ctrl_s_sends_now_in_place_of_the_turn_in_flight(isolated_home: Pa
     async with running_app() as (app, pilot):
         await send(app, pilot, "first")
         await type_during_the_turn(app, "stop, do this instead")
-        await wait_until(lambda: app.transcript.answer.text)  # cut mid-answer
+        await wait_until(lambda: app.main.transcript.answer.text)  # cut mid-answer
         press(app, "ctrl+s")
-        await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.turn_running)
+        await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.main.turn_running)
         assert prompts_sent(app) == ["first", "stop, do this instead"]
         answers = [m for m in app.agent.messages if isinstance(m, AssistantMessage)]
         assert [a.interrupted for a in answers] == [True, False]  # the first answer was cut where the second began
@@ -121,7 +122,7 @@ async def test_an_unreachable_start_provider_is_retried_and_another_can_be_picke
     options = SessionOptions(provider="openai", base_url="http://127.0.0.1:9/v1")
     app = HotloopApp(load_config(), options)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(lambda: app.status.state.startswith("connecting… retry in"))
+        await wait_until(lambda: app.main.status.state.startswith("connecting… retry in"))
         titles = [option.title for option in await app.switch_options()]
         assert "provider: sim" in titles or any(title.startswith("model: sim · ") for title in titles)
         box = app.query_one(PromptInput)
@@ -130,8 +131,8 @@ async def test_an_unreachable_start_provider_is_retried_and_another_can_be_picke
         await wait_until(lambda: app.query_one(QueuedPrompts).prompts == ("typed while connecting",))
         box.load_text("/provider sim")
         press(app, "enter")
-        await wait_until(lambda: app.agent is not None and app.agent.turn == 1 and not app.turn_running)
-        assert app.agent.provider.name == "sim" and app.status.state == "ready"
+        await wait_until(lambda: app.agent is not None and app.agent.turn == 1 and not app.main.turn_running)
+        assert app.agent.provider.name == "sim" and app.main.status.state == "ready"
         assert prompts_sent(app) == ["typed while connecting"]
         await pilot.pause()
 
@@ -141,7 +142,7 @@ async def test_page_keys_scroll_the_transcript_from_the_prompt(isolated_home: Pa
     async with running_app() as (app, pilot):
         await send(app, pilot, "a long one")
         await idle(app, pilot)
-        transcript = app.transcript.history  # the one widget that scrolls
+        transcript = app.main.transcript.history  # the one widget that scrolls
         await wait_until(lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y)
         press(app, "pageup")
         await wait_until(lambda: transcript.scroll_y < transcript.max_scroll_y)
@@ -172,6 +173,7 @@ async def test_the_help_lists_every_key_and_command_there_is(isolated_home: Path
         shown = " ".join(console.export_text().split())
         for bindings in (
             HotloopApp.BINDINGS,
+            MainScreen.BINDINGS,
             PromptInput.BINDINGS,
             HistoryView.BINDINGS,
             AnswerList.BINDINGS,

@@ -23,12 +23,14 @@ from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.core.resumption import Resumption
 from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
 from hotloop.providers.errors import RequestRejected
+from hotloop.providers.failures import MAX_RETRY_WAIT, retry_line
 from hotloop.providers.openai_chat import OpenAIChatProvider
-from hotloop.providers.sim.server import EmbeddedSimulator
-from hotloop.providers.transport import MAX_RETRY_WAIT, RequestTimeout, retry_line
+from hotloop.providers.transport import RequestTimeout
 from hotloop.sessions.log import SessionLog
+from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import Recorder, sim_with_scenario, wait_until
 
@@ -55,11 +57,13 @@ def agent_on(
     provider: OpenAIChatProvider | AnthropicProvider
     if protocol == "openai":
         provider = OpenAIChatProvider(
-            name="sim", model="sim-balanced", base_url=sim.base_url, max_retries=retries, timeout=timeout
+            ProviderOptions(
+                name="sim", model="sim-balanced", base_url=sim.base_url, max_retries=retries, timeout=timeout
+            )
         )
     else:
         provider = AnthropicProvider(
-            name="sim", model="sim-balanced", base_url=sim.url, max_retries=retries, timeout=timeout
+            ProviderOptions(name="sim", model="sim-balanced", base_url=sim.url, max_retries=retries, timeout=timeout)
         )
     recorder = Recorder()
     emit = fan_out(recorder, log.write) if log is not None else recorder

@@ -15,7 +15,7 @@ from textual.app import App, ComposeResult
 from hotloop.agent.events import Notice, TurnStarted, decode
 from hotloop.cli import main
 from hotloop.headless.printer import Printer
-from hotloop.headless.session_commands import saved_line
+from hotloop.headless.saved import saved_line
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import SessionError, last_written, list_sessions, session_id_of
 from hotloop.sessions.summary import summary_path

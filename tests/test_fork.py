@@ -10,14 +10,14 @@ import pytest
 from hotloop.agent.events import AgentEvent, Notice, StepFinished, TurnFinished, TurnStarted
 from hotloop.cli import main
 from hotloop.core.slash import SlashError, parse
-from hotloop.providers.sim.cache import BLOCK_SIZE
-from hotloop.providers.sim.template import ASSISTANT_HEADER, END
-from hotloop.providers.sim.tokenizer import count
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import read_session, session_id_of
-from hotloop.tui.widgets.sessions_sidebar import SessionList, SessionsSidebar
+from hotloop.sim.cache import BLOCK_SIZE
+from hotloop.sim.template import ASSISTANT_HEADER, END
+from hotloop.sim.tokenizer import count
+from hotloop.tui.widgets.sessions_sidebar import SessionList
 
-from tui_support import idle, press, running_app, send, wait_until, write_config
+from tui_support import idle, press, running_app, send, sessions_sidebar, wait_until, write_config
 
 FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 PROMPTS = ("read README.md then grep for TODO", "read notes.txt", "list the files in .")
@@ -67,8 +67,7 @@ async def test_a_forks_first_request_reads_the_parents_prefix_and_the_forked_tur
         assert app.session.log.path == parent  # a fork that can't be made leaves the conversation where it was
 
         press(app, "ctrl+b")  # the sidebar stays open while the fork is made
-        await wait_until(lambda: bool(app.query(SessionsSidebar)))
-        listed = app.query_one(SessionsSidebar).query_one(SessionList)
+        listed = (await sessions_sidebar(app)).query_one(SessionList)
         await wait_until(lambda: listed.option_count == 1)
 
         await send(app, pilot, "/fork 2")

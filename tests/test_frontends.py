@@ -12,7 +12,7 @@ import pytest
 
 from hotloop.core.session import SessionOptions
 from hotloop.headless.run import run
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import start_sim
 from tui_support import idle, running_app, send

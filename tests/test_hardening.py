@@ -18,6 +18,7 @@ from hotloop.agent.figures import prompt_breakdown
 from hotloop.agent.tools.registry import ToolContext, ToolError
 from hotloop.cli import main
 from hotloop.core.resumption import Resumption
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import UsageLedger
@@ -84,7 +85,9 @@ async def echoing_server(status: int) -> AsyncIterator[str]:
 async def test_an_error_line_never_holds_the_key() -> None:
     key = "sk-test-echoed-0123456789"
     async for url in echoing_server(400):
-        provider = OpenAIChatProvider(name="gateway", model="m", base_url=url, api_key=key, max_retries=0)
+        provider = OpenAIChatProvider(
+            ProviderOptions(name="gateway", model="m", base_url=url, api_key=key, max_retries=0)
+        )
         try:
             with pytest.raises(ProviderError) as failed:
                 async for _ in provider.stream(ChatRequest(system="", tools=(), messages=(UserMessage("hi"),))):
@@ -183,7 +186,7 @@ async def test_mcp_lists_the_servers_and_restarts_one_in_the_app(home: Path) -> 
     async with running_app(options=SessionOptions(mcp=(faults,))) as (app, pilot):
 
         def said() -> list[str]:
-            return [item.message for item in app.transcript.history.items if isinstance(item, NoticeItem)]
+            return [item.message for item in app.main.transcript.history.items if isinstance(item, NoticeItem)]
 
         await send(app, pilot, "/mcp")
         await wait_until(lambda: any("MCP servers" in m for m in said()), what="the /mcp listing")

@@ -37,9 +37,8 @@ from hotloop.tui.items import AnswerItem, ToolCallsItem
 from hotloop.tui.screens.waterfall import WaterfallScreen
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.server_panel import ServerPanel
-from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 
-from tui_support import connected, drawn, idle, live_panes, press, send, wait_until, write_config
+from tui_support import connected, drawn, idle, live_panes, press, send, sessions_sidebar, wait_until, write_config
 
 MARKUP = "[/bold] then [red]x[/red] then [not a tag"
 # Clear the screen, retitle the window, a hidden link (OSC 8), a clipboard write (OSC 52), a C1 CSI.
@@ -76,6 +75,12 @@ def assert_inert(text: str) -> None:
     assert not CONTROL.search(text), f"control characters reach the terminal: {CONTROL.findall(text)}"
     for shown in SHOWN:
         assert shown in text, f"{shown!r} is not shown"
+
+
+async def screen_inert(app: Any) -> None:
+    """Wait for the screen to show the stand-ins (each widget draws at its own pace), then check every line of it."""
+    await wait_until(lambda: all(shown in drawn(app) for shown in SHOWN), what="the stand-ins on screen")
+    assert_inert(drawn(app))
 
 
 def toasts(app: Any) -> str:
@@ -118,38 +123,37 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
     async with running_app(size=(120, 40)) as (app, pilot):
         app.session.runtime.tools.add(Tool("leak", "Leak.", schema, leak))
         await send(app, pilot, "go")
-        await wait_until(lambda: any("pwned" in line for pane in live_panes(app.transcript) for line in pane.output))
-        await wait_until(lambda: live_panes(app.transcript)[-1].status == "error")
+        await wait_until(
+            lambda: any("pwned" in line for pane in live_panes(app.main.transcript) for line in pane.output)
+        )
+        await wait_until(lambda: live_panes(app.main.transcript)[-1].status == "error")
         # Panes and answer draw at their own pace: wait for the screen to show the escapes, then check every line.
         await wait_until(
             lambda: all(shown in drawn(app) for shown in (*SHOWN, "␛]52;c;aGk=␇")), what="the escapes on screen"
         )
-        assert_inert(drawn(app))
+        await screen_inert(app)
         gate.set()
         await idle(app, pilot)
 
-        answer = next(item for item in app.transcript.history.items if isinstance(item, AnswerItem))
-        (tools,) = [item for item in app.transcript.history.items if isinstance(item, ToolCallsItem)]
+        answer = next(item for item in app.main.transcript.history.items if isinstance(item, AnswerItem))
+        (tools,) = [item for item in app.main.transcript.history.items if isinstance(item, ToolCallsItem)]
         answer.toggle("reasoning")
         for call in tools.calls:
             tools.toggle(call.call_id)
-        context = app.transcript.context(110)
+        context = app.main.transcript.context(110)
         assert_inert("\n".join(strip.text for item in (answer, tools) for strip in item.render(context).lines))
-        assert_inert(drawn(app))
+        await screen_inert(app)
 
         app.session.emit(SessionTitled(title=HOSTILE, model=EVIL_TOOL))
         app.session.emit(Notice(level="warning", message=HOSTILE))
         await wait_until(lambda: len(app.screen.query("Toast")) == 2)
-        await pilot.pause()
-        assert_inert(drawn(app))
+        await screen_inert(app)
         assert_inert(app.sub_title)
 
         press(app, "ctrl+b")
-        await wait_until(lambda: bool(app.query(SessionsSidebar)))
-        listed = app.query_one(SessionsSidebar).query_one("OptionList")
+        listed = (await sessions_sidebar(app)).query_one("OptionList")
         await wait_until(lambda: listed.option_count == 1)
-        await pilot.pause()
-        assert_inert(drawn(app))
+        await screen_inert(app)
 
         # Hostile text copied (an answer, with ctrl+o), then pasted into the prompt box.
         app.copy_to_clipboard(HOSTILE)
@@ -158,8 +162,7 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
         await wait_until(lambda: app.focused is box)
         press(app, "ctrl+v")
         await wait_until(lambda: "[2J" in box.text)
-        await pilot.pause()
-        assert_inert(drawn(app))
+        await screen_inert(app)
 
         press(app, "f3")
         await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
@@ -175,7 +178,7 @@ async def test_the_palette_server_panel_and_status_bar_show_what_servers_say_as_
     option = SwitchOption(f"model: odd {MARKUP} {HOSTILE}", f"costs {MARKUP} {HOSTILE}", Choice(model="odd"), HOSTILE)
     write_config(isolated_home)
     # Tall enough that the palette's whole discovered list, alphabetical, is on screen.
-    async with running_app(size=(160, 60)) as (app, pilot):
+    async with running_app(size=(160, 60)) as (app, _):
 
         async def switch_options() -> list[SwitchOption]:
             return [option]
@@ -189,23 +192,20 @@ async def test_the_palette_server_panel_and_status_bar_show_what_servers_say_as_
             return "\n".join(str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count))
 
         await wait_until(lambda: "model: odd" in offered() or app._exception is not None)  # discovered
-        await pilot.pause()
-        assert_inert(drawn(app))
+        await screen_inert(app)
         press(app, *"odd")
         await wait_until(lambda: listed.option_count == 1 and "model: odd" in offered())  # searched
-        await pilot.pause()
-        assert_inert(drawn(app))
+        await screen_inert(app)
         assert f"model: odd {MARKUP}" in offered() and f"costs {MARKUP}" in offered()
         press(app, "enter")  # unavailable: it says why
         await wait_until(lambda: "<9b>31m end" in toasts(app))
-        await pilot.pause()
-        assert_inert(drawn(app))
+        await screen_inert(app)
 
         await wait_until(lambda: bool(app.query(ServerPanel)))
         panel = app.query_one(ServerPanel)
         panel.report = replace(panel.report, model=HOSTILE)
-        app.status.model = HOSTILE
-        assert_inert(f"{panel.render()}\n{app.status.render()}")
+        app.main.status.model = HOSTILE
+        assert_inert(f"{panel.render()}\n{app.main.status.render()}")
 
 
 def test_the_printer_shows_titles_and_notices_inert() -> None:

@@ -16,8 +16,8 @@ from hotloop.agent.prefetch import Prefetcher
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.providers.events import Finished as ModelFinished
-from hotloop.providers.sim.engine import LatencyProfile
 from hotloop.sessions.waterfall import render, waterfalls
+from hotloop.sim.engine import LatencyProfile
 
 from support import make_agent, sim_with_scenario, start_sim, wait_until
 
@@ -64,6 +64,7 @@ def early_step(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], flo
     return asyncio.run(slow_step(tmp_path_factory.mktemp("slow") / "early", early_dispatch=True))
 
 
+@pytest.mark.wall_clock
 async def test_a_call_starts_as_soon_as_its_arguments_are_complete(
     tmp_path: Path, early_step: tuple[list[Any], float]
 ) -> None:
@@ -240,6 +241,7 @@ def test_sessions_show_waterfall_draws_every_turn(workspace: Path, isolated_home
     assert "  read_file" in out and "  grep" in out and "░" in out and "█" in out
 
 
+@pytest.mark.wall_clock
 async def test_a_repeated_workload_is_served_from_prefetch(tmp_path: Path) -> None:
     for name in ("README.md", "notes.txt", "pyproject.toml"):
         (tmp_path / name).write_text(f"{name}: TODO check\n")

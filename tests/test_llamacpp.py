@@ -22,6 +22,7 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.events import ToolCallStarted
 from hotloop.providers.openai_chat import OpenAIChatProvider
 
@@ -47,7 +48,7 @@ def recorded(name: str) -> dict[str, Any]:
 async def one_step(name: str, workspace: Path) -> tuple[ResponseFinished, StepFinished]:
     recorder = Recorder()
     async for url in serve_events(events_of(name), "/v1/chat/completions"):
-        provider = OpenAIChatProvider(name="local", model=MODEL, base_url=url, max_retries=0)
+        provider = OpenAIChatProvider(ProviderOptions(name="local", model=MODEL, base_url=url, max_retries=0))
         agent = Agent(
             provider,
             ToolRegistry(builtin_tools()),
@@ -113,7 +114,7 @@ async def test_ttft_is_the_first_byte_not_the_held_back_tool_call(workspace: Pat
     hold = 0.2
     recorder = Recorder()
     async for url in held_back(events_of("05_tool_call_stream_hermes_template.sse"), hold):
-        provider = OpenAIChatProvider(name="local", model=MODEL, base_url=url, max_retries=0)
+        provider = OpenAIChatProvider(ProviderOptions(name="local", model=MODEL, base_url=url, max_retries=0))
         agent = Agent(
             provider,
             ToolRegistry(builtin_tools()),

@@ -404,6 +404,18 @@ def test_a_file_without_servers_is_one_line(tmp_path: Path, capsys: pytest.Captu
     assert f"hotloop: {source} is not JSON" in capsys.readouterr().err
 
 
+def test_a_server_hotloop_cant_take_is_skipped_in_the_configs_words(tmp_path: Path) -> None:
+    source = tmp_path / ".mcp.json"
+    servers = {"bare": {"type": "stdio"}, "args": {"command": "x", "args": [1]}, "ftp": {"url": "ftp://example.com"}}
+    source.write_text(json.dumps({"mcpServers": servers}))
+    assert imported(source).notes == [
+        f"skipped 'bare' in {source}: it is invalid "
+        "(needs either command, to run a stdio server, or url, to reach an HTTP one)",
+        f"skipped 'args' in {source}: args must be a list of strings",
+        f"skipped 'ftp' in {source}: url must be an http:// or https:// URL without credentials",
+    ]
+
+
 def test_appending_keeps_the_file_readable(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('default_provider = "sim"')  # no newline at the end

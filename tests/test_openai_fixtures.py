@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.events import (
     Finished,
@@ -27,7 +29,7 @@ REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
 
 async def stream_fixture(events: list[bytes]) -> list[ModelEvent]:
     async for base_url in serve_events(events, "/v1/chat/completions"):
-        provider = OpenAIChatProvider(name="fixture", model="m", base_url=base_url, max_retries=0)
+        provider = OpenAIChatProvider(ProviderOptions(name="fixture", model="m", base_url=base_url, max_retries=0))
         try:
             return [event async for event in provider.stream(REQUEST)]
         finally:
@@ -147,3 +149,17 @@ async def test_a_stream_cut_before_the_finish_is_an_interruption() -> None:
 
     with pytest.raises(StreamInterrupted):
         await stream_fixture([chunk({"content": "partial"})])
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+async def test_every_line_ending_the_spec_allows_reads_the_same(ending: bytes) -> None:
+    """SSE lines end in LF, CRLF or CR; a stream cut into blocks anywhere, even between a CR and its LF, reads alike."""
+    recorded = b"".join(sse_file("openai_chat_parallel_tools.sse"))
+    stream = recorded.replace(b"\n", ending)
+    expected = await stream_fixture([recorded])
+    cut = [stream[n : n + 7] for n in range(0, len(stream), 7)]  # 7 bytes a write: many cuts fall inside a CRLF
+    assert list(map(untimed, await stream_fixture(cut))) == list(map(untimed, expected))
+
+
+def untimed(event: ModelEvent) -> ModelEvent:
+    return msgspec.structs.replace(event, ts=0.0)

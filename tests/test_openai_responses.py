@@ -18,6 +18,7 @@ from hotloop.agent.events import ResponseFinished, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -49,7 +50,9 @@ TOOL = ToolSpec(
 
 async def stream_fixture(events: list[bytes]) -> list[ModelEvent]:
     async for base_url in serve_events(events, "/v1/responses"):
-        provider = OpenAIResponsesProvider(name="fixture", model="gpt-4o", base_url=base_url, max_retries=0)
+        provider = OpenAIResponsesProvider(
+            ProviderOptions(name="fixture", model="gpt-4o", base_url=base_url, max_retries=0)
+        )
         try:
             request = ChatRequest(system="", tools=(TOOL,), messages=(UserMessage("What is the capital of France?"),))
             return [event async for event in provider.stream(request)]
@@ -85,7 +88,9 @@ async def test_a_recorded_function_call_stream_parses_exactly() -> None:
 def test_each_request_is_the_last_one_plus_what_was_added() -> None:
     """Stateless by default, reasoning items asked back encrypted; tools flat; an answer's reasoning item goes
     back byte for byte, before its text and calls; and each body minus its closing `]}` prefixes the next."""
-    provider = OpenAIResponsesProvider(name="p", model="gpt-5", base_url="http://127.0.0.1:9/v1", prompt_cache_key=True)
+    provider = OpenAIResponsesProvider(
+        ProviderOptions(name="p", model="gpt-5", base_url="http://127.0.0.1:9/v1"), prompt_cache_key=True
+    )
     item = '{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAA=="}'
     first = (UserMessage("capital of France?"),)
     answer = AssistantMessage(
@@ -122,7 +127,9 @@ async def test_a_five_step_loop_reads_each_prompt_from_the_cache_and_sends_reaso
     steps = [{"reasoning": f"Step {n}: look again.", "tool_calls": calls} for n in range(1, 5)]
     sim = sim_with_scenario(tmp_path, [*steps, {"reasoning": "Done looking.", "text": "Five steps."}])
     recorder = Recorder()
-    provider = OpenAIResponsesProvider(name="sim-responses", model="sim-balanced", base_url=sim.base_url, max_retries=0)
+    provider = OpenAIResponsesProvider(
+        ProviderOptions(name="sim-responses", model="sim-balanced", base_url=sim.base_url, max_retries=0)
+    )
     agent = Agent(provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, cache_key="s5")
     try:
         assert (await agent.run_turn("look five times")).reason == "answer"
@@ -151,7 +158,8 @@ async def test_with_previous_response_id_a_request_sends_only_what_it_adds(tmp_p
 
     def stored() -> OpenAIResponsesProvider:
         return OpenAIResponsesProvider(
-            name="sim-responses", model="sim-balanced", base_url=sim.base_url, max_retries=0, previous_response_id=True
+            ProviderOptions(name="sim-responses", model="sim-balanced", base_url=sim.base_url, max_retries=0),
+            previous_response_id=True,
         )
 
     agent = Agent(stored(), ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, cache_key="s")
@@ -253,7 +261,7 @@ async def test_a_call_whose_arguments_never_complete_is_reported_not_dropped(
     bodies: list[bytes] = []
     recorder = Recorder()
     async with serve_streams(streams, bodies) as base_url:
-        provider = OpenAIResponsesProvider(name="fixture", model="m", base_url=base_url, max_retries=0)
+        provider = OpenAIResponsesProvider(ProviderOptions(name="fixture", model="m", base_url=base_url, max_retries=0))
         agent = Agent(provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace)
         try:
             assert (await agent.run_turn("read the readme")).reason == "answer"

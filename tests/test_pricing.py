@@ -31,7 +31,7 @@ from hotloop.agent.pricing import (
     money,
     price_step,
 )
-from hotloop.headless.session_commands import list_command
+from hotloop.cli.session_commands import list_command
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.export import export
 from hotloop.sessions.log import SessionLog
@@ -372,7 +372,7 @@ def test_the_transcripts_usage_strips_say_each_steps_dollars(tmp_path: Path) -> 
 
 
 def test_headless_replay_prices_each_step_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from hotloop.headless.session_commands import print_replay
+    from hotloop.cli.session_commands import print_replay
 
     assert print_replay(read_session(write_session(tmp_path)), 0) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("turn ")]

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import Finished, ModelEvent, ProviderWarning, StreamStarted, ToolCallReady
@@ -214,7 +215,7 @@ async def test_every_field_of_every_event_read_given_each_wrong_type_is_one_warn
     failures: list[str] = []
     count = 0
     async with serving(app) as base_url:
-        provider = OpenAIResponsesProvider(name="fixture", model="m", base_url=base_url, max_retries=0)
+        provider = OpenAIResponsesProvider(ProviderOptions(name="fixture", model="m", base_url=base_url, max_retries=0))
         try:
             for case in cases():
                 count += 1

@@ -23,12 +23,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from hotloop.config import load_config
-from hotloop.core import session as session_module
-from hotloop.core.session import ServerReport, Session, SessionOptions
+from hotloop.core import server_watch
+from hotloop.core.server_watch import ServerReport
+from hotloop.core.session import Session, SessionOptions
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.server_metrics import ServerStats, ServerWatch, parse_metrics
-from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.vllm import ServerInfo, discover, scrape
+from hotloop.sim.engine import SimConfig
 from hotloop.tui.widgets.server_panel import ServerPanel
 
 from support import FIXTURES, serving, start_sim, wait_until
@@ -90,7 +92,7 @@ def llama_cpp(metrics: str = METRICS, props: str = PROPS_TEXT) -> dict[str, tupl
 async def read_server(routes: dict[str, tuple[str, str]], model: str) -> tuple[ServerInfo, ServerStats | None, str]:
     """Discover and scrape the server once through a real provider; the panel as it draws them."""
     async with serve(routes) as url:
-        provider = OpenAIChatProvider(name="local", model=model, base_url=url, max_retries=0)
+        provider = OpenAIChatProvider(ProviderOptions(name="local", model=model, base_url=url, max_retries=0))
         try:
             info = await discover(provider)
             sample = await scrape(provider)
@@ -211,7 +213,9 @@ def test_the_last_minute_is_a_real_minute() -> None:
 
 async def test_discovery_and_the_panel_figures_come_from_the_vllm_servers_own_endpoints() -> None:
     sim = start_sim(SimConfig(max_model_len=32_768))
-    provider = OpenAIChatProvider(name="local", model="sim-balanced", base_url=sim.base_url, max_retries=0)
+    provider = OpenAIChatProvider(
+        ProviderOptions(name="local", model="sim-balanced", base_url=sim.base_url, max_retries=0)
+    )
     try:
         info = await discover(provider)
         watch = ServerWatch()
@@ -298,7 +302,7 @@ async def test_running_drops_to_zero_soon_after_a_cancelled_turn(
     so the scrape that follows the turn reads 1. The idle scrape is an hour away here: only
     the scrapes that go on while the server shows a request running can see it end.
     """
-    monkeypatch.setattr(session_module, "SERVER_IDLE_INTERVAL", 3600.0)
+    monkeypatch.setattr(server_watch, "IDLE_INTERVAL", 3600.0)
     processing = [0]
 
     async def chat(request: web.Request) -> web.StreamResponse:

@@ -22,6 +22,7 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.vllm import discover
 
@@ -121,7 +122,7 @@ async def test_a_server_without_jinja_is_told_the_flag_and_not_asked_again(isola
 
 
 async def agent_on(url: str, recorder: Recorder, workspace: Path, model: str) -> Agent:
-    provider = OpenAIChatProvider(name="local", model=model, base_url=url, max_retries=0)
+    provider = OpenAIChatProvider(ProviderOptions(name="local", model=model, base_url=url, max_retries=0))
     provider.server = await discover(provider)
     return Agent(
         provider, ToolRegistry(builtin_tools()), emit=recorder, workspace=workspace, options=AgentOptions(max_steps=1)

@@ -8,8 +8,8 @@ import urllib.request
 import anthropic
 import pytest
 
-from hotloop.providers.sim.engine import SimConfig
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import SimConfig
 
 from support import anthropic_client as client
 from support import (
@@ -275,7 +275,7 @@ async def test_requests_without_the_version_header_or_max_tokens_are_rejected(si
 
 
 async def test_scenario_error_breaks_the_stream_after_its_text(tmp_path) -> None:
-    from hotloop.providers.sim.model import load_scenario
+    from hotloop.sim.scenario import load_scenario
 
     from support import scenario_file
 

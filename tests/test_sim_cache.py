@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hotloop.providers.sim.cache import PrefixCache, block_hashes
-from hotloop.providers.sim.tokenizer import encode, pieces
+from hotloop.sim.cache import PrefixCache, block_hashes
+from hotloop.sim.tokenizer import encode, pieces
 
 
 def tokens(n: int, start: int = 0) -> list[int]:
@@ -57,7 +57,7 @@ def test_tokenizer_is_lossless_deterministic_and_bpe_sized() -> None:
 
 def blocks(count: int, size: int = 100, marks: dict[int, float] | None = None) -> list:
     """`count` distinct content blocks of `size` tokens; `marks` puts a breakpoint (TTL) on some."""
-    from hotloop.providers.sim.cache import CacheBlock
+    from hotloop.sim.cache import CacheBlock
 
     marks = marks or {}
     return [CacheBlock(size, n, marks.get(n)) for n in range(count)]
@@ -72,7 +72,7 @@ class Clock:
 
 
 def test_breakpoints_write_up_to_the_last_one_and_read_back_at_block_boundaries() -> None:
-    from hotloop.providers.sim.cache import BreakpointCache
+    from hotloop.sim.cache import BreakpointCache
 
     cache = BreakpointCache(min_tokens=250)
     first = cache.use(blocks(10, marks={2: 300.0, 5: 300.0}))
@@ -84,7 +84,7 @@ def test_breakpoints_write_up_to_the_last_one_and_read_back_at_block_boundaries(
 
 
 def test_a_prefix_below_the_minimum_is_neither_written_nor_read() -> None:
-    from hotloop.providers.sim.cache import BreakpointCache
+    from hotloop.sim.cache import BreakpointCache
 
     cache = BreakpointCache(min_tokens=1024)
     assert cache.use(blocks(5, marks={4: 300.0})).write == 0
@@ -95,7 +95,7 @@ def test_a_prefix_below_the_minimum_is_neither_written_nor_read() -> None:
 
 
 def test_lookback_stops_twenty_blocks_before_a_breakpoint() -> None:
-    from hotloop.providers.sim.cache import BreakpointCache
+    from hotloop.sim.cache import BreakpointCache
 
     cache = BreakpointCache(min_tokens=1)
     cache.use(blocks(3, marks={2: 300.0}))
@@ -110,7 +110,7 @@ def test_lookback_stops_twenty_blocks_before_a_breakpoint() -> None:
 
 
 def test_entries_live_for_their_ttl_from_their_last_use() -> None:
-    from hotloop.providers.sim.cache import BreakpointCache
+    from hotloop.sim.cache import BreakpointCache
 
     clock = Clock()
     cache = BreakpointCache(min_tokens=1, clock=clock)

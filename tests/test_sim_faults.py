@@ -25,9 +25,9 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from hotloop.cli import main
-from hotloop.providers.sim.engine import NO_LATENCY, SimConfig
-from hotloop.providers.sim.model import Faults, Refusal, ScenarioError, Stall, load_scenario, parse_faults
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.engine import NO_LATENCY, SimConfig
+from hotloop.sim.scenario import Faults, Refusal, ScenarioError, Stall, load_scenario, parse_faults
 
 from support import scenario_file, sim_with_scenario
 
@@ -639,4 +639,7 @@ async def test_mcp_tool_that_floods_stderr_and_its_result() -> None:
 
 def test_mcp_faults_needs_a_known_mode() -> None:
     done = subprocess.run([sys.executable, MCP_FAULTS, "explode"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 1 and "usage: mcp_faults.py {dies-after-init,hangs,error-32000,floods}" in done.stderr
+    assert (
+        done.returncode == 1
+        and "usage: mcp_faults.py {dies-after-init,hangs,error-32000,floods,lies-read-only}" in done.stderr
+    )

@@ -19,14 +19,14 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider
-from hotloop.providers.base import Provider
+from hotloop.providers.base import Provider, ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
 from hotloop.providers.server_metrics import parse_metrics
-from hotloop.providers.sim.defaults import ROUTERS
-from hotloop.providers.sim.engine import NO_LATENCY, SimConfig, SimEngine, SimRequest
-from hotloop.providers.sim.fleet import PREFIX_SLACK, EmbeddedFleet, Fleet
-from hotloop.providers.sim.template import Turn
+from hotloop.sim.defaults import ROUTERS
+from hotloop.sim.engine import NO_LATENCY, SimConfig, SimEngine, SimRequest
+from hotloop.sim.fleet import PREFIX_SLACK, EmbeddedFleet, Fleet
+from hotloop.sim.template import Turn
 
 from support import Recorder, wait_until
 
@@ -171,16 +171,17 @@ async def test_the_router_answers_models_health_and_metrics_for_every_replica(ht
 
 def provider_on(sim: EmbeddedFleet, protocol: str, stored: bool) -> Provider:
     if protocol == "anthropic":
-        return AnthropicProvider(name="a", model="sim-fast", base_url=sim.url, affinity_header="x-session-id")
+        return AnthropicProvider(
+            ProviderOptions(name="a", model="sim-fast", base_url=sim.url, affinity_header="x-session-id")
+        )
     if protocol == "responses":
         return OpenAIResponsesProvider(
-            name="r",
-            model="sim-fast",
-            base_url=sim.base_url,
-            affinity_header="x-session-id",
+            ProviderOptions(name="r", model="sim-fast", base_url=sim.base_url, affinity_header="x-session-id"),
             previous_response_id=stored,
         )
-    return OpenAIChatProvider(name="o", model="sim-fast", base_url=sim.base_url, affinity_header="x-session-id")
+    return OpenAIChatProvider(
+        ProviderOptions(name="o", model="sim-fast", base_url=sim.base_url, affinity_header="x-session-id")
+    )
 
 
 @pytest.mark.parametrize("router", ROUTERS)

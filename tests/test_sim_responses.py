@@ -13,7 +13,7 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import (
     close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)

@@ -10,7 +10,7 @@ import urllib.request
 import openai
 import pytest
 
-from hotloop.providers.sim.server import EmbeddedSimulator
+from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import (
     close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)
@@ -158,6 +158,7 @@ async def test_metrics_count_queries_and_hits_in_tokens(sim: EmbeddedSimulator) 
     assert samples[("vllm:num_requests_running", "sim-strong")] == 0
 
 
+@pytest.mark.wall_clock
 async def test_latency_model_prefill_and_decode_and_concurrency() -> None:
     """TTFT grows with uncached tokens, decode follows its pace, and requests overlap."""
     sim = start_sim(ttft=0.05, prefill_per_token=0.001, decode_per_token=0.004)

@@ -299,7 +299,7 @@ def test_new_output_below_the_view_shows_the_marker(snap_compare, isolated_home:
 
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await showing(events)(pilot)
-        transcript = pilot.app.transcript
+        transcript = pilot.app.main.transcript
         transcript.answer.flush(everything=True)
         await pilot.pause()
         transcript.scroll_to_start()
@@ -365,7 +365,7 @@ def test_a_two_hundred_line_command_waiting_at_80_by_24(snap_compare, isolated_h
 
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await showing(events)(pilot)
-        asking.append(asyncio.create_task(pilot.app.ask_approval(request)))
+        asking.append(asyncio.create_task(pilot.app.main.ask_approval(request)))
         await wait_until(lambda: pilot.app.query_one("ApprovalBar").requests)
         await pilot.pause()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 from hotloop.agent.events import Notice, StepFinished, ToolFinished
 from hotloop.agent.loop import Agent
@@ -12,6 +13,7 @@ from hotloop.agent.prompt import system_prompt
 from hotloop.config import Choice, Config, SimSettings
 from hotloop.core.runtime import Runtime
 from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -201,7 +203,9 @@ async def test_overloaded_mid_stream_keeps_the_partial_answer_marked(tmp_path: P
 
 async def test_thinking_blocks_go_back_signed_through_a_tool_loop(sim, workspace: Path) -> None:
     provider = AnthropicProvider(
-        name="claude", model="sim-fast", base_url=sim.url, max_retries=0, thinking_budget=1024, max_tokens=4096
+        ProviderOptions(name="claude", model="sim-fast", base_url=sim.url, max_retries=0),
+        thinking_budget=1024,
+        max_tokens=4096,
     )
     recorder = Recorder()
     from hotloop.agent.tools.builtins import builtin_tools
@@ -221,8 +225,8 @@ async def test_thinking_blocks_go_back_signed_through_a_tool_loop(sim, workspace
     assert first_reply.thinking[0].text == first_reply.reasoning and first_reply.thinking[0].signature
 
 
-def anthropic_request_body(**options: object) -> dict:
-    provider = AnthropicProvider(name="a", model="m", base_url="http://127.0.0.1:9", **options)  # type: ignore[arg-type]
+def anthropic_request_body(**options: Any) -> dict:
+    provider = AnthropicProvider(ProviderOptions(name="a", model="m", base_url="http://127.0.0.1:9"), **options)
     tools = tuple(ToolSpec(name, "d", {"type": "object"}) for name in ("grep", "read_file"))
     call = ToolCall("toolu_1", "grep", '{"pattern": "x"}')
     messages = (
@@ -258,7 +262,7 @@ def test_breakpoints_sit_on_the_static_prefix_and_the_newest_messages() -> None:
 
 def test_moving_breakpoints_leave_the_content_byte_stable() -> None:
     """Step after step, the request minus its cache_control markers only grows at the end."""
-    provider = AnthropicProvider(name="a", model="m", base_url="http://127.0.0.1:9")
+    provider = AnthropicProvider(ProviderOptions(name="a", model="m", base_url="http://127.0.0.1:9"))
     history = [UserMessage("find x")]
     bodies = []
     for n in range(4):
@@ -282,7 +286,7 @@ async def test_prompt_cache_key_goes_only_where_asked(sim, workspace: Path) -> N
 
     for routed in (True, False):
         provider = OpenAIChatProvider(
-            name="o", model="sim-fast", base_url=sim.base_url, max_retries=0, prompt_cache_key=routed
+            ProviderOptions(name="o", model="sim-fast", base_url=sim.base_url, max_retries=0), prompt_cache_key=routed
         )
         agent = Agent(
             provider,

@@ -17,14 +17,15 @@ from hotloop.config import Choice, Config, RoutingSettings, SimSettings, resolve
 from hotloop.core.routing import Router
 from hotloop.core.runtime import Runtime
 from hotloop.core.side_jobs import CLASSIFY_ASK, TITLE, TITLE_ASK
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.server_metrics import ServerWatch, parse_metrics
-from hotloop.providers.sim.cache import PrefixCache
-from hotloop.providers.sim.engine import SimConfig
 from hotloop.providers.vllm import discover
 from hotloop.sessions.store import list_sessions, read_session
+from hotloop.sim.cache import PrefixCache
+from hotloop.sim.engine import SimConfig
 
 from support import Recorder, scenario_file, start_sim, wait_until
 
@@ -278,7 +279,7 @@ async def test_a_title_queued_behind_a_busy_server_is_served_after_the_interacti
 
 async def test_a_server_without_priority_scheduling_stops_getting_the_field(tmp_path: Path) -> None:
     sim = start_sim(SimConfig(scheduling="fcfs"))
-    provider = OpenAIChatProvider(name="vllm", model="sim-fast", base_url=sim.base_url, max_retries=0)
+    provider = OpenAIChatProvider(ProviderOptions(name="vllm", model="sim-fast", base_url=sim.base_url, max_retries=0))
     try:
         provider.server = await discover(provider)
         provider.send_priority = provider.server.takes_priority

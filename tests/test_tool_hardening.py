@@ -96,6 +96,7 @@ def slow_tree(root: Path, files: int = 4) -> None:
 # --- grep cannot backtrack ---------------------------------------------------------------
 
 
+@pytest.mark.wall_clock
 async def test_a_catastrophic_pattern_is_matched_in_linear_time(workspace: Path) -> None:
     # Python's re needs longer than the age of the universe for the first line; RE2 takes milliseconds.
     (workspace / "as.txt").write_text("a" * 100_000 + "!\n" + "a" * 100_000 + "\n")
@@ -312,6 +313,7 @@ async def test_symlinks_that_stay_inside_still_work(workspace: Path) -> None:
 # --- a timeout or a cancel stops the tool, and its thread ------------------------------------
 
 
+@pytest.mark.wall_clock
 async def test_cancelling_a_stuck_grep_stops_it_and_its_thread(workspace: Path) -> None:
     slow_tree(workspace / "slow")
     # One worker thread: the read after the cancel can only run once the grep's thread has stopped.

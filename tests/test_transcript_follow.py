@@ -34,7 +34,7 @@ async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(is
         for prompt in ("one", "two"):
             await send(app, pilot, prompt)
             await idle(app, pilot)
-        transcript = app.transcript
+        transcript = app.main.transcript
         await wait_until(lambda: at_bottom(transcript))
         press(app, "pageup", "pageup")
         await wait_until(
@@ -47,7 +47,7 @@ async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(is
         history = transcript.history
         last = history.items[-2]  # the answer, then its usage line
         assert isinstance(last, AnswerItem) and last.text == "The newest answer."
-        top = history._starts[-2]
+        top = history._layout.starts[-2]
         assert transcript.history.scroll_y <= top < transcript.history.scroll_y + transcript.history.size.height
 
 
@@ -56,9 +56,9 @@ async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_a
     async with running_app() as (app, pilot):
         await send(app, pilot, "one")
         await idle(app, pilot)
-        transcript = app.transcript
+        transcript = app.main.transcript
         await send(app, pilot, "two")
-        await wait_until(lambda: app.turn_running and transcript.answer.text)
+        await wait_until(lambda: app.main.turn_running and transcript.answer.text)
         press(app, "ctrl+home")
         await wait_until(lambda: transcript.history.scroll_y == 0 and not transcript.following)
         await wait_until(lambda: marker(app).has_class("-shown") and marker(app).display)
@@ -74,9 +74,9 @@ async def test_the_marker_follows_when_clicked_and_scrolling_to_the_bottom_follo
     async with running_app() as (app, pilot):
         await send(app, pilot, "one")
         await idle(app, pilot)
-        transcript = app.transcript
+        transcript = app.main.transcript
         await send(app, pilot, "two")
-        await wait_until(lambda: app.turn_running and transcript.answer.text)
+        await wait_until(lambda: app.main.turn_running and transcript.answer.text)
         transcript.history.scroll_up(animate=False, immediate=True)  # the mouse wheel's way
         await wait_until(lambda: not transcript.following and marker(app).has_class("-shown"))
         shown = marker(app)
@@ -114,7 +114,7 @@ async def test_tab_into_a_long_history_does_not_jump_to_its_top(isolated_home: P
         for prompt in ("one", "two", "three"):
             await send(app, pilot, prompt)
             await idle(app, pilot)
-        transcript = app.transcript
+        transcript = app.main.transcript
         await wait_until(lambda: at_bottom(transcript))
         bottom = transcript.history.max_scroll_y
         press(app, "tab")
@@ -131,7 +131,7 @@ async def test_end_in_the_history_follows_again(isolated_home: Path) -> None:
         for prompt in ("one", "two"):
             await send(app, pilot, prompt)
             await idle(app, pilot)
-        transcript = app.transcript
+        transcript = app.main.transcript
         press(app, "tab")
         await wait_until(lambda: isinstance(app.focused, HistoryView))
         press(app, "home")

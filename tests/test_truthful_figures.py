@@ -39,10 +39,11 @@ from hotloop.core.session import Session, SessionOptions
 from hotloop.headless.printer import Printer
 from hotloop.providers import vllm
 from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.events import TextDelta, UsageLedger
-from hotloop.providers.sim.engine import LatencyProfile
 from hotloop.sessions.waterfall import render, waterfalls
+from hotloop.sim.engine import LatencyProfile
 from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import NoticeItem, ToolCallsItem
 from hotloop.tui.render import Palette, RenderContext
@@ -98,7 +99,9 @@ async def test_the_step_after_one_below_the_cache_minimum_is_not_called_evicted(
     minimum = load_config().sim.cache_min_tokens
     assert minimum == 1024
     provider = AnthropicProvider(
-        name="sim-anthropic", model="sim-balanced", base_url=sim.url, max_retries=0, cache_min_tokens=minimum
+        ProviderOptions(
+            name="sim-anthropic", model="sim-balanced", base_url=sim.url, max_retries=0, cache_min_tokens=minimum
+        )
     )
     recorder = Recorder()
     registry = ToolRegistry([Tool("big", "Big.", {"type": "object"}, big)])
@@ -417,6 +420,7 @@ def test_the_tool_phase_names_the_tools_time_and_the_models_apart() -> None:
     assert tool_phase(3, 1.02, 3.01) == "3 tools ran for 1.02 s (sum 3.01 s, 3.0× from parallelism)"
 
 
+@pytest.mark.wall_clock
 async def test_early_dispatched_tools_are_not_charged_with_the_models_writing(tmp_path: Path) -> None:
     """Three instant calls, each written slowly: the tools ran for almost nothing, the model wrote for the rest."""
     query = "prefix caching block hashing eviction policy " * 6

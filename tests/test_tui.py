@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.command import CommandInput, CommandList, CommandPalette
 from textual.widgets import Input, OptionList
 
@@ -27,7 +28,7 @@ def on_screen(history: HistoryView, line: int) -> int:
 
 
 def items_of(app: Any, kind: type) -> list:
-    return [item for item in app.transcript.history.items if isinstance(item, kind)]
+    return [item for item in app.main.transcript.history.items if isinstance(item, kind)]
 
 
 def logged_events(home: Path) -> list:
@@ -62,9 +63,9 @@ async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -
     write_config(isolated_home, [{"text": "## Streaming\n\n" + "word " * 150}], decode_ms=8)
     async with running_app() as (app, pilot):
         await send(app, pilot, "hello")
-        answer = app.transcript.answer
+        answer = app.main.transcript.answer
         await wait_until(lambda: answer.shown_to > 40)
-        assert app.turn_running  # part of the answer is on screen before the model has finished
+        assert app.main.turn_running  # part of the answer is on screen before the model has finished
         partial = answer.shown_to
         await idle(app, pilot)
 
@@ -72,10 +73,11 @@ async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -
         assert item.text == "## Streaming\n\n" + "word " * 150 and partial < len(item.text)
         deltas = [e.text for e in logged_events(isolated_home) if isinstance(e, TextDelta)]
         assert len(deltas) > 100 and "".join(deltas) == item.text
-        lines = [strip.text for strip in app.transcript.history._slots[1].rendered.lines]
+        lines = [strip.text for strip in app.main.transcript.history._layout.slots[1].rendered.lines]
         assert lines[0].strip() == "Streaming" and "word word" in lines[2]
 
 
+@pytest.mark.wall_clock
 async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: Path) -> None:
     calls = [{"name": "pause", "arguments": {"seconds": s}} for s in (0.03, 0.02, 0.04)]
     write_config(isolated_home, [{"text": "three at once", "tool_calls": calls}, {"text": "done"}])
@@ -91,8 +93,8 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
     async with running_app() as (app, pilot):
         app.session.runtime.tools.add(Tool("pause", "Pause.", schema, pause))
         await send(app, pilot, "go")
-        await wait_until(lambda: len(live_panes(app.transcript, "running")) == 3)
-        panes = live_panes(app.transcript)
+        await wait_until(lambda: len(live_panes(app.main.transcript, "running")) == 3)
+        panes = live_panes(app.main.transcript)
         assert [pane.call.arguments for pane in panes] == [
             '{"seconds": 0.03}',
             '{"seconds": 0.02}',
@@ -107,9 +109,9 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
         assert [call.status for call in tools.calls] == ["ok", "ok", "ok"]
         # All three waited at the gate together: the wall is the longest, not the sum (at most 0.04 / 0.09 of it).
         assert tools.wall < 0.6 * sum(call.duration for call in tools.calls)
-        rendered = [strip.text for strip in tools.render(app.transcript.context(96)).lines]
+        rendered = [strip.text for strip in tools.render(app.main.transcript.context(96)).lines]
         assert rendered[-1].startswith("3 tools ran for ") and "from parallelism" in rendered[-1]
-        assert not live_panes(app.transcript)  # finished panes collapse into one line each
+        assert not live_panes(app.main.transcript)  # finished panes collapse into one line each
         assert "╭─ pause " not in drawn(app)
 
 
@@ -126,11 +128,13 @@ async def test_the_usage_strip_shows_the_simulators_own_numbers(isolated_home: P
         assert steps[0].usage.cache_read is None  # a miss: vLLM reports no details, shown as such
         assert steps[1].usage.cache_read == requests[1].cached_tokens > 0
         first, second = (
-            strip.text for item in items_of(app, UsageItem) for strip in item.render(app.transcript.context(120)).lines
+            strip.text
+            for item in items_of(app, UsageItem)
+            for strip in item.render(app.main.transcript.context(120)).lines
         )
         assert f"prompt {requests[0].prompt_tokens:,} · cache not reported" in first
         assert f"read {requests[1].cached_tokens:,}" in second
-        assert app.status.totals.prompt == sum(r.prompt_tokens for r in requests)
+        assert app.main.status.totals.prompt == sum(r.prompt_tokens for r in requests)
 
 
 async def test_switching_in_the_palette_changes_the_next_requests_model(isolated_home: Path) -> None:
@@ -140,20 +144,20 @@ async def test_switching_in_the_palette_changes_the_next_requests_model(isolated
         await idle(app, pilot)
         await search_palette(app, "tier: fast", "tier: fast\nsim · sim-fast")
         press(app, "enter")
-        await wait_until(lambda: app.status.model == "sim-fast")
+        await wait_until(lambda: app.main.status.model == "sim-fast")
         await send(app, pilot, "second")
         await idle(app, pilot)
 
         models = [request.model for request in app.session.runtime.simulator.server.requests]
         assert models == ["sim-balanced", "sim-fast"]
-        assert app.status.tier == "fast" and len(app.agent.messages) == 4  # the conversation was kept
+        assert app.main.status.tier == "fast" and len(app.agent.messages) == 4  # the conversation was kept
 
 
 async def test_slash_commands_switch_and_unknown_ones_explain(isolated_home: Path) -> None:
     write_config(isolated_home)
     async with running_app() as (app, pilot):
         await send(app, pilot, "/model sim-strong")
-        await wait_until(lambda: app.status.model == "sim-strong")
+        await wait_until(lambda: app.main.status.model == "sim-strong")
         await send(app, pilot, "hi")
         await idle(app, pilot)
         assert app.session.runtime.simulator.server.requests[-1].model == "sim-strong"
@@ -166,7 +170,7 @@ async def test_escape_mid_stream_leaves_a_valid_conversation(isolated_home: Path
     write_config(isolated_home, [{"text": "word " * 400}, {"text": "second answer"}], decode_ms=10)
     async with running_app() as (app, pilot):
         await send(app, pilot, "talk")
-        await wait_until(lambda: app.transcript.answer.shown_to > 30)
+        await wait_until(lambda: app.main.transcript.answer.shown_to > 30)
         await pilot.press("escape")
         await idle(app, pilot)
         partial = app.agent.messages[-1]
@@ -195,18 +199,18 @@ async def test_copy_keys_expand_entries_and_walk_history(isolated_home: Path) ->
         await pilot.press("ctrl+o")
         assert app.clipboard.startswith("Here:")
 
-        history = app.transcript.history
+        history = app.main.transcript.history
         history.focus()
         await pilot.pause()
         tools = items_of(app, ToolCallsItem)[0]
-        for _ in history._places():  # up to the tool call's entry, which is above the cursor
-            if history._places()[history.cursor].key == tools.calls[0].call_id:
+        for _ in history._layout.places():  # up to the tool call's entry, which is above the cursor
+            if history._layout.places()[history.cursor].key == tools.calls[0].call_id:
                 break
             await pilot.press("up")
-        assert history._places()[history.cursor].key == tools.calls[0].call_id
+        assert history._layout.places()[history.cursor].key == tools.calls[0].call_id
         await pilot.press("enter")
         assert tools.calls[0].call_id in tools.expanded
-        lines = [s.text for s in tools.render(app.transcript.context(96)).lines]
+        lines = [s.text for s in tools.render(app.main.transcript.context(96)).lines]
         assert any("no such file: x.md" in line for line in lines)
         await pilot.press("down", "down", "ctrl+y")
         assert app.clipboard == "print('hi')\n"
@@ -262,7 +266,7 @@ async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None
     async with running_app(size=(120, 40)) as (app, pilot):
         app.session.runtime.tools.add(Tool("pause", "Pause.", {"type": "object"}, pause))
         await send(app, pilot, "go")
-        await wait_until(lambda: len(live_panes(app.transcript, "running")) == 5)
+        await wait_until(lambda: len(live_panes(app.main.transcript, "running")) == 5)
 
         def tops() -> list[int]:  # the panes' top borders, counted per line of the screen
             return [line.count("╭─ pause ") for line in drawn(app).splitlines() if "╭─ pause " in line]
@@ -281,9 +285,9 @@ async def test_links_open_on_click_and_the_theme_redraws_the_transcript(isolated
         app.open_url = lambda url, new_tab=True: opened.append(url)  # type: ignore[method-assign]
         await send(app, pilot, "docs?")
         await idle(app, pilot)
-        history = app.transcript.history
-        slot = next(s for s in history._slots if isinstance(s.item, AnswerItem))
-        row = on_screen(history, history._starts[history._slots.index(slot)])
+        history = app.main.transcript.history
+        slot = next(s for s in history._layout.slots if isinstance(s.item, AnswerItem))
+        row = on_screen(history, history._layout.starts[history._layout.slots.index(slot)])
         column = slot.rendered.lines[0].text.index("the docs")
         await pilot.click(history, offset=(1 + column + 2, row))  # past the view's padding
         assert opened == ["https://example.com/docs"]
@@ -292,7 +296,7 @@ async def test_links_open_on_click_and_the_theme_redraws_the_transcript(isolated
         app.theme = "textual-light"
 
         def code_line() -> list:
-            return [seg.style for seg in history._slots[history._slots.index(slot)].rendered.lines[2]]
+            return [seg.style for seg in history._layout.slots[history._layout.slots.index(slot)].rendered.lines[2]]
 
         await wait_until(lambda: code_line() != dark, what="the code block to be drawn again")
         light = code_line()
@@ -312,7 +316,7 @@ async def test_an_unreachable_provider_is_listed_with_its_reason_and_cannot_be_p
         await search_palette(app, "lab", "provider: lab")
         press(app, "enter")
         await wait_until(lambda: notified(app, "provider: lab: cannot reach"))
-        assert app.status.provider == "sim"
+        assert app.main.status.provider == "sim"
         assert any("provider: lab: cannot reach" in str(n.message) for n in app._notifications)
 
 
@@ -335,8 +339,8 @@ async def test_mouse_selection_copies_the_selected_text(isolated_home: Path) -> 
     async with running_app() as (app, pilot):
         await send(app, pilot, "x")
         await idle(app, pilot)
-        history = app.transcript.history
-        row = on_screen(history, history._starts[1])  # the answer's first line
+        history = app.main.transcript.history
+        row = on_screen(history, history._layout.starts[1])  # the answer's first line
         await pilot.mouse_down(history, offset=(1, row))  # past the view's padding
         await pilot.hover(history, offset=(16, row + 2))  # the end cell is part of the selection
         await pilot.mouse_up(history, offset=(16, row + 2))
@@ -363,12 +367,12 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
             await idle(app, pilot)
             if provider:
                 await send(app, pilot, f"/provider {provider}")
-                await wait_until(lambda provider=provider: app.status.provider == provider)
+                await wait_until(lambda provider=provider: app.main.status.provider == provider)
         requests = list(app.session.runtime.simulator.server.requests)
         usage = [item.step.usage for item in items_of(app, UsageItem)]
         notices = items_of(app, NoticeItem)
         strips = [
-            " ".join(strip.text.strip() for strip in item.render(app.transcript.context(150)).lines)
+            " ".join(strip.text.strip() for strip in item.render(app.main.transcript.context(150)).lines)
             for item in items_of(app, UsageItem)
         ]
         tools = items_of(app, ToolCallsItem)

@@ -43,7 +43,7 @@ async def test_a_call_waits_in_its_pane_and_runs_when_allowed_once(isolated_home
         await wait_until(
             lambda: bar.display and bar.requests and app.focused is not None and bar in app.focused.ancestors
         )
-        (pane,) = live_panes(app.transcript)
+        (pane,) = live_panes(app.main.transcript)
         await wait_until(lambda: pane.status == "waiting" and "⏸ waiting for approval" in drawn(app))
         assert ran == []
         assert pane.preview is not None and pane.preview.code == "make test"  # a Syntax: highlighted as shell
@@ -115,7 +115,7 @@ async def test_a_read_only_call_of_the_step_runs_while_another_waits(isolated_ho
         await send(app, pilot, "go")
         bar = app.query_one(ApprovalBar)
         await wait_until(lambda: bool(bar.requests))
-        read = next(c for c in app.transcript.fold.calls if c.name == "read_file")
+        read = next(c for c in app.main.transcript.fold.calls if c.name == "read_file")
         await wait_until(lambda: read.status == "ok")  # done while run_shell still waits for its answer
         assert ran == []
         await answer(app, "y")

@@ -14,6 +14,7 @@ from hotloop.agent.events import ToolFinished, ToolStarted, TurnFinished, fan_ou
 from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.core.session import SessionOptions
+from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.replay import Replay
@@ -22,10 +23,9 @@ from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem
 from hotloop.tui.replay_app import ReplayApp
 from hotloop.tui.screens import replay as replay_screen
 from hotloop.tui.screens.replay import ReplayScreen
-from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 
 from support import Recorder, killed_mid_answer, sim_with_scenario
-from tui_support import idle, live_panes, press, running_app, send, wait_until, write_config
+from tui_support import idle, live_panes, press, running_app, send, sessions_sidebar, wait_until, write_config
 
 PAUSES = (0.6, 0.4, 0.8)
 
@@ -48,7 +48,7 @@ async def record_parallel_session(tmp_path: Path, folder: Path) -> tuple[Path, l
     schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
     calls = [{"name": "pause", "arguments": {"seconds": s}} for s in PAUSES]
     sim = sim_with_scenario(tmp_path, [{"text": "Three at once.\n", "tool_calls": calls}, {"text": "All done."}])
-    provider = OpenAIChatProvider(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0)
+    provider = OpenAIChatProvider(ProviderOptions(name="sim", model="sim-fast", base_url=sim.base_url, max_retries=0))
     try:
         with SessionLog.create(folder, provider="sim", model="sim-fast", workspace=tmp_path) as log:
             agent = Agent(
@@ -171,15 +171,15 @@ async def test_speed_zero_draws_the_whole_session_at_once(parallel_session: tupl
 async def test_continue_after_kill_9_shows_the_interrupted_partial_answer(isolated_home: Path) -> None:
     path = killed_mid_answer(isolated_home)
     async with running_app(options=SessionOptions(resume=path)) as (app, pilot):
-        await wait_until(lambda: any(isinstance(item, AnswerItem) for item in app.transcript.history.items))
-        [partial] = [item for item in app.transcript.history.items if isinstance(item, AnswerItem)]
+        await wait_until(lambda: any(isinstance(item, AnswerItem) for item in app.main.transcript.history.items))
+        [partial] = [item for item in app.main.transcript.history.items if isinstance(item, AnswerItem)]
         assert partial.interrupted and partial.text.startswith("word word")
-        notices = [item.message for item in app.transcript.history.items if isinstance(item, NoticeItem)]
+        notices = [item.message for item in app.main.transcript.history.items if isinstance(item, NoticeItem)]
         assert any("its partial answer is kept, marked interrupted" in n for n in notices)
         assert app.session.log is not None and app.session.log.path == path
         await send(app, pilot, "go on")
         await idle(app, pilot)
-        answers = [item for item in app.transcript.history.items if isinstance(item, AnswerItem)]
+        answers = [item for item in app.main.transcript.history.items if isinstance(item, AnswerItem)]
         assert answers[-1].text == "Picked up again."
     events = read_session(path).events
     assert [(e.turn, e.reason) for e in events if isinstance(e, TurnFinished)] == [(1, "interrupted"), (2, "answer")]
@@ -197,8 +197,7 @@ async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -
         await idle(app, pilot)
 
         press(app, "ctrl+b")
-        await wait_until(lambda: bool(app.query(SessionsSidebar)))
-        sidebar = app.query_one(SessionsSidebar)
+        sidebar = await sessions_sidebar(app)
         await wait_until(lambda: sidebar.query_one("OptionList").option_count == 2)
         sidebar.query_one("Input").focus()
         await wait_until(lambda: app.focused is sidebar.query_one("Input"))
@@ -242,8 +241,7 @@ async def test_typing_rc_in_the_sidebar_only_fills_its_search_box(isolated_home:
         await idle(app, pilot)
         log = app.session.log
         press(app, "ctrl+b")
-        await wait_until(lambda: bool(app.query(SessionsSidebar)))
-        sidebar = app.query_one(SessionsSidebar)
+        sidebar = await sessions_sidebar(app)
         await wait_until(lambda: sidebar.query_one("OptionList").option_count == 1)
         press(app, "r", "c")
         await wait_until(lambda: sidebar.query_one("Input").value == "rc")

@@ -28,6 +28,7 @@ from hotloop.tui.app import HotloopApp
 from hotloop.tui.live_panes import LivePane
 from hotloop.tui.widgets.approval_bar import AnswerList, ApprovalBar
 from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 from hotloop.tui.widgets.transcript import Transcript
 
 from support import wait_until
@@ -41,6 +42,7 @@ __all__ = [
     "press",
     "running_app",
     "send",
+    "sessions_sidebar",
     "submit",
     "wait_until",
     "write_config",
@@ -69,7 +71,7 @@ def write_config(home: Path, steps: list[dict[str, Any]] | None = None, decode_m
 async def connected(app: HotloopApp) -> None:
     """Wait for the app to connect and be ready for prompts (MCP tools registered); a RuntimeError if it could not."""
     await wait_until(
-        lambda: (app.agent is not None and app.session.ready) or app.status.state == "not connected",
+        lambda: (app.agent is not None and app.session.ready) or app.main.status.state == "not connected",
         what="the app to connect",
     )
     if app.agent is None or not app.session.ready:
@@ -80,7 +82,7 @@ async def idle(app: HotloopApp, pilot: Pilot[None]) -> None:
     """Wait for the turn the last prompt started to end, then for the screen to settle."""
     turn = _turns_sent.get(app, 0)
     await wait_until(
-        lambda: app.agent is not None and app.agent.turn >= turn and not app.turn_running,
+        lambda: app.agent is not None and app.agent.turn >= turn and not app.main.turn_running,
         what=f"turn {turn} to end (the agent is at turn {app.agent.turn if app.agent else None})",
     )
     await pilot.pause()
@@ -132,7 +134,7 @@ async def submit(app: HotloopApp) -> None:
         await wait_until(lambda: box.text != text, what=f"the prompt box to take {text!r}")
     except TimeoutError as error:
         said = [str(notification.message) for notification in app._notifications]
-        raise TimeoutError(f"{error} (the app is {app.status.state!r} and said {said})") from None
+        raise TimeoutError(f"{error} (the app is {app.main.status.state!r} and said {said})") from None
 
 
 async def send(app: HotloopApp, pilot: Pilot[None], prompt: str) -> None:
@@ -161,3 +163,9 @@ async def answer(app: HotloopApp, *keys: str) -> None:
         lambda: bar.requests and bar.armed and isinstance(app.focused, AnswerList), what="the question to take keys"
     )
     press(app, *keys)
+
+
+async def sessions_sidebar(app: HotloopApp) -> SessionsSidebar:
+    """The sessions sidebar (ctrl+b) once its list is composed: it is in the DOM before its children are."""
+    await wait_until(lambda: bool(app.query("SessionsSidebar SessionList")), what="the sessions sidebar's list")
+    return app.query_one(SessionsSidebar)

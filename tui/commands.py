@@ -4,34 +4,41 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.content import Content
 from textual.markup import escape
+from textual.notifications import SeverityLevel
 
 from hotloop.agent.text import inert
 
 if TYPE_CHECKING:
-    from hotloop.core.session import SwitchOption
-    from hotloop.tui.app import HotloopApp
+    from hotloop.config import Choice
+    from hotloop.core.switch_menu import SwitchOption
+
+
+@runtime_checkable
+class SwitchSource(Protocol):
+    """What the palette's switching reads and does: the app it is registered on provides it."""
+
+    async def switch_options(self) -> list[SwitchOption]: ...
+    def switch_to(self, choice: Choice) -> object: ...
+    def say(self, message: str, severity: SeverityLevel = "information", timeout: float | None = None) -> None: ...
 
 
 class SwitchCommands(Provider):
     """Every configured provider and model, and the tiers. Unusable ones say why and can't be picked."""
 
     @property
-    def hotloop(self) -> HotloopApp:
-        """The app, as the `HotloopApp` this provider is registered on."""
-        from hotloop.tui.app import HotloopApp  # at run time only: the app module imports this one
-
+    def source(self) -> SwitchSource:
         app = self.app
-        if not isinstance(app, HotloopApp):
-            raise TypeError(f"SwitchCommands needs a HotloopApp, not {type(app).__name__}")
+        if not isinstance(app, SwitchSource):
+            raise TypeError(f"SwitchCommands needs an app that is a SwitchSource, not {type(app).__name__}")
         return app
 
     async def startup(self) -> None:
-        self._options = await self.hotloop.switch_options()
+        self._options = await self.source.switch_options()
 
     async def discover(self) -> Hits:
         for option in self._options:
@@ -47,10 +54,10 @@ class SwitchCommands(Provider):
                 yield Hit(score, shown, self._callback(option), help=_help(option))
 
     def _callback(self, option: SwitchOption) -> Callable[[], object]:
-        app = self.hotloop
+        source = self.source
         if option.unavailable:
-            return partial(app.say, f"{option.title}: {option.unavailable}", severity="error")
-        return partial(app.switch_to, option.choice)
+            return partial(source.say, f"{option.title}: {option.unavailable}", severity="error")
+        return partial(source.switch_to, option.choice)
 
 
 def _help(option: SwitchOption) -> str:

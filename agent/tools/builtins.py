@@ -43,20 +43,9 @@ GREP_LINE_CHARS = 300  # of a matching line, shown
 # DFA cache thrashes and a search crawls at seconds a megabyte, so bigger patterns are refused.
 GREP_PROGRAM_SIZE = 50_000
 SKIPPED_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        "node_modules",
-        "__pycache__",
-        ".venv",
-        "venv",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".tox",
-    }
-)
+    {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache",
+     ".ruff_cache", ".tox"}
+)  # fmt: skip
 RE2_SYNTAX = (
     "grep uses RE2 syntax, which has no backreferences such as \\1 and no lookaround such as (?=…), (?!…), "
     "(?<=…) or (?<!…); write Python's \\Z as \\z"

@@ -16,14 +16,14 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
 import msgspec
 
 from hotloop import InputError
 from hotloop.agent.tools.mcp_config import ENV_NAME, INVALID_NAME_CHARS, McpServer
 from hotloop.secret_policy import is_secret_name
+from hotloop.struct_errors import explained
 
 WHOLE_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}")
 # A `${VAR}` template the shell can take as it is, inside double quotes.
@@ -149,32 +149,12 @@ def _server(name: str, entry: Any, where: str, notes: list[str]) -> McpServer | 
         return None
     if any("${" in part for part in [entry.get("command") or "", *_strings(entry.get("args")), entry.get("url") or ""]):
         notes.append(f"[mcp.{name}] uses ${{VAR}} in its command, args or url, which hotloop doesn't expand: edit it")
+    table = {"name": name, **given}
     try:
-        return msgspec.convert({"name": name, **given}, McpServer)
+        return msgspec.convert(table, McpServer)
     except msgspec.ValidationError as error:
-        notes.append(f"skipped {where}: {_why(error)}")
+        notes.append(f"skipped {where}: {explained(error, table, McpServer)}")
         return None
-
-
-def _why(error: msgspec.ValidationError) -> str:
-    """A validation error in the words `[mcp.NAME]` gives its breach, where the setting has them."""
-    message, _, at = str(error).partition(" - at `$.")
-    setting = at.split("`")[0].split("[")[0]
-    hints = get_type_hints(McpServer, include_extras=True)
-    if setting not in hints:
-        return message
-    rules = [part.extra["problem"] for part in _parts(hints[setting]) if isinstance(part, msgspec.Meta) and part.extra]
-    return f"{setting} {rules[0]}" if rules else f"{setting}: {message}"
-
-
-def _parts(declared: Any) -> list[Any]:
-    """A setting's type as a flat list of its options and their metadata."""
-    if get_origin(declared) is Annotated:
-        base, *metadata = get_args(declared)
-        return [*_parts(base), *metadata]
-    if get_origin(declared) in (Union, UnionType):
-        return [part for option in get_args(declared) for part in _parts(option)]
-    return [declared]
 
 
 def _env(name: str, entry: dict[str, Any], notes: list[str]) -> Any:

@@ -49,11 +49,7 @@ class WorkspaceError(ToolError):
 
 
 class Missing(WorkspaceError):
-    """The path, or a folder on its way, does not exist; `path` is the path as given, below the root."""
-
-    def __init__(self, message: str, path: str) -> None:
-        super().__init__(message)
-        self.path = path
+    """The path, or a folder on its way, does not exist."""
 
 
 class _Outside(Exception):
@@ -119,7 +115,7 @@ def _refusals(raw: object, shown: str, want: Want) -> Iterator[None]:
     except _Special as special:
         raise WorkspaceError(f"refused {raw!r}: it is a {special}, not a {_REGULAR[want]}") from None
     except FileNotFoundError:
-        raise Missing(f"no such {want}: {shown}", shown) from None
+        raise Missing(f"no such {want}: {shown}") from None
     except NotADirectoryError:
         raise WorkspaceError(f"no such {want}: {shown}") from None
     except OSError as error:

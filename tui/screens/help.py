@@ -37,6 +37,7 @@ class HelpScreen(ModalScreen[None]):
 
     def sections(self) -> list[tuple[str, Table]]:
         """Each part of the app with its keys, then the slash commands."""
+        from hotloop.tui.screens.main import MainScreen
         from hotloop.tui.screens.replay import ReplayScreen
         from hotloop.tui.screens.session_view import SessionView
         from hotloop.tui.screens.waterfall import WaterfallScreen
@@ -45,9 +46,11 @@ class HelpScreen(ModalScreen[None]):
         from hotloop.tui.widgets.prompt_input import PromptInput
         from hotloop.tui.widgets.sessions_sidebar import SessionList, SessionsSidebar
 
-        app = type(self.app)
+        # The main screen's keys, and the app's own that it doesn't list already (F1).
+        main_keys = {binding.key for binding in MainScreen.BINDINGS if isinstance(binding, Binding)}
         anywhere = [
-            *app.BINDINGS,
+            *MainScreen.BINDINGS,
+            *(b for b in type(self.app).BINDINGS if not (isinstance(b, Binding) and b.key in main_keys)),
             Binding(self.app.COMMAND_PALETTE_BINDING, "command_palette", "Providers, models, tiers, copy, sessions"),
             Binding("ctrl+q", "quit", "Quit"),
         ]

@@ -70,7 +70,8 @@ class ReplayScreen(Screen[None]):
         self._show_state()
 
     def _start(self) -> None:
-        self._player = self.play()
+        if not self._left:  # left before the first refresh: a replay started now would draw on a screen being torn down
+            self._player = self.play()
 
     @work(exclusive=True, group="replay")
     async def play(self) -> None:

@@ -13,9 +13,7 @@ scrollbar, the cursor) stops following, and scrolling back to the bottom follows
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from rich.style import Style
 from textual import events
@@ -28,30 +26,14 @@ from textual.selection import Selection
 from textual.strip import Strip
 
 from hotloop.core.markdown_blocks import code_blocks
-from hotloop.tui.items import Item, Rendered
+from hotloop.tui.items import Item
 from hotloop.tui.render import RenderContext
+from hotloop.tui.widgets.history_slots import Slot, SlotLayout
 from hotloop.tui.widgets.selectable import selected_text, with_selection
 
 FILL_BUDGET = 0.012  # seconds of rendering per idle tick, to keep input responsive
 # The step in flight's parts, in the order they show under the history.
 LIVE_PARTS = ("reasoning", "answer", "panes", "usage")
-
-
-@dataclass
-class _Slot:
-    item: Item
-    gap: int  # blank lines before the item
-    rendered: Rendered | None = None
-    height: int = 1  # rendered height, or an estimate until rendered
-
-
-@dataclass(frozen=True)
-class _Place:
-    """A cursor position: an item, and the entry in it (a tool call, the reasoning), if any."""
-
-    slot: int
-    key: str | None
-    line: int  # line within the item
 
 
 class HistoryView(ScrollView, can_focus=True):
@@ -79,8 +61,8 @@ class HistoryView(ScrollView, can_focus=True):
     BINDINGS = [
         Binding("up", "cursor(-1)", "Previous", show=False),
         Binding("down", "cursor(1)", "Next", show=False),
-        Binding("home", "app.scroll_transcript('start')", "First", show=False, tooltip="The transcript's start"),
-        Binding("end", "app.scroll_transcript('end')", "Follow", show=False, tooltip="The bottom, following again"),
+        Binding("home", "start", "First", show=False, tooltip="The transcript's start"),
+        Binding("end", "follow", "Follow", show=False, tooltip="The bottom, following again"),
         Binding("enter", "toggle_entry", "Expand", show=True, tooltip="Expand or fold the tool call or reasoning"),
         Binding("ctrl+c", "copy_item", "Copy", show=True, tooltip="Copy the selected text, else the item"),
         Binding("ctrl+y", "copy_code", "Copy code", show=True, tooltip="Copy the item's last code block"),
@@ -110,10 +92,8 @@ class HistoryView(ScrollView, can_focus=True):
     ) -> None:
         super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self._render_context = context
-        self._slots: list[_Slot] = []
-        self._starts: list[int] = []
+        self._layout = SlotLayout()
         self._lead: list[Strip] = []  # lines above the history (the welcome)
-        self._history = 0  # where the history ends: the lead's and the finished items' lines, gaps included
         self._live: dict[str, list[Strip]] = {part: [] for part in LIVE_PARTS}
         self._live_lines: list[Strip] = []
         self._width = 0
@@ -133,34 +113,34 @@ class HistoryView(ScrollView, can_focus=True):
 
     @property
     def items(self) -> list[Item]:
-        return [slot.item for slot in self._slots]
+        return [slot.item for slot in self._layout.slots]
 
     def add(self, item: Item, gap: int = 1) -> None:
-        slot = _Slot(item, gap if self._slots else 0)
+        slot = Slot(item, gap if self._layout.slots else 0)
         if self._width:
             self._render_slot(slot)
         else:
             slot.height = item.estimate_height(80)
-        self._slots.append(slot)
+        self._layout.slots.append(slot)
         self._relayout()
 
     def extend(self, items: list[tuple[Item, int]]) -> None:
         """Add many items at once (a saved session): laid out on estimates, then rendered visible first."""
         for item, gap in items:
-            slot = _Slot(item, gap if self._slots else 0)
+            slot = Slot(item, gap if self._layout.slots else 0)
             slot.height = item.estimate_height(self._width or 80)
-            self._slots.append(slot)
+            self._layout.slots.append(slot)
         self._relayout()
         self._schedule_fill()
 
     def clear(self) -> None:
-        self._slots.clear()
+        self._layout.slots.clear()
         self.cursor = -1
         self._relayout()
 
     def rerender(self) -> None:
         """Forget every rendering (theme or width changed); render again, visible first."""
-        for slot in self._slots:
+        for slot in self._layout.slots:
             slot.rendered = None
         self._relayout()
         self._schedule_fill()
@@ -188,7 +168,7 @@ class HistoryView(ScrollView, can_focus=True):
             first = min(len(old), len(new))
         if len(new) != len(old):
             self._resized()
-        top = self._history + 1 + first - self.scroll_offset.y + self._pad
+        top = self._layout.end + 1 + first - self.scroll_offset.y + self._pad
         changed = Region(0, top, self.size.width, max(len(old), len(new)) - first).intersection(self.size.region)
         if changed:
             self.refresh(changed)
@@ -198,7 +178,7 @@ class HistoryView(ScrollView, can_focus=True):
     @property
     def _total(self) -> int:
         # A blank line parts the history from the step in flight.
-        return self._history + 1 + len(self._live_lines)
+        return self._layout.end + 1 + len(self._live_lines)
 
     @property
     def _pad(self) -> int:
@@ -206,12 +186,7 @@ class HistoryView(ScrollView, can_focus=True):
         return max(self.scrollable_content_region.height - self._total, 0)
 
     def _relayout(self) -> None:
-        starts, line = [], len(self._lead)
-        for slot in self._slots:
-            line += slot.gap
-            starts.append(line)
-            line += slot.height
-        self._starts, self._history = starts, line
+        self._layout.arrange(len(self._lead))
         self._drawn.clear()
         self._resized()
         self.refresh()
@@ -234,26 +209,18 @@ class HistoryView(ScrollView, can_focus=True):
         if self.following:
             self.scroll_to(y=self.max_scroll_y, animate=False)
 
-    def _render_slot(self, slot: _Slot) -> bool:
+    def _render_slot(self, slot: Slot) -> bool:
         """Render a slot at the current width; True if its height changed."""
         slot.rendered = slot.item.render(self._render_context(self._width))
         changed = len(slot.rendered.lines) != slot.height
         slot.height = len(slot.rendered.lines)
         return changed
 
-    def _locate(self, y: int) -> tuple[int, int] | None:
-        """(slot index, line within the item) for history line `y`, or None on a gap."""
-        index = bisect_right(self._starts, y) - 1
-        if index < 0:
-            return None
-        line = y - self._starts[index]
-        return (index, line) if line < self._slots[index].height else None
-
     def on_resize(self, event: events.Resize) -> None:
         width = self.scrollable_content_region.width
         if width != self._width:
             old, self._width = self._width, width
-            for slot in self._slots:
+            for slot in self._layout.slots:
                 if old and slot.rendered is not None:
                     # Keep the layout close to right until the item is rendered again.
                     slot.height = max(1, round(slot.height * old / width))
@@ -261,6 +228,8 @@ class HistoryView(ScrollView, can_focus=True):
             self._relayout()
             self._schedule_fill()
             self.post_message(self.WidthChanged())
+        else:  # only the height: a bar above the prompt came or went, and the end must stay in view
+            self._resized()
 
     def _schedule_fill(self) -> None:
         if not self._filling:
@@ -271,14 +240,14 @@ class HistoryView(ScrollView, can_focus=True):
         """Render stale items, newest first, a time slice at a time."""
         deadline = time.perf_counter() + FILL_BUDGET
         changed = False
-        for slot in reversed(self._slots):
+        for slot in reversed(self._layout.slots):
             if slot.rendered is None:
                 changed |= self._render_slot(slot)
                 if time.perf_counter() > deadline:
                     break
         if changed:
             self._relayout()
-        if any(slot.rendered is None for slot in self._slots):
+        if any(slot.rendered is None for slot in self._layout.slots):
             self.set_timer(0.01, self._fill)
         else:
             self._filling = False
@@ -297,6 +266,12 @@ class HistoryView(ScrollView, can_focus=True):
         self.following = True
         self.scroll_to(y=self.max_scroll_y, animate=False)
 
+    def action_start(self) -> None:
+        self.scroll_home(animate=False)
+
+    def action_follow(self) -> None:
+        self.follow()
+
     # -- drawing -----------------------------------------------------------------------
 
     def notify_style_update(self) -> None:
@@ -308,14 +283,14 @@ class HistoryView(ScrollView, can_focus=True):
         """Transcript line `y` as rendered (None for a blank one); renders its item if it isn't yet."""
         if y < len(self._lead):
             return self._lead[y] if y >= 0 else None
-        if y >= self._history:
-            live = y - self._history - 1
+        if y >= self._layout.end:
+            live = y - self._layout.end - 1
             return self._live_lines[live] if 0 <= live < len(self._live_lines) else None
-        place = self._locate(y)
+        place = self._layout.locate(y)
         if place is None:
             return None
         index, line = place
-        slot = self._slots[index]
+        slot = self._layout.slots[index]
         if slot.rendered is None and self._render_slot(slot):
             self.call_after_refresh(self._relayout)
         assert slot.rendered is not None
@@ -335,8 +310,8 @@ class HistoryView(ScrollView, can_focus=True):
         strip = source or Strip.blank(0)
         # Outside the items (the welcome, the step in flight, blank space), lines end in the background
         # alone, as the widgets that drew them did.
-        fill = style if len(self._lead) <= line < self._history else self._background
-        if self.has_focus and line < self._history and self._cursor_line() == line:
+        fill = style if len(self._lead) <= line < self._layout.end else self._background
+        if self.has_focus and line < self._layout.end and self._cursor_line() == line:
             strip = strip.apply_style(self.get_component_rich_style("history-view--cursor"))
         # Rich leaves unstyled cells; the widget's own colours go under every line.
         drawn = with_selection(self, strip.apply_style(style), line).crop_extend(0, width, fill).apply_offsets(0, line)
@@ -346,7 +321,7 @@ class HistoryView(ScrollView, can_focus=True):
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
         changed = False
         lines = [strip.text for strip in self._lead]
-        for slot in self._slots:
+        for slot in self._layout.slots:
             if slot.rendered is None:
                 changed |= self._render_slot(slot)
             assert slot.rendered is not None
@@ -365,22 +340,12 @@ class HistoryView(ScrollView, can_focus=True):
 
     # -- cursor, clicks and copying ----------------------------------------------------
 
-    def _places(self) -> list[_Place]:
-        places = []
-        for index, slot in enumerate(self._slots):
-            targets = slot.rendered.targets if slot.rendered is not None else {}
-            if targets:
-                places += [_Place(index, key, line) for line, key in sorted(targets.items())]
-            elif slot.item.copy_text() is not None:
-                places.append(_Place(index, None, 0))
-        return places
-
     def _cursor_line(self) -> int | None:
-        places = self._places()
+        places = self._layout.places()
         if not 0 <= self.cursor < len(places):
             return None
         place = places[self.cursor]
-        return self._starts[place.slot] + place.line
+        return self._layout.starts[place.slot] + place.line
 
     def watch_cursor(self) -> None:
         line = self._cursor_line()
@@ -395,14 +360,14 @@ class HistoryView(ScrollView, can_focus=True):
             self.scroll_to(y=max(line - height // 2, 0), animate=False)
 
     def on_focus(self) -> None:
-        places = self._places()
+        places = self._layout.places()
         if self.cursor < 0:
             self.set_reactive(HistoryView.cursor, len(places) - 1)  # not watched: that would show its first line
         if 0 <= self.cursor < len(places):
             # The view stays where it is if the cursor's item shows in it at all.
             slot = places[self.cursor].slot
-            top = self._starts[slot]
-            if not self.scroll_y - self._slots[slot].height < top < self.scroll_y + self.size.height:
+            top = self._layout.starts[slot]
+            if not self.scroll_y - self._layout.slots[slot].height < top < self.scroll_y + self.size.height:
                 self.scroll_visible_line(top + places[self.cursor].line)
         self._drawn.clear()
         self.refresh()
@@ -412,19 +377,19 @@ class HistoryView(ScrollView, can_focus=True):
         self.refresh()
 
     def action_cursor(self, step: int) -> None:
-        count = len(self._places())
+        count = len(self._layout.places())
         if count:
             self.cursor = min(max(self.cursor + step, 0), count - 1)
 
     def action_toggle_entry(self) -> None:
-        places = self._places()
+        places = self._layout.places()
         if not 0 <= self.cursor < len(places):
             return
         place = places[self.cursor]
         if place.key is not None:
-            self._toggle(self._slots[place.slot], place.key)
+            self._toggle(self._layout.slots[place.slot], place.key)
 
-    def _toggle(self, slot: _Slot, key: str) -> None:
+    def _toggle(self, slot: Slot, key: str) -> None:
         slot.item.toggle(key)
         self._render_slot(slot)
         self._relayout()
@@ -435,36 +400,36 @@ class HistoryView(ScrollView, can_focus=True):
             self.app.open_url(link)
             return
         y = self.scroll_offset.y + event.y - self._pad
-        place = self._locate(y) if len(self._lead) <= y < self._history else None
+        place = self._layout.locate(y) if len(self._lead) <= y < self._layout.end else None
         if place is None:
             return
         index, line = place
-        slot = self._slots[index]
+        slot = self._layout.slots[index]
         key = slot.rendered.targets.get(line) if slot.rendered is not None else None
         if key is not None:
             self._toggle(slot, key)
-            positions = self._places()
+            positions = self._layout.places()
             self.cursor = next((n for n, p in enumerate(positions) if p.slot == index and p.key == key), self.cursor)
 
     def action_copy_item(self) -> None:
         if self.screen.get_selected_text():
             self.screen.action_copy_text()
             return
-        places = self._places()
+        places = self._layout.places()
         if not 0 <= self.cursor < len(places):
             return
         place = places[self.cursor]
-        item = self._slots[place.slot].item
+        item = self._layout.slots[place.slot].item
         text = item.copy_text()
         if text:
             self.app.copy_to_clipboard(text)
             self.post_message(self.Copied(type(item).__name__.removesuffix("Item").lower()))
 
     def action_copy_code(self) -> None:
-        places = self._places()
+        places = self._layout.places()
         if not 0 <= self.cursor < len(places):
             return
-        blocks = code_blocks(self._slots[places[self.cursor].slot].item.copy_text() or "")
+        blocks = code_blocks(self._layout.slots[places[self.cursor].slot].item.copy_text() or "")
         if blocks:
             self.app.copy_to_clipboard(blocks[-1])
             self.post_message(self.Copied("code block"))

@@ -19,7 +19,7 @@ from hotloop.agent.figures import short_model
 from hotloop.agent.text import inert
 
 if TYPE_CHECKING:
-    from hotloop.core.session import ServerReport
+    from hotloop.core.server_watch import ServerReport
     from hotloop.providers.server_metrics import ServerStats
 
 NOT_REPORTED = "not reported"

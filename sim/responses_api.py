@@ -7,6 +7,9 @@ whose encrypted_content does not verify, and a previous_response_id no stored re
 Requests run on the Chat Completions template, engine and prefix cache. A reasoning item sent
 back puts its reasoning where the model generated it, so a tool loop that returns its output
 items verbatim reads its whole history from the cache.
+
+Longer than the 450 lines other modules keep to, on purpose: one protocol's strictness in one
+place, so its rules, its error texts and the bytes it sends are read and changed together.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from hotloop.providers.sim.anthropic_api import sign
-from hotloop.providers.sim.engine import Emission, Generation, SimRequest, invalid_byte_in
-from hotloop.providers.sim.model import STREAM_ERRORS
-from hotloop.providers.sim.openai_api import ApiError
-from hotloop.providers.sim.openai_api import usage as chat_usage
-from hotloop.providers.sim.template import Call, Turn
+from hotloop.sim.anthropic_api import sign
+from hotloop.sim.engine import Emission, Generation, SimRequest, invalid_byte_in
+from hotloop.sim.openai_api import ApiError
+from hotloop.sim.openai_api import usage as chat_usage
+from hotloop.sim.scenario import STREAM_ERRORS
+from hotloop.sim.template import Call, Turn
 
 _STRING, _INTEGER, _NUMBER, _BOOLEAN = (str,), (int,), (int, float), (bool,)
 _OBJECT, _ARRAY = (dict,), (list,)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from hotloop.providers.sim.cache import PrefixCache
+    from hotloop.sim.cache import PrefixCache
 
 _LABELS = ("model_name", "engine")
 # vLLM's buckets for time to first token, in seconds.

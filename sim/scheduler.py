@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from hotloop.providers.sim.defaults import POLICIES
+from hotloop.sim.defaults import POLICIES
 
 
 class Admission:

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hotloop.providers.sim.engine import DEFAULT_MODEL, Emission, Generation, SimRequest, invalid_byte_in
-from hotloop.providers.sim.model import OPENAI_USAGE, STREAM_ERRORS, status_phrase
-from hotloop.providers.sim.template import Call, Turn, joined_text
+from hotloop.sim.engine import DEFAULT_MODEL, Emission, Generation, SimRequest, invalid_byte_in
+from hotloop.sim.scenario import OPENAI_USAGE, STREAM_ERRORS, status_phrase
+from hotloop.sim.template import Call, Turn, joined_text
 
 
 class ApiError(Exception):

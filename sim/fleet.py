@@ -35,12 +35,13 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from hotloop.providers.sim import anthropic_api, openai_api, responses_api
-from hotloop.providers.sim.anthropic_api import AnthropicError
-from hotloop.providers.sim.defaults import AFFINITY_HEADER, ROUTERS
-from hotloop.providers.sim.engine import SimConfig, SimRequest
-from hotloop.providers.sim.openai_api import ApiError
-from hotloop.providers.sim.server import EmbeddedServer, SimServer
+from hotloop.sim import anthropic_api, openai_api, responses_api
+from hotloop.sim.anthropic_api import AnthropicError
+from hotloop.sim.defaults import AFFINITY_HEADER, ROUTERS
+from hotloop.sim.embedded import EmbeddedServer
+from hotloop.sim.engine import SimConfig, SimRequest
+from hotloop.sim.openai_api import ApiError
+from hotloop.sim.server import SimServer
 
 # Requests a replica may have in flight beyond the least busy one and still win on its cached prefix.
 PREFIX_SLACK = 4

@@ -1,4 +1,4 @@
-"""`hotloop sessions list|show|export|fork|delete` and `hotloop replay`.
+"""What `hotloop sessions list|show|export|fork|delete` and `hotloop replay` do (`sessions.py` parses them).
 
 Every command takes a session id or a unique prefix of one; `show`, `export` and `replay`
 default to the session written to last in this workspace (the latest anywhere if none ran
@@ -10,7 +10,6 @@ exports are inert already.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -37,22 +36,7 @@ from hotloop.sessions.store import (
 )
 
 if TYPE_CHECKING:
-    from hotloop.sessions.log import SessionLog
     from hotloop.sessions.waterfall import TurnWaterfall
-
-
-def run(args: argparse.Namespace) -> int:
-    command = args.sessions_command
-    if command == "list":
-        return list_command(args.limit, args.search)
-    if command == "show":
-        pick = pick_session(args.session, "showing")
-        return waterfall(pick) if args.waterfall else show(pick)
-    if command == "export":
-        return export(pick_session(args.session, "exporting"), args.format, args.output)
-    if command == "fork":
-        return fork(find_session(paths.sessions_dir(), args.session), args.turn)
-    return delete(find_session(paths.sessions_dir(), args.session), args.yes)
 
 
 @dataclass(frozen=True)
@@ -83,29 +67,6 @@ def pick_session(reference: str | None, doing: str) -> Pick:
 def say_note(pick: Pick) -> None:
     if pick.note is not None:
         _print(pick.note, file=sys.stderr)
-
-
-def say_saved(log: SessionLog | None, workspace: Path) -> None:
-    """On stderr, at exit: which session was saved and how to come back to it (nothing for a log not kept)."""
-    line = saved_line(log.path, workspace) if log is not None else None
-    if line is not None:
-        _print(line, file=sys.stderr)
-
-
-def saved_line(path: Path, workspace: Path) -> str | None:
-    """`session 3f2a91c0 saved · hotloop -c`, naming the session by id when `-c` here would pick another.
-
-    None when the log is gone (a session whose only prompt no provider answered is not kept).
-    """
-    if not path.exists():
-        return None
-    session_id = session_id_of(path)
-    try:
-        latest: Path | None = last_written(path.parent, workspace).path
-    except SessionError:
-        latest = None
-    again = "hotloop -c" if latest == path else f"hotloop --resume {session_id}"
-    return inert(f"session {session_id} saved · {again}")
 
 
 def fork(path: Path, turn: int | None) -> int:

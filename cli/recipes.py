@@ -4,15 +4,20 @@ each flag explained in one line, then how to point hotloop at the server.
 Flag names were checked against each project's own documentation: vLLM's `vllm serve --help`,
 llama.cpp's tools/server/README.md (its generated `--help` table), SGLang's
 docs/advanced_features/server_arguments.md and tool_parser.md, Ollama's docs/context-length.mdx.
+
+`hotloop vllm recipe MODEL` is the older spelling of `hotloop recipe vllm MODEL`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from hotloop.cli.arguments import positive_int
 
 SERVERS = ("vllm", "llama.cpp", "sglang", "ollama")
 OPTIONS = ("gpus", "spec", "context", "slots")  # every server's options, as `recipe` takes them
@@ -60,6 +65,55 @@ _HF_REPO = re.compile(r"[\w.-]+/[\w.-]+(:[\w.-]+)?")
 class Flag:
     args: tuple[str, ...]
     why: str
+
+
+def add_recipes(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`hotloop recipe SERVER MODEL`, and `hotloop vllm recipe MODEL`."""
+    recipe = commands.add_parser(
+        "recipe", help="print a launch command suited to agents for a self-hosted server, each flag explained"
+    )
+    servers = recipe.add_subparsers(dest="server", metavar="SERVER", required=True)
+    _vllm_recipe(servers.add_parser("vllm", help="vLLM: prefix caching, tool parsing, priority scheduling"))
+    llama = servers.add_parser("llama.cpp", help="llama-server: --jinja for tools, --metrics, slots and context")
+    llama.add_argument("model", metavar="MODEL", help="a .gguf file, or a Hugging Face repo (user/model[:quant])")
+    _context_option(llama)
+    llama.add_argument(
+        "--slots",
+        type=positive_int,
+        default=SLOTS,
+        metavar="N",
+        help="requests served at once (default %(default)s)",
+    )
+    sglang = servers.add_parser("sglang", help="SGLang: tool parsing, metrics and cached-token counts")
+    sglang.add_argument("model", metavar="MODEL", help="a Hugging Face model id, e.g. Qwen/Qwen2.5-Coder-32B-Instruct")
+    sglang.add_argument("--gpus", type=positive_int, default=1, metavar="N", help="GPUs to split the model across")
+    ollama = servers.add_parser("ollama", help="Ollama: a context long enough for an agent's prompt")
+    ollama.add_argument("model", metavar="MODEL", help="an Ollama model, e.g. qwen2.5-coder:7b")
+    _context_option(ollama)
+    recipe.set_defaults(handler=_print_recipe)
+    vllm = commands.add_parser("vllm", help="self-hosting with vLLM")
+    vllm_commands = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND", required=True)
+    _vllm_recipe(vllm_commands.add_parser("recipe", help="the same as hotloop recipe vllm"))
+    vllm.set_defaults(handler=_print_recipe)
+
+
+def _vllm_recipe(recipe: argparse.ArgumentParser) -> None:
+    recipe.add_argument("model", metavar="MODEL", help="a Hugging Face model id, e.g. Qwen/Qwen2.5-Coder-32B-Instruct")
+    recipe.add_argument("--gpus", type=positive_int, default=1, metavar="N", help="GPUs to split the model across")
+    recipe.add_argument("--spec", choices=("ngram", "eagle3"), help="add speculative decoding")
+    recipe.set_defaults(server="vllm")
+
+
+def _context_option(recipe: argparse.ArgumentParser) -> None:
+    recipe.add_argument(
+        "--context", type=positive_int, default=CONTEXT, metavar="N", help="context in tokens (default %(default)s)"
+    )
+
+
+def _print_recipe(args: argparse.Namespace) -> int:
+    options = {name: value for name, value in vars(args).items() if name in OPTIONS}
+    print(recipe(args.server, args.model, **options))
+    return 0
 
 
 def recipe(

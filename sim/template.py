@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from hotloop.providers.sim.tokenizer import encode
+from hotloop.sim.tokenizer import encode
 
 TOOLS_PREAMBLE = (
     "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"

@@ -2,7 +2,7 @@
 
 It turns a parsed request into a `Generation`: the prompt's token count and prefix-cache
 hit, the reply, and the reply cut into timed emissions. It also keeps vLLM's counters, and
-applies the faults that change what the model says (model.py's docstring lists them all).
+applies the faults that change what the model says (scenario.py's docstring lists them all).
 Nothing here knows HTTP.
 """
 
@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hotloop.providers.sim.cache import BreakpointCache, CacheBlock, CacheUse, PrefixCache, block_hashes
-from hotloop.providers.sim.defaults import (
+from hotloop.sim.cache import BreakpointCache, CacheBlock, CacheUse, PrefixCache, block_hashes
+from hotloop.sim.defaults import (
     BATCH_SLOWDOWN,
     CACHE_BLOCKS,
     CACHE_MIN_TOKENS,
@@ -22,9 +22,10 @@ from hotloop.providers.sim.defaults import (
     PROMPT_TOKENS_DETAILS,
     SCHEDULING_POLICY,
 )
-from hotloop.providers.sim.model import Faults, Refusal, Reply, padded, reply, scenario_step, thinking_for
-from hotloop.providers.sim.template import END, Call, Turn, assistant_body, call_text, render
-from hotloop.providers.sim.tokenizer import encode, pieces
+from hotloop.sim.model import reply, thinking_for
+from hotloop.sim.scenario import Faults, Refusal, Reply, padded, scenario_step
+from hotloop.sim.template import END, Call, Turn, assistant_body, call_text, render
+from hotloop.sim.tokenizer import encode, pieces
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ class SimEngine:
     """
 
     def __init__(self, config: SimConfig | None = None) -> None:
-        from hotloop.providers.sim.metrics import Metrics
+        from hotloop.sim.metrics import Metrics
 
         self.config = config or SimConfig()
         self.cache = PrefixCache(self.config.cache_blocks)

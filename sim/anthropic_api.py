@@ -5,6 +5,9 @@ every `tool_use` is answered by a `tool_result` in the next user message, result
 any text; at most 4 `cache_control` breakpoints; thinking blocks come back with the
 signature they were given, and with thinking on, the assistant message of an open tool
 loop starts with one. Consecutive messages of one role are combined, as the API does.
+
+Longer than the 450 lines other modules keep to, on purpose: one protocol's strictness in one
+place, so its rules, its error texts and the bytes it sends are read and changed together.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
-from hotloop.providers.sim.cache import ONE_HOUR, CacheBlock
-from hotloop.providers.sim.engine import Emission, Generation, SimRequest, invalid_byte_in
-from hotloop.providers.sim.model import ANTHROPIC_USAGE, STREAM_ERRORS, status_phrase
-from hotloop.providers.sim.template import TOOLS_PREAMBLE, Call, Turn, joined_text
-from hotloop.providers.sim.tokenizer import encode
+from hotloop.sim.cache import ONE_HOUR, CacheBlock
+from hotloop.sim.engine import Emission, Generation, SimRequest, invalid_byte_in
+from hotloop.sim.scenario import ANTHROPIC_USAGE, STREAM_ERRORS, status_phrase
+from hotloop.sim.template import TOOLS_PREAMBLE, Call, Turn, joined_text
+from hotloop.sim.tokenizer import encode
 
 MAX_BREAKPOINTS = 4
 THINKING_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
