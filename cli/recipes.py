@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hotloop.cli.arguments import positive_int
+from hotloop.providers.server_fixes import RECIPE_CONTEXT
 
 SERVERS = ("vllm", "llama.cpp", "sglang", "ollama")
 OPTIONS = ("gpus", "spec", "context", "slots")  # every server's options, as `recipe` takes them
-CONTEXT = 32768  # tokens: room for an agent's system prompt, tools and a long conversation
+# Tokens: room for an agent's system prompt, tools and a long conversation. The fix a server's refusal
+# suggests names the same default, so it is written once, below the CLI.
+CONTEXT = RECIPE_CONTEXT
 SLOTS = 2  # llama.cpp: the agent's requests and hotloop's background ones, side by side
 
 # Tool-call parsers by model family, from vLLM's tool-calling docs; the first pattern that matches wins.

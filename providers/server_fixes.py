@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-OLLAMA_CONTEXT = 32768  # what `hotloop recipe ollama` starts Ollama with
+RECIPE_CONTEXT = 32768  # the context `hotloop recipe` starts a server with (Ollama among them)
 BYTES_PER_TOKEN = 4  # a rough figure for English and JSON; the truncation test allows 1.5× for its error
 _TRUNCATION_SLACK = 16  # tokens around a power of two (Ollama's num_keep, 4 by default, shifts the cut)
 
@@ -149,8 +149,8 @@ _RULES: tuple[Callable[[str | None, str], str | None], ...] = (
 
 def _restart_ollama(tokens: int | None) -> str:
     """Start Ollama with a context twice the prompt, as a power of two, and never below the recipe's."""
-    context = OLLAMA_CONTEXT if tokens is None else max(OLLAMA_CONTEXT, 1 << (2 * tokens - 1).bit_length())
-    recipe = "hotloop recipe ollama MODEL" + ("" if context == OLLAMA_CONTEXT else f" --context {context}")
+    context = RECIPE_CONTEXT if tokens is None else max(RECIPE_CONTEXT, 1 << (2 * tokens - 1).bit_length())
+    recipe = "hotloop recipe ollama MODEL" + ("" if context == RECIPE_CONTEXT else f" --context {context}")
     return f"start it with OLLAMA_CONTEXT_LENGTH={context} ({recipe})"
 
 

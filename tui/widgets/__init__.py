@@ -1,0 +1,1 @@
+"""The app's widgets, one per module, each with its `DEFAULT_CSS`: attributes down, messages up."""
