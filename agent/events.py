@@ -111,6 +111,7 @@ class StepFinished(Event, frozen=True):
     cache_note: str = ""
     figures_by: str = ""
     server_prefill: float | None = None
+    cut: str = ""  # "cancelled": the step stopped before its end (Esc, Ctrl-C); what it streamed was billed
 
 
 class TurnFinished(Event, frozen=True):

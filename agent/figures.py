@@ -101,6 +101,8 @@ def timing(response: ResponseFinished | StepFinished) -> list[str]:
         parts.append(f"{response.decode_tps:,.0f} tok/s {by}")
     if response.finish_reason == "length":
         parts.append(CUT_OFF)
+    if isinstance(response, StepFinished) and response.cut:
+        parts.append(response.cut)  # "cancelled": its figures are what the provider billed before the stop
     return parts
 
 

@@ -322,23 +322,14 @@ class Agent:
                         call = stream.calls[-1]
                         if call.id not in stream.problems():
                             early[call.id] = self.runner.start(call, phase)
-        except (ProviderError, asyncio.CancelledError):
+        except ProviderError:
             self._keep_interrupted(stream, await cancel_all(early.values()))
             raise
-        response = ResponseFinished(
-            turn=turn,
-            step=step,
-            usage=stream.usage,
-            ttft=stream.ttft(),
-            decode_tps=stream.decode_tps(per_delta=self.provider.protocol != "anthropic"),
-            model_time=time.perf_counter() - stream.started,
-            finish_reason=stream.finish_reason,
-            route=self.route,
-            connect=self.provider.connect_paid(stream.started),
-            cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
-            figures_by=stream.timings.source if stream.timings is not None else "",
-            server_prefill=stream.timings.prefill if stream.timings is not None else None,
-        )
+        except asyncio.CancelledError:
+            self._keep_interrupted(stream, await cancel_all(early.values()))
+            self.emit(step_finished(self._response(turn, step, stream), stream, phase, cut="cancelled"))
+            raise
+        response = self._response(turn, step, stream)
         self.emit(response)
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         if stream.usage is not None and stream.usage.prompt_total:
@@ -349,28 +340,29 @@ class Agent:
             self.messages.extend(await self.runner.run(stream.calls, phase, early, stream.problems()))
         except asyncio.CancelledError:
             self.messages.extend(self.runner.cut)
+            self.emit(step_finished(response, stream, phase, cut="cancelled"))
             raise
         self.runner.learn(stream.calls)
-        self.emit(
-            StepFinished(
-                turn=turn,
-                step=step,
-                usage=response.usage,
-                ttft=response.ttft,
-                decode_tps=response.decode_tps,
-                model_time=response.model_time,
-                wall=time.perf_counter() - stream.started,
-                tool_count=phase.count,
-                tool_sum=sum(phase.durations),
-                tool_wall=phase.wall,
-                finish_reason=response.finish_reason,
-                route=self.route,
-                cache_note=response.cache_note,
-                figures_by=response.figures_by,
-                server_prefill=response.server_prefill,
-            )
-        )
+        self.emit(step_finished(response, stream, phase))
         return bool(stream.calls)
+
+    def _response(self, turn: int, step: int, stream: StepAccumulator) -> ResponseFinished:
+        """The response's figures as far as it came: its usage and times, and what the cache did."""
+        anthropic = self.provider.protocol == "anthropic"
+        return ResponseFinished(
+            turn=turn,
+            step=step,
+            usage=stream.usage,
+            ttft=stream.ttft(),
+            decode_tps=stream.decode_tps(per_delta=not anthropic),
+            model_time=time.perf_counter() - stream.started,
+            finish_reason=stream.finish_reason,
+            route=self.route,
+            connect=self.provider.connect_paid(stream.started),
+            cache_note=self._explainer.explain(stream.usage, self.messages, anthropic),
+            figures_by=stream.timings.source if stream.timings is not None else "",
+            server_prefill=stream.timings.prefill if stream.timings is not None else None,
+        )
 
     @property
     def _early_dispatch(self) -> bool:
@@ -392,3 +384,28 @@ class Agent:
     def _keep_interrupted(self, stream: StepAccumulator, ran: dict[str, ToolResultMessage]) -> None:
         """Keep a partial answer; complete calls keep the result they got, or a cancelled one: history stays valid."""
         self.messages.extend(stream.cut_short(ran))
+
+
+def step_finished(response: ResponseFinished, stream: StepAccumulator, phase: ToolPhase, cut: str = "") -> StepFinished:
+    """The step's end, with its response's figures and its tools'; `cut`: why it stopped before its end.
+
+    A step cut short is finished all the same: the provider billed what it streamed.
+    """
+    return StepFinished(
+        turn=response.turn,
+        step=response.step,
+        usage=response.usage,
+        ttft=response.ttft,
+        decode_tps=response.decode_tps,
+        model_time=response.model_time,
+        finish_reason=response.finish_reason,
+        route=response.route,
+        cache_note=response.cache_note,
+        figures_by=response.figures_by,
+        server_prefill=response.server_prefill,
+        wall=time.perf_counter() - stream.started,
+        tool_count=phase.count,
+        tool_sum=sum(phase.durations),
+        tool_wall=phase.wall,
+        cut=cut,
+    )

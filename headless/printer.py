@@ -110,6 +110,8 @@ class Printer:
             self._status(self._priced(compaction_summary(event), event), "cyan")
         elif isinstance(event, TurnFinished):
             self._end_stream()
+            if event.reason == "cancelled":
+                self._status(f"turn {event.turn} cancelled", "yellow")
 
     def _priced(self, line: str, event: StepFinished | Compacted) -> str:
         return line if self.pricer is None else f"{line} · {dollars(self.pricer.cost(event))}"

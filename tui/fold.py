@@ -33,6 +33,7 @@ class TranscriptFold:
         """`pricer` puts each step's dollars on its usage strip; without one, none are said."""
         self.projection = Projection(keep=False)
         self.pricer = pricer
+        self._stopped = 0  # calls a step cut short stopped: its turn's notice counts them
 
     @property
     def open(self) -> StepRecord | None:
@@ -88,7 +89,7 @@ class TranscriptFold:
     def _turn_finished(self, step: StepRecord | None, event: TurnFinished) -> list[tuple[Item, int]]:
         if event.reason not in CUT_SHORT:
             return []
-        stopped = sum(call.status not in FINAL for call in step.calls.values()) if step is not None else 0
+        stopped = sum(call.status not in FINAL for call in step.calls.values()) if step is not None else self._stopped
         items = self._close(step, None)
         if event.reason == "cancelled":
             calls = f"; {counted(stopped, 'unfinished tool call')} got a cancelled result" if stopped else ""
@@ -108,10 +109,12 @@ class TranscriptFold:
         items: list[tuple[Item, int]] = []
         text, reasoning = "".join(step.text), "".join(step.reasoning)
         if text or reasoning:
-            items.append((AnswerItem(text, reasoning, interrupted=finished is None), 1))
+            # A step cancelled after its answer ended (in its tools) has a whole answer; before, a cut one.
+            items.append((AnswerItem(text, reasoning, interrupted=finished is None or step.response is None), 1))
         for used in step.server_tools:
             items.append((NoticeItem("info", f"⚙ {used.name} ran on the provider's side: {used.arguments}"), 1))
         calls = list(step.calls.values())
+        self._stopped = sum(call.status not in FINAL or call.status == "cancelled" for call in calls)
         if calls:
             for call in calls:
                 if call.status not in FINAL:

@@ -256,7 +256,8 @@ def response_text(response: ResponseFinished | StepFinished, palette: Palette) -
     if response.ttft is None:
         line.append(f" · ttft {NOT_REPORTED}")
     for part in timing(response):
-        line.append(f" · {part}", Style.parse(palette.warning) if part == CUT_OFF else "")
+        warned = part == CUT_OFF or (isinstance(response, StepFinished) and part == response.cut)
+        line.append(f" · {part}", Style.parse(palette.warning) if warned else "")
     if response.cache_note:
         line.append(f" · {response.cache_note}", palette.warning)
     return line
