@@ -16,7 +16,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -69,27 +68,25 @@ TOOLS = {"hangs": hang, "error-32000": fail, "floods": flood, "lies-read-only": 
 MODES = ("dies-after-init", *TOOLS)
 
 
-class ExitAfterToolList:
+class ExitAfterToolList(anyio.AsyncFile[str]):
     """The server's stdout, which ends the process once the tool list is on the wire."""
 
-    def __init__(self, stdout: Any) -> None:
-        self._stdout = stdout
-        self._line = ""
+    _line = ""
 
-    async def write(self, line: str) -> None:
-        self._line = line
-        await self._stdout.write(line)
+    async def write(self, b: str) -> int:
+        self._line = b
+        return await super().write(b)
 
     async def flush(self) -> None:
-        await self._stdout.flush()
+        await super().flush()
         # Exiting here, after the flush, rather than on a timer: the client is sure to get the list first.
         if isinstance(json.loads(self._line).get("result", {}).get("tools"), list):
             os._exit(0)
 
 
 async def serve_then_die() -> None:
-    stdout = ExitAfterToolList(anyio.wrap_file(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")))
-    async with stdio_server(stdout=stdout) as (read, write):  # type: ignore[arg-type]
+    stdout = ExitAfterToolList(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
+    async with stdio_server(stdout=stdout) as (read, write):
         # MCPServer.run() opens its own stdout; the low-level server takes the wrapped one.
         server = app._lowlevel_server
         await server.run(read, write, server.create_initialization_options())

@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic
 import openai
@@ -40,6 +40,9 @@ from hotloop.sim.scenario import load_scenario
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
 
+E = TypeVar("E", bound=AgentEvent)
+T = TypeVar("T")
+
 
 def described(condition: Callable[[], object]) -> str:
     """What a wait waits for, for its TimeoutError: the condition's source line."""
@@ -62,20 +65,26 @@ async def wait_until(condition: Callable[[], object], timeout: float = 15.0, wha
         await asyncio.sleep(0.01)
 
 
+def present(value: T | None) -> T:
+    """`value`, which must not be None: for the optional fields of the SDKs' types that a test knows are set."""
+    assert value is not None
+    return value
+
+
 def start_sim(config: SimConfig | None = None, **latency: float) -> EmbeddedSimulator:
     config = config or SimConfig()
     config = config.with_latency(**{**vars(NO_LATENCY), **latency})
     return EmbeddedSimulator(config).start()
 
 
-def scenario_file(tmp_path: Path, steps: list[dict]) -> Path:
+def scenario_file(tmp_path: Path, steps: Sequence[object]) -> Path:
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(steps))
     return path
 
 
 def sim_with_scenario(
-    tmp_path: Path, steps: list[dict], profile: LatencyProfile = NO_LATENCY, max_model_len: int | None = None
+    tmp_path: Path, steps: Sequence[object], profile: LatencyProfile = NO_LATENCY, max_model_len: int | None = None
 ) -> EmbeddedSimulator:
     config = SimConfig(scenario=load_scenario(scenario_file(tmp_path, steps)))
     if max_model_len is not None:
@@ -121,7 +130,7 @@ class Recorder:
     def __call__(self, event: AgentEvent) -> None:
         self.events.append(event)
 
-    def of(self, kind: type) -> list:
+    def of(self, kind: type[E]) -> list[E]:
         return [e for e in self.events if isinstance(e, kind)]
 
 
@@ -157,7 +166,7 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:

@@ -32,7 +32,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_call_no_one_approved_fails_the_run_in_one_line_naming_the_flag(
-    here: Path, isolated_home: Path, capsys
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     scenario(isolated_home, shell("touch made"), {"text": "done"})
     assert main(["run", "make a file"]) == 1
@@ -43,7 +43,9 @@ def test_a_call_no_one_approved_fails_the_run_in_one_line_naming_the_flag(
     assert refused == [f"  ✗ run_shell 0.00 s · error: run_shell needs approval, which only {flag} gives here"]
 
 
-def test_allow_runs_only_the_commands_that_match(here: Path, isolated_home: Path, capsys) -> None:
+def test_allow_runs_only_the_commands_that_match(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     scenario(isolated_home, shell("touch pytest-ran", "touch other-ran"), {"text": "done"})
     assert main(["run", "--allow", "run_shell:touch pytest*", "go"]) == 1  # the other call was refused
     assert (here / "pytest-ran").exists() and not (here / "other-ran").exists()
@@ -51,7 +53,7 @@ def test_allow_runs_only_the_commands_that_match(here: Path, isolated_home: Path
 
 
 def test_yes_runs_them_and_the_shell_never_sees_a_provider_key(
-    here: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    here: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-seen-1234567890")
     monkeypatch.setenv("HOTLOOP_PLAIN", "visible")
@@ -65,20 +67,24 @@ def test_yes_runs_them_and_the_shell_never_sees_a_provider_key(
     assert "GITHUB_PAT" not in env and "ghp-" not in env
 
 
-def test_read_only_offers_no_tool_that_acts(here: Path, isolated_home: Path, capsys) -> None:
+def test_read_only_offers_no_tool_that_acts(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     scenario(isolated_home, shell("touch made"), {"text": "done"})
     main(["run", "--read-only", "go"])
     assert not (here / "made").exists()
     assert "unknown tool 'run_shell'" in capsys.readouterr().err
 
 
-def test_a_bad_rule_is_a_usage_error(isolated_home: Path, capsys) -> None:
+def test_a_bad_rule_is_a_usage_error(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["run", "--allow", "rm -rf /", "go"])
     assert done.value.code == 2 and "is not TOOL or TOOL:PATTERN" in capsys.readouterr().err
 
 
-def test_an_allow_rule_runs_no_second_command_hidden_in_the_line(here: Path, isolated_home: Path, capsys) -> None:
+def test_an_allow_rule_runs_no_second_command_hidden_in_the_line(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The README's own `--allow 'run_shell:pytest*'` form ran `; touch X` with it, 5 of 5 (issue 23, item 2)."""
     tricks = ["echo ok; touch a", "echo ok && touch b", "echo ok$(touch c)", "echo ok | tee d", "echo ok\ntouch e"]
     scenario(isolated_home, shell(*tricks, "echo ok"), {"text": "done"})
@@ -89,7 +95,9 @@ def test_an_allow_rule_runs_no_second_command_hidden_in_the_line(here: Path, iso
     assert "--allow 'run_shell:echo ok' --allow 'run_shell:touch a' or --yes" in err
 
 
-def test_a_deny_rule_holds_against_every_spelling_even_with_yes(here: Path, isolated_home: Path, capsys) -> None:
+def test_a_deny_rule_holds_against_every_spelling_even_with_yes(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`deny = ["run_shell:rm -rf*"]` stopped `rm -rf dir` and no other spelling (issue 23, item 3)."""
     spellings = [" rm -rf d1", "rm -r -f d2", "rm -fr d3", "/bin/rm -rf d4", "true; rm -rf d5", "rm  -rf d6"]
     for n in range(1, 7):
@@ -106,7 +114,9 @@ def write(path: str, content: str) -> dict[str, Any]:
     return {"tool_calls": [{"name": "write_file", "arguments": {"path": path, "content": content}}]}
 
 
-def test_a_path_rule_matches_the_file_a_symlink_leads_to(here: Path, isolated_home: Path, capsys) -> None:
+def test_a_path_rule_matches_the_file_a_symlink_leads_to(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`write_file:docs/*` with docs/notes.md a symlink to .git/hooks/pre-commit rewrote the hook (item 5)."""
     hook = here / ".git" / "hooks" / "pre-commit"
     hook.parent.mkdir(parents=True)
@@ -125,7 +135,9 @@ def test_a_path_rule_matches_the_file_a_symlink_leads_to(here: Path, isolated_ho
 
 
 @pytest.mark.parametrize("target", ["data", "config.toml"])
-def test_hotloops_own_files_are_out_of_reach(target: str, isolated_home: Path, monkeypatch, capsys) -> None:
+def test_hotloops_own_files_are_out_of_reach(
+    target: str, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """With the workspace holding hotloop's files, the model overwrote the session log and planted a hook (item 6)."""
     monkeypatch.chdir(isolated_home)  # the workspace is the folder hotloop's config and data live in
     scenario(isolated_home, write(f"{target}/x" if target == "data" else target, "[[hooks]]\n"), {"text": "done"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -106,7 +107,7 @@ async def test_prompt_cache_stream_takes_cumulative_delta_usage() -> None:
     assert isinstance(events[-1], Finished) and events[-1].reason == "stop"
 
 
-def event(payload: dict) -> bytes:
+def event(payload: dict[str, Any]) -> bytes:
     return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n".encode()
 
 

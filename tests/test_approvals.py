@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from hotloop.agent.approvals import ApprovalRules, Approvals, Reply, Request, session_rules, subject_of
-from hotloop.agent.events import ApprovalAsked, ApprovalDecided, ToolFinished, ToolStarted
+from hotloop.agent.events import AgentEvent, ApprovalAsked, ApprovalDecided, ToolFinished, ToolStarted
+from hotloop.agent.loop import Agent
 from hotloop.agent.tools.registry import Tool, ToolContext
+from hotloop.providers.conversation import ToolResultMessage
 
-from support import make_agent, sim_with_scenario
+from support import Recorder, make_agent, sim_with_scenario
 
 SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 
@@ -34,7 +36,9 @@ def shell_step(*commands: str) -> dict[str, Any]:
     return {"tool_calls": [{"name": "run_shell", "arguments": {"command": c}} for c in commands]}
 
 
-async def run(tmp_path: Path, steps: list[dict[str, Any]], tool: Tool, approvals: Approvals, turns: int = 1):  # type: ignore[no-untyped-def]
+async def run(
+    tmp_path: Path, steps: list[dict[str, Any]], tool: Tool, approvals: Approvals, turns: int = 1
+) -> tuple[Agent, Recorder]:
     sim = sim_with_scenario(tmp_path, steps)
     try:
         agent, recorder = make_agent(sim, tmp_path, tools=[tool], approvals=approvals)
@@ -111,7 +115,7 @@ async def test_a_denial_reaches_the_model_as_an_error_result_with_the_reason(tmp
 
     agent, _ = await run(tmp_path, [shell_step("pytest"), {"text": "ok"}], acting(ran), Approvals(ask=ask))
     assert ran == []
-    results = [m for m in agent.messages if getattr(m, "call_id", None)]
+    results = [m for m in agent.messages if isinstance(m, ToolResultMessage) and m.call_id]
     assert results[0].is_error and "the user denied this call: use make test instead" in results[0].content
 
 
@@ -137,8 +141,8 @@ async def test_a_read_only_call_of_the_same_step_runs_while_a_call_waits_for_app
     try:
         agent, recorder = make_agent(sim, tmp_path, tools=[tool], approvals=Approvals(ask=ask))
 
-        def watch(event: object) -> None:
-            recorder(event)  # type: ignore[arg-type]
+        def watch(event: AgentEvent) -> None:
+            recorder(event)
             if isinstance(event, ToolStarted | ToolFinished):
                 order.append(f"{type(event).__name__} {event.name}")
             if isinstance(event, ToolFinished) and event.name == "read_file":

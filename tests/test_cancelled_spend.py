@@ -18,7 +18,7 @@ from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import list_sessions, read_session
 from hotloop.tui.items import UsageItem
 
-from support import logged_agent, sim_with_scenario, wait_until
+from support import logged_agent, present, sim_with_scenario, wait_until
 from tui_support import running_app, send, write_config
 
 SLOW = {"tool_calls": [{"name": "slow", "arguments": {}}]}
@@ -64,11 +64,14 @@ async def test_a_step_cancelled_in_its_tools_is_finished_with_its_usage_and_coun
 async def test_esc_in_a_steps_tools_keeps_its_strip_marked_and_in_the_totals(isolated_home: Path) -> None:
     write_config(isolated_home, [SLOW, {"text": "never"}])
     async with running_app() as (app, pilot):
-        app.session.runtime.tools.add(SLOW_TOOL)
+        present(app.session.runtime).tools.add(SLOW_TOOL)
         await send(app, pilot, "wait for it")
         await wait_until(lambda: any(call.status == "running" for call in app.main.transcript.fold.calls))
         app.main.action_cancel_turn()
-        strips = lambda: [item for item in app.main.transcript.history.items if isinstance(item, UsageItem)]  # noqa: E731
+
+        def strips() -> list[UsageItem]:
+            return [item for item in app.main.transcript.history.items if isinstance(item, UsageItem)]
+
         await wait_until(lambda: bool(strips()), what="the cancelled step's usage strip")
         (strip,) = strips()
         assert strip.step.cut == "cancelled" and strip.step.usage is not None

@@ -13,6 +13,7 @@ import pytest
 from hotloop import __version__
 from hotloop.agent.events import SessionTitled, StepFinished, ToolFinished, TurnFinished, decode
 from hotloop.cli import main
+from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import TIERS, SimConfig
 
 from support import scenario_file, start_sim
@@ -60,7 +61,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert done.value.code == 0 and capsys.readouterr().out == f"hotloop {__version__}\n"
 
 
-def test_run_streams_the_answer_and_logs_the_session(workspace: Path, isolated_home: Path, capsys) -> None:
+def test_run_streams_the_answer_and_logs_the_session(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", "Read README.md"]) == 0
     out, err = capsys.readouterr()
     assert "First lines of `README.md`" in out and "# Demo project" in out
@@ -70,11 +73,14 @@ def test_run_streams_the_answer_and_logs_the_session(workspace: Path, isolated_h
     assert "✓ read_file" in err
     (log,) = session_lines(isolated_home)
     finished, titled = decode(log[-2]), decode(log[-1])  # the fast tier titles the session after its first turn
+    assert isinstance(finished, TurnFinished)
     assert finished == TurnFinished(turn=1, reason="answer", steps=2, wall=finished.wall, ts=finished.ts)
     assert titled == SessionTitled(title="Read README.md", model="sim-fast", ts=titled.ts)
 
 
-def test_several_prompts_are_one_conversation_and_stdin_works(workspace, isolated_home, capsys, monkeypatch) -> None:
+def test_several_prompts_are_one_conversation_and_stdin_works(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["run", "hello", "Read README.md"]) == 0
     monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("list the files\n"))
     assert main(["run"]) == 0
@@ -87,7 +93,7 @@ def test_several_prompts_are_one_conversation_and_stdin_works(workspace, isolate
     assert table.index("List the files") < table.index("Hello")  # newest first, under their titles
 
 
-def test_json_mode_prints_every_event(workspace, capsys) -> None:
+def test_json_mode_prints_every_event(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--json", "Read README.md"]) == 0
     events = [decode(line) for line in capsys.readouterr().out.splitlines()]
     steps = [e for e in events if isinstance(e, StepFinished)]
@@ -95,7 +101,7 @@ def test_json_mode_prints_every_event(workspace, capsys) -> None:
     assert isinstance(events[-2], TurnFinished) and isinstance(events[-1], SessionTitled)
 
 
-def test_unknown_provider(workspace, capsys) -> None:
+def test_unknown_provider(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--provider", "nope", "hi"]) == 2
     assert (
         one_line_error(capsys.readouterr().err)
@@ -103,7 +109,9 @@ def test_unknown_provider(workspace, capsys) -> None:
     )
 
 
-def test_missing_api_key_fails_before_any_session(workspace, isolated_home, capsys) -> None:
+def test_missing_api_key_fails_before_any_session(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", "--provider", "openai", "hi"]) == 2
     assert (
         one_line_error(capsys.readouterr().err) == "hotloop: missing API key for provider 'openai': set OPENAI_API_KEY"
@@ -111,14 +119,16 @@ def test_missing_api_key_fails_before_any_session(workspace, isolated_home, caps
     assert session_lines(isolated_home) == []
 
 
-def test_invalid_toml(workspace, isolated_home, capsys) -> None:
+def test_invalid_toml(workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_config(isolated_home, "[sim\nttft_ms = 0\n")
     assert main(["run", "hi"]) == 2
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith(f"hotloop: invalid TOML in {isolated_home / 'config.toml'}: ")
 
 
-def test_an_unusable_data_folder(workspace, isolated_home, capsys, monkeypatch) -> None:
+def test_an_unusable_data_folder(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (isolated_home / "a-file").write_text("")
     monkeypatch.setenv("HOTLOOP_DATA_DIR", str(isolated_home / "a-file"))
     assert main(["run", "hi"]) == 2
@@ -126,7 +136,9 @@ def test_an_unusable_data_folder(workspace, isolated_home, capsys, monkeypatch) 
     assert line == f"hotloop: cannot create a session log in {isolated_home / 'a-file' / 'sessions'}: Not a directory"
 
 
-def test_unreachable_base_url_leaves_no_session(workspace, isolated_home, capsys) -> None:
+def test_unreachable_base_url_leaves_no_session(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A prompt no provider answered is not a session: nothing to find, continue or replay."""
     write_config(isolated_home, FAST_SIM + "[providers.openai]\nmax_retries = 0\n")  # no back-off between tries
     assert (
@@ -137,7 +149,7 @@ def test_unreachable_base_url_leaves_no_session(workspace, isolated_home, capsys
     assert list((isolated_home / "data" / "sessions").iterdir()) == []  # no log, no summary
 
 
-def test_unknown_model(workspace, isolated_home, capsys) -> None:
+def test_unknown_model(workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "gpt-9", "hi"]) == 1
     line = one_line_error(capsys.readouterr().err)
     assert line == (
@@ -146,7 +158,7 @@ def test_unknown_model(workspace, isolated_home, capsys) -> None:
     assert session_lines(isolated_home) == []  # refused before the session starts, not at its first request
 
 
-def test_model_is_discovered_when_none_is_configured(workspace, capsys) -> None:
+def test_model_is_discovered_when_none_is_configured(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server = start_sim()
     try:
         assert main(["run", "--json", "--provider", "openai", "--base-url", server.base_url, "hello"]) == 0
@@ -155,7 +167,9 @@ def test_model_is_discovered_when_none_is_configured(workspace, capsys) -> None:
     assert server.server.requests[0].model == "sim-fast"
 
 
-def test_a_one_model_server_gets_every_request_on_its_model(workspace, isolated_home, capsys) -> None:
+def test_a_one_model_server_gets_every_request_on_its_model(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Tiers, titles and auto's classifier all go to the one model a server lists, and the run says so."""
     server = start_sim(SimConfig(models={"/models/SmolLM2-135M-Instruct-Q8_0.gguf": TIERS["sim-balanced"]}))
     url = server.base_url
@@ -175,7 +189,9 @@ def test_a_one_model_server_gets_every_request_on_its_model(workspace, isolated_
     assert "openai/SmolLM2-135M-" in capsys.readouterr().out
 
 
-def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isolated_home, tmp_path, capsys) -> None:
+def test_bad_tool_calls_become_error_results_and_the_run_goes_on(
+    workspace: Path, isolated_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     scenario = scenario_file(
         tmp_path,
         [
@@ -214,7 +230,9 @@ def test_bad_tool_calls_become_error_results_and_the_run_goes_on(workspace, isol
     )
 
 
-def test_config_show_masks_keys_and_path_honours_the_override(workspace, isolated_home, capsys, monkeypatch) -> None:
+def test_config_show_masks_keys_and_path_honours_the_override(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-abcdefghijklmnop1234")
     assert main(["config", "show"]) == 0
     shown = capsys.readouterr().out
@@ -237,7 +255,9 @@ def test_the_installed_entry_point_runs_from_a_fresh_process(workspace: Path, is
     assert "# Demo project" in result.stdout and "Traceback" not in result.stderr
 
 
-def test_the_app_refuses_a_bad_starting_point_before_taking_the_screen(workspace, capsys) -> None:
+def test_the_app_refuses_a_bad_starting_point_before_taking_the_screen(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cases = {
         (
             "--provider",
@@ -252,7 +272,7 @@ def test_the_app_refuses_a_bad_starting_point_before_taking_the_screen(workspace
         assert one_line_error(capsys.readouterr().err) == message
 
 
-def test_run_takes_a_tier(workspace, capsys) -> None:
+def test_run_takes_a_tier(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hotloop.agent.events import StepStarted
 
     assert main(["run", "--json", "--tier", "strong", "hello"]) == 0
@@ -260,7 +280,9 @@ def test_run_takes_a_tier(workspace, capsys) -> None:
     assert {e.model for e in events if isinstance(e, StepStarted)} == {"sim-strong"}
 
 
-def test_run_switches_provider_between_prompts(workspace, isolated_home, capsys) -> None:
+def test_run_switches_provider_between_prompts(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from hotloop.agent.events import ProviderSwitched, StepStarted
 
     assert (
@@ -285,7 +307,7 @@ def test_run_switches_provider_between_prompts(workspace, isolated_home, capsys)
     assert sum(b'"type":"provider_switched"' in line for line in log) == 2
 
 
-def test_the_switch_and_its_cost_are_printed(workspace, capsys) -> None:
+def test_the_switch_and_its_cost_are_printed(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "hello", "/provider sim-anthropic", "hello again"]) == 0
     err = capsys.readouterr().err
     [line] = [line for line in err.splitlines() if line.startswith("switched ")]
@@ -293,7 +315,9 @@ def test_the_switch_and_its_cost_are_printed(workspace, capsys) -> None:
     assert line.endswith("prompt tokens to prefill uncached (its cache is cold for this conversation)")
 
 
-def test_run_rejects_commands_it_cannot_run_before_starting(workspace, isolated_home, capsys) -> None:
+def test_run_rejects_commands_it_cannot_run_before_starting(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cases = {
         (
             "hi",
@@ -319,7 +343,9 @@ def test_run_rejects_commands_it_cannot_run_before_starting(workspace, isolated_
     assert session_lines(isolated_home) == []
 
 
-def test_any_anthropic_compatible_endpoint_without_a_config_file(workspace, isolated_home, capsys, sim) -> None:
+def test_any_anthropic_compatible_endpoint_without_a_config_file(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str], sim: EmbeddedSimulator
+) -> None:
     (isolated_home / "config.toml").unlink()
     assert main(["run", "--provider", "anthropic", "--base-url", sim.url, "--model", "sim-fast", "Read README.md"]) == 0
     out, err = capsys.readouterr()
@@ -333,7 +359,9 @@ def test_any_anthropic_compatible_endpoint_without_a_config_file(workspace, isol
     )
 
 
-def test_too_many_breakpoints_are_capped_with_a_warning(workspace, isolated_home, capsys) -> None:
+def test_too_many_breakpoints_are_capped_with_a_warning(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_config(isolated_home, FAST_SIM + "[providers.sim-anthropic]\ncache_breakpoints = 6\n")
     assert main(["run", "--provider", "sim-anthropic", "hello"]) == 0
     err = capsys.readouterr().err
@@ -351,7 +379,7 @@ def test_too_many_breakpoints_are_capped_with_a_warning(workspace, isolated_home
     )
 
 
-def test_an_unknown_model_at_a_base_url_is_one_line_every_time(workspace: Path, sim) -> None:
+def test_an_unknown_model_at_a_base_url_is_one_line_every_time(workspace: Path, sim: EmbeddedSimulator) -> None:
     """The server's discovery runs beside the refusal; its client used to close under it mid-way, a 50-line
     traceback about half the time. Six runs at once, each one line."""
     command = ["run", "--provider", "openai", "--base-url", sim.base_url, "--model", "nosuchmodel", "hi"]

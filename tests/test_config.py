@@ -98,7 +98,9 @@ def settings_of(kind: type) -> set[str]:
     return {f.name for f in structs.fields(kind)} - {"name"}
 
 
-def test_config_show_prints_every_setting_as_toml_that_loads_back_the_same(isolated_home, capsys, monkeypatch) -> None:
+def test_config_show_prints_every_setting_as_toml_that_loads_back_the_same(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("VLLM_API_KEY", "vllm-secret-key-5678")
     write_config(isolated_home, EVERYTHING)
     header, body, err = show(capsys)
@@ -141,7 +143,9 @@ def test_config_show_prints_every_setting_as_toml_that_loads_back_the_same(isola
     assert structs.replace(load_config(), mcp=()) == structs.replace(config, mcp=())
 
 
-def test_config_show_masks_every_secret(isolated_home, capsys, monkeypatch) -> None:
+def test_config_show_masks_every_secret(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("VLLM_API_KEY", "vllm-secret-key-5678")
     write_config(isolated_home, EVERYTHING)
     _, body, _ = show(capsys)
@@ -154,7 +158,9 @@ def test_config_show_masks_every_secret(isolated_home, capsys, monkeypatch) -> N
     )
 
 
-def test_the_defaults_show_and_load_back_as_the_defaults(isolated_home, capsys) -> None:
+def test_the_defaults_show_and_load_back_as_the_defaults(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     header, body, _ = show(capsys)
     assert header == f"# {isolated_home / 'config.toml'} (not found: defaults)"
     write_config(isolated_home, body)
@@ -164,7 +170,9 @@ def test_the_defaults_show_and_load_back_as_the_defaults(isolated_home, capsys) 
     assert loaded.loaded and structs.replace(loaded, loaded=False) == Config(path=loaded.path, loaded=False)
 
 
-def test_a_capped_setting_warns_on_stderr_and_shows_what_is_used(isolated_home, capsys) -> None:
+def test_a_capped_setting_warns_on_stderr_and_shows_what_is_used(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_config(isolated_home, '[providers.claude]\nkind = "anthropic"\ncache_breakpoints = 6\n')
     _, body, err = show(capsys)
     assert tomllib.loads(body)["providers"]["claude"]["cache_breakpoints"] == 4
@@ -197,7 +205,9 @@ def test_a_capped_setting_warns_on_stderr_and_shows_what_is_used(isolated_home, 
         ('[mcp.fs]\ncommand = "npx"\ncwd = "/"\n', "mcp.fs.cwd", "command, args, env"),
     ],
 )
-def test_an_unknown_setting_anywhere_is_refused_in_one_line(isolated_home, capsys, text, where, known) -> None:
+def test_an_unknown_setting_anywhere_is_refused_in_one_line(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str], text: str, where: str, known: str
+) -> None:
     write_config(isolated_home, text)
     line = one_line_error(capsys)
     assert line.startswith(f"hotloop: config {isolated_home / 'config.toml'}: {where} is not a setting (known: {known}")
@@ -258,7 +268,9 @@ def test_an_unknown_setting_anywhere_is_refused_in_one_line(isolated_home, capsy
         ("[approvals]\nallow = ['read_file', 'rm -rf *']", "approvals.allow[1] must be TOOL or TOOL:PATTERN"),
     ],
 )
-def test_a_bad_setting_is_named_in_one_line(isolated_home, capsys, text, problem) -> None:
+def test_a_bad_setting_is_named_in_one_line(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str], text: str, problem: str
+) -> None:
     write_config(isolated_home, text + "\n")
     assert one_line_error(capsys) == f"hotloop: config {isolated_home / 'config.toml'}: {problem}"
 
@@ -283,7 +295,9 @@ def documented(row: str) -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("row", README_ROWS)
-def test_each_config_row_of_the_readme_bad_input_table(isolated_home, capsys, row) -> None:
+def test_each_config_row_of_the_readme_bad_input_table(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str], row: str
+) -> None:
     pattern, code = documented(row)
     write_config(isolated_home, README_ROWS[row])
     assert main(["config", "show"]) == code

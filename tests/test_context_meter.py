@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.agent.events import StepFinished, StepStarted, TurnStarted
+from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, TurnStarted
 from hotloop.agent.figures import context_use
 from hotloop.providers.events import UsageLedger
 
 from tui_support import running_app, wait_until, write_config
 
 
-def step(turn: int, prompt: int, output: int) -> list:
+def step(turn: int, prompt: int, output: int) -> list[AgentEvent]:
     usage = UsageLedger(prompt_total=prompt, cache_read=None, uncached=None, output=output)
     return [
         TurnStarted(turn=turn, prompt="more"),

@@ -29,6 +29,7 @@ from hotloop.tui.widgets.queued_prompts import QueuedPrompts
 from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.sessions_sidebar import SessionList, SessionsSidebar
 
+from support import present
 from tui_support import drawn, idle, press, running_app, send, wait_until, write_config
 
 LONG = {"text": "word " * 300}  # at 5 ms a token: 1.5 s of streaming, time enough to type during it
@@ -99,7 +100,7 @@ async def test_ctrl_s_sends_now_in_place_of_the_turn_in_flight(isolated_home: Pa
         press(app, "ctrl+s")
         await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.main.turn_running)
         assert prompts_sent(app) == ["first", "stop, do this instead"]
-        answers = [m for m in app.agent.messages if isinstance(m, AssistantMessage)]
+        answers = [m for m in present(app.agent).messages if isinstance(m, AssistantMessage)]
         assert [a.interrupted for a in answers] == [True, False]  # the first answer was cut where the second began
 
 
@@ -132,7 +133,7 @@ async def test_an_unreachable_start_provider_is_retried_and_another_can_be_picke
         box.load_text("/provider sim")
         press(app, "enter")
         await wait_until(lambda: app.agent is not None and app.agent.turn == 1 and not app.main.turn_running)
-        assert app.agent.provider.name == "sim" and app.main.status.state == "ready"
+        assert present(app.agent).provider.name == "sim" and app.main.status.state == "ready"
         assert prompts_sent(app) == ["typed while connecting"]
         await pilot.pause()
 
@@ -207,6 +208,7 @@ async def test_f3_on_a_saved_session_shows_that_session_s_waterfall(isolated_hom
         await wait_until(lambda: isinstance(app.screen, SessionView))
         press(app, "f3")
         await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
+        assert isinstance(app.screen, WaterfallScreen)
         assert app.screen.events == saved.events and "the first session" in app.screen.plain
 
 

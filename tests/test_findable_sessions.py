@@ -86,7 +86,9 @@ def test_latest_is_the_last_written_in_the_workspace_else_anywhere(tmp_path: Pat
         last_written(tmp_path / "none")
 
 
-def test_c_continues_the_session_last_used_here_not_the_last_started(here: Path, isolated_home: Path, capsys) -> None:
+def test_c_continues_the_session_last_used_here_not_the_last_started(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", "first, older session"]) == 0
     older = only_log(isolated_home, set())
     assert main(["run", "second, newer session"]) == 0
@@ -102,7 +104,9 @@ def test_c_continues_the_session_last_used_here_not_the_last_started(here: Path,
     assert "latest anywhere" not in err
 
 
-def test_c_falls_back_to_the_latest_anywhere_and_says_so(here: Path, isolated_home: Path, tmp_path: Path, capsys):
+def test_c_falls_back_to_the_latest_anywhere_and_says_so(
+    here: Path, isolated_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     path = logged(sessions_folder(isolated_home), elsewhere, "from another folder")
@@ -115,7 +119,9 @@ def test_c_falls_back_to_the_latest_anywhere_and_says_so(here: Path, isolated_ho
     )
 
 
-def test_replay_and_show_default_to_the_session_last_used_here(here: Path, isolated_home: Path, capsys) -> None:
+def test_replay_and_show_default_to_the_session_last_used_here(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = sessions_folder(isolated_home)
     used, started_later = logged(folder, here, "used last"), logged(folder, here, "started last")
     written_at(started_later, 1_000)
@@ -132,7 +138,7 @@ def test_replay_and_show_default_to_the_session_last_used_here(here: Path, isola
 # -- the exit line ----------------------------------------------------------------------------
 
 
-def test_run_says_which_session_it_saved(here: Path, isolated_home: Path, capsys) -> None:
+def test_run_says_which_session_it_saved(here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "hello"]) == 0
     path = only_log(isolated_home, set())
     assert capsys.readouterr().err.splitlines()[-1] == f"session {session_id_of(path)} saved · hotloop -c"
@@ -150,7 +156,9 @@ def test_the_exit_line_names_the_id_when_c_would_pick_another(tmp_path: Path) ->
     assert saved_line(older, ours) == f"session {session_id_of(older)} saved · hotloop --resume {session_id_of(older)}"
 
 
-def test_the_app_says_which_session_it_saved(here: Path, isolated_home: Path, monkeypatch, capsys) -> None:
+def test_the_app_says_which_session_it_saved(
+    here: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`hotloop` (the app) ends with the line, after the screen is given back."""
     from hotloop.tui.app import HotloopApp
 
@@ -168,7 +176,9 @@ def test_the_app_says_which_session_it_saved(here: Path, isolated_home: Path, mo
     assert capsys.readouterr().err == f"session {session_id_of(path)} saved · hotloop -c\n"
 
 
-def test_an_app_that_ran_no_turn_says_nothing(here: Path, isolated_home: Path, monkeypatch, capsys) -> None:
+def test_an_app_that_ran_no_turn_says_nothing(
+    here: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from hotloop.tui.app import HotloopApp
 
     from tui_support import connected
@@ -185,7 +195,9 @@ def test_an_app_that_ran_no_turn_says_nothing(here: Path, isolated_home: Path, m
 # -- --json carries the session id ------------------------------------------------------------
 
 
-def test_json_carries_the_session_id_in_its_first_line_in_the_logged_order(here: Path, isolated_home: Path, capsys):
+def test_json_carries_the_session_id_in_its_first_line_in_the_logged_order(
+    here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A config warning is said before the log exists: the first line, held until the id is known.
     (isolated_home / "config.toml").write_text(FAST_SIM + "[providers.sim-anthropic]\ncache_breakpoints = 6\n")
     assert main(["run", "--json", "--provider", "sim-anthropic", "hello"]) == 0
@@ -215,7 +227,7 @@ def test_json_lines_with_no_session_are_written_at_close_without_an_id() -> None
 # -- sessions list and delete -----------------------------------------------------------------
 
 
-def test_list_shows_the_model_last_used(here: Path, isolated_home: Path, capsys) -> None:
+def test_list_shows_the_model_last_used(here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "hello", "/tier strong", "and again"]) == 0
     path = only_log(isolated_home, set())
     capsys.readouterr()
@@ -235,7 +247,9 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_delete_asks_on_a_terminal(here: Path, isolated_home: Path, monkeypatch, capsys) -> None:
+def test_delete_asks_on_a_terminal(
+    here: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", "hello there"]) == 0
     path = only_log(isolated_home, set())
     session_id = session_id_of(path)
@@ -253,7 +267,9 @@ def test_delete_asks_on_a_terminal(here: Path, isolated_home: Path, monkeypatch,
     assert capsys.readouterr().out == f"deleted session {session_id} ({path})\n"
 
 
-def test_delete_off_a_terminal_needs_yes(here: Path, isolated_home: Path, monkeypatch, capsys) -> None:
+def test_delete_off_a_terminal_needs_yes(
+    here: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = logged(sessions_folder(isolated_home), here)
     session_id = session_id_of(path)
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))  # a pipe's yes is not an answer
@@ -265,7 +281,7 @@ def test_delete_off_a_terminal_needs_yes(here: Path, isolated_home: Path, monkey
     assert not path.exists()
 
 
-def test_counts_read_as_english(here: Path, isolated_home: Path, capsys) -> None:
+def test_counts_read_as_english(here: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = sessions_folder(isolated_home)
     for n in range(3):
         logged(folder, here, f"prompt {n}")

@@ -17,6 +17,7 @@ from hotloop.sim.template import ASSISTANT_HEADER, END
 from hotloop.sim.tokenizer import count
 from hotloop.tui.widgets.sessions_sidebar import SessionList
 
+from support import present
 from tui_support import idle, press, running_app, send, sessions_sidebar, wait_until, write_config
 
 FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
@@ -205,7 +206,7 @@ def test_forking_what_isnt_there_is_one_line(
 
 
 def test_fork_takes_nothing_or_one_turn_number() -> None:
-    assert parse("/fork") is not None and parse("/fork 3") is not None and parse("/fork 3").args == ("3",)
+    assert parse("/fork") is not None and present(parse("/fork 3")).args == ("3",)
     for bad in ("/fork 0", "/fork two", "/fork 1 2", "/fork ²"):
         with pytest.raises(SlashError, match="/fork takes nothing, or a turn number"):
             parse(bad)
@@ -231,7 +232,7 @@ def test_a_forks_summary_counts_only_what_the_fork_spent(here: Path, isolated_ho
 
     assert main(["run", "--resume", fork_id, "and now?"]) == 0
     own = [e for e in read_session(fork).events if isinstance(e, StepFinished) and e.turn == 3]
-    expected = sum(e.usage.prompt_total + e.usage.output for e in own if e.usage is not None)
+    expected = sum(present(e.usage.prompt_total) + present(e.usage.output) for e in own if e.usage is not None)
     assert expected > 0 and spent(sessions_folder(isolated_home))[fork_id] == expected
     summary_path(fork).unlink()  # read again from the log alone
     assert spent(sessions_folder(isolated_home)) == {parent_id: parent_tokens, fork_id: expected}

@@ -21,7 +21,7 @@ from hotloop.core.resumption import Resumption
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.errors import ProviderError
-from hotloop.providers.events import UsageLedger
+from hotloop.providers.events import Usage, UsageLedger
 from hotloop.providers.openai_chat import Chunk, ChunkParser, OpenAIChatProvider
 from hotloop.sessions.log import SessionInUse
 from hotloop.sessions.store import find_session, read_session
@@ -113,11 +113,11 @@ def test_usage_that_cannot_be_true_is_kept_raw_and_counted_nowhere(usage: dict[s
     parser = ChunkParser()
     parser.feed(_chunk({"choices": [{"index": 0, "delta": {"content": "hello"}}]}))
     events = parser.feed(_chunk({"choices": [], "usage": usage}))
-    [reported] = [event for event in events if type(event).__name__ == "Usage"]
-    ledger: UsageLedger = reported.ledger  # type: ignore[attr-defined]
+    [reported] = [event for event in events if isinstance(event, Usage)]
+    ledger = reported.ledger
     assert ledger.distrust == said
     assert (ledger.prompt_total, ledger.cache_read, ledger.output) == (None, None, None)
-    assert reported.raw == usage  # type: ignore[attr-defined]
+    assert reported.raw == usage
     assert prompt_breakdown(ledger) == f"usage not trustworthy (server said {said})"
 
 

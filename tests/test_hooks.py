@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from hotloop.agent.hooks import MAX_REASON, Hook, Hooks
+from hotloop.agent.loop import Agent
+
+from support import Recorder, make_agent, sim_with_scenario
 
 
 def hooks(workspace: Path, *entries: Hook, hidden: set[str] | None = None) -> Hooks:
@@ -126,7 +130,7 @@ async def test_the_event_arrives_as_claude_code_json_on_stdin(tmp_path: Path) ->
             Hook(event=event, command=f"cat > {event}.json")
             for event in ("PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop")
         ),
-    )  # type: ignore[arg-type]
+    )
     await recording.pre_tool_use("read_file", '{"path": "README.md"}')
     await recording.post_tool_use("read_file", '{"path": "README.md"}', "# Demo\n")
     await recording.user_prompt_submit("fix the bug ✓")
@@ -190,9 +194,9 @@ def test_the_config_shape_is_checked() -> None:
 # -- in the loop ---------------------------------------------------------------------------
 
 
-async def run_agent(tmp_path: Path, steps: list[dict], *entries: Hook, prompt: str = "go"):  # type: ignore[no-untyped-def]
-    from support import make_agent, sim_with_scenario
-
+async def run_agent(
+    tmp_path: Path, steps: Sequence[object], *entries: Hook, prompt: str = "go"
+) -> tuple[Agent, Recorder]:
     sim = sim_with_scenario(tmp_path, steps)
     try:
         agent, recorder = make_agent(sim, tmp_path, hooks=hooks(tmp_path, *entries))

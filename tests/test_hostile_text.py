@@ -19,9 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_headless_terminal import run_on_a_terminal
 from textual.command import CommandInput, CommandList
 from textual.pilot import Pilot
+from textual.widgets import OptionList
 
 from hotloop.agent.events import Notice, SessionTitled, ToolStarted, TurnStarted
 from hotloop.agent.text import inert
@@ -38,6 +40,7 @@ from hotloop.tui.screens.waterfall import WaterfallScreen
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.server_panel import ServerPanel
 
+from support import present
 from tui_support import connected, drawn, idle, live_panes, press, send, sessions_sidebar, wait_until, write_config
 
 MARKUP = "[/bold] then [red]x[/red] then [not a tag"
@@ -121,7 +124,7 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
 
     schema = {"type": "object", "properties": {"note": {"type": "string"}}}
     async with running_app(size=(120, 40)) as (app, pilot):
-        app.session.runtime.tools.add(Tool("leak", "Leak.", schema, leak))
+        present(app.session.runtime).tools.add(Tool("leak", "Leak.", schema, leak))
         await send(app, pilot, "go")
         await wait_until(
             lambda: any("pwned" in line for pane in live_panes(app.main.transcript) for line in pane.output)
@@ -151,7 +154,7 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
         assert_inert(app.sub_title)
 
         press(app, "ctrl+b")
-        listed = (await sessions_sidebar(app)).query_one("OptionList")
+        listed = (await sessions_sidebar(app)).query_one(OptionList)
         await wait_until(lambda: listed.option_count == 1)
         await screen_inert(app)
 
@@ -172,7 +175,7 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
 
 
 async def test_the_palette_server_panel_and_status_bar_show_what_servers_say_as_it_reads(
-    isolated_home: Path, monkeypatch
+    isolated_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A server names its models, and an error quotes what a server said.
     option = SwitchOption(f"model: odd {MARKUP} {HOSTILE}", f"costs {MARKUP} {HOSTILE}", Choice(model="odd"), HOSTILE)
@@ -203,7 +206,7 @@ async def test_the_palette_server_panel_and_status_bar_show_what_servers_say_as_
 
         await wait_until(lambda: bool(app.query(ServerPanel)))
         panel = app.query_one(ServerPanel)
-        panel.report = replace(panel.report, model=HOSTILE)
+        panel.report = replace(present(panel.report), model=HOSTILE)
         app.main.status.model = HOSTILE
         assert_inert(f"{panel.render()}\n{app.main.status.render()}")
 
@@ -242,7 +245,7 @@ def hostile_session(workspace: Path, home: Path) -> list[str]:
 
 
 def test_hotloop_run_through_a_pipe_prints_escapes_inert_and_logs_them_exactly(
-    workspace: Path, isolated_home: Path, capsys
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = hostile_session(workspace, isolated_home)
     ran = subprocess.run(

@@ -19,7 +19,7 @@ from hotloop.providers.events import Finished as ModelFinished
 from hotloop.sessions.waterfall import render, waterfalls
 from hotloop.sim.engine import LatencyProfile
 
-from support import make_agent, sim_with_scenario, start_sim, wait_until
+from support import make_agent, present, sim_with_scenario, start_sim, wait_until
 
 # Slow decode: the first call is written in ~0.4 s and runs longest; the two after it have long arguments, which
 # take ~0.7 s each to write, and run briefly.
@@ -124,8 +124,9 @@ async def test_a_timestamp_planted_in_the_system_prompt_is_named_as_the_miss(tmp
     assert notes == ["", "", f"cache miss: system prompt changed at line 2 ({expected:,} tokens re-prefilled)", "", ""]
     assert notes[2] in step_summary(recorder.of(StepFinished)[2])  # the headless printer's step line
     fingerprints = [event.fingerprint for event in recorder.of(StepStarted)]
-    assert fingerprints[1].system != fingerprints[2].system and fingerprints[2].system == fingerprints[3].system
-    assert fingerprints[3].messages == fingerprints[2].messages + 2
+    before, changed, after = (present(fingerprint) for fingerprint in fingerprints[1:4])
+    assert before.system != changed.system and changed.system == after.system
+    assert after.messages == changed.messages + 2
 
 
 async def test_a_changed_tool_schema_and_an_eviction_get_their_own_names(tmp_path: Path) -> None:
@@ -224,7 +225,9 @@ def test_the_waterfall_shows_tools_overlapping_the_message_and_what_that_saved(
     assert text.startswith("turn 1 · search three ways · ") and "by early dispatch" in text and "▒" in text
 
 
-def test_sessions_show_waterfall_draws_every_turn(workspace: Path, isolated_home: Path, capsys, monkeypatch) -> None:
+def test_sessions_show_waterfall_draws_every_turn(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from hotloop.cli import main
     from hotloop.sessions.store import list_sessions
 
@@ -312,7 +315,7 @@ def slowed(tool: Tool, seconds: float) -> Tool:
 
 
 def test_prefetch_learns_from_past_sessions_in_the_same_workspace(
-    workspace: Path, isolated_home: Path, monkeypatch
+    workspace: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from hotloop.cli import main
     from hotloop.sessions.store import list_sessions, read_session

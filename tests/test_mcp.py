@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,7 +164,9 @@ async def test_a_server_that_dies_after_starting_is_said_once_and_restarts() -> 
         await bridge.aclose()
 
 
-async def run_through_agent(tmp_path: Path, mode: str, calls: list[dict[str, object]], **options: object) -> dict:
+async def run_through_agent(
+    tmp_path: Path, mode: str, calls: Sequence[object], **options: Any
+) -> dict[str, ToolFinished]:
     """One step of `calls` to the faulty server `mode`, through the agent on the simulator: results by tool."""
     sim = sim_with_scenario(tmp_path, [{"tool_calls": calls}, {"text": "Done."}])
     notices: list[Notice] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -48,7 +49,7 @@ def jsonl_as_sse(name: str) -> list[bytes]:
     return [b"data: " + line + b"\n\n" for line in (FIXTURES / name).read_bytes().splitlines() if line]
 
 
-def calls_of(events: list[ModelEvent]) -> list[tuple[str, str, dict]]:
+def calls_of(events: list[ModelEvent]) -> list[tuple[str, str, dict[str, Any]]]:
     return [(e.call_id, e.name, json.loads(e.arguments)) for e in events if isinstance(e, ToolCallReady)]
 
 
@@ -90,7 +91,7 @@ async def test_deepseek_reasoning_and_null_usage_parse_exactly() -> None:
     assert [e.reason for e in events if isinstance(e, Finished)] == ["tool_calls"]
 
 
-def chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, Any] | None = None) -> bytes:
     """A Chat Completions chunk; `delta=None` makes the usage-only chunk with `choices: []`."""
     choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
     body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": choices}

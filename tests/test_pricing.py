@@ -15,11 +15,12 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import genai_prices
 import pytest
 
-from hotloop.agent.events import ProviderSwitched, StepFinished, StepStarted, TurnFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, ProviderSwitched, StepFinished, StepStarted, TurnFinished, TurnStarted
 from hotloop.agent.figures import SessionTotals
 from hotloop.agent.pricing import (
     PRICE_UNKNOWN,
@@ -53,7 +54,7 @@ def dollars_for(tokens: int, per_million: str) -> Decimal:
     return Decimal(per_million) * tokens / 1_000_000
 
 
-def sse_data(name: str) -> list[dict]:
+def sse_data(name: str) -> list[dict[str, Any]]:
     """The JSON objects of a recording: SSE `data:` lines, or one object a line."""
     lines = (FIXTURES / name).read_text().splitlines()
     payloads = [line.removeprefix("data: ") for line in lines if line.startswith(("data: {", "{"))]
@@ -194,7 +195,7 @@ def test_unsplit_cache_writes_are_billed_at_the_configured_lifetime() -> None:
         ({"prompt_tokens": 194, "completion_tokens": 2, "cost": 0.95}, "0.95"),
     ],
 )
-def test_the_providers_own_cost_is_used_and_said(usage: dict, dollars_said: str) -> None:
+def test_the_providers_own_cost_is_used_and_said(usage: dict[str, Any], dollars_said: str) -> None:
     ledger = UsageLedger.from_openai(usage)
 
     cost = price_step(ledger, "gpt-4o", OPENAI, at=WHEN)  # a table price exists, but the provider's figure wins
@@ -266,7 +267,7 @@ def step_finished(turn: int, step: int, usage: UsageLedger | None) -> StepFinish
 def test_the_step_pricer_follows_switches() -> None:
     usage = anthropic_usage("anthropic_tool_use.sse")
     pricer = StepPricer(servers={"anthropic": ANTHROPIC}, hourly={"box": 3.6})
-    events = [
+    events: list[AgentEvent] = [
         StepStarted(turn=1, step=1, provider="anthropic", model="claude-sonnet-4-20250514"),
         ProviderSwitched(
             provider="box",
@@ -305,7 +306,9 @@ def write_session(folder: Path) -> Path:
         return log.path
 
 
-def test_a_sessions_cost_is_kept_in_its_summary_and_listed(isolated_home: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_sessions_cost_is_kept_in_its_summary_and_listed(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = isolated_home / "data" / "sessions"
     path = write_session(folder)
 
@@ -371,7 +374,7 @@ def test_the_transcripts_usage_strips_say_each_steps_dollars(tmp_path: Path) -> 
     assert priced[1] == strips(TranscriptFold())[1]  # as without a pricer: no dollars said
 
 
-def test_headless_replay_prices_each_step_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_headless_replay_prices_each_step_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hotloop.cli.session_commands import print_replay
 
     assert print_replay(read_session(write_session(tmp_path)), 0) == 0
@@ -380,7 +383,7 @@ def test_headless_replay_prices_each_step_line(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_run_prices_its_step_lines_and_json_from_the_sessions_server(
-    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A self-hosted server with cost_per_hour: each line says its estimate, and --json carries the dollars."""
     from hotloop.cli import main
@@ -402,7 +405,7 @@ def test_run_prices_its_step_lines_and_json_from_the_sessions_server(
 
 
 def test_the_log_prices_a_self_hosted_server_as_the_run_did(
-    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    isolated_home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """cost_per_hour is written in the log (the header's, a switch's), so an export and the session list price each
     step as the run did, after the config no longer says it."""
@@ -430,7 +433,8 @@ def test_the_log_prices_a_self_hosted_server_as_the_run_did(
     (path,) = (isolated_home / "data" / "sessions").glob(f"*_{exported['id']}.jsonl")
     summary_path(path).unlink()  # scanned whole: the header and the switch say what each server costs
     costs = summarize(path).costs
-    assert costs is not None and (float(costs.known), costs.priced, costs.unknown) == (pytest.approx(sum(live)), 2, 0)
+    assert costs is not None and float(costs.known) == pytest.approx(sum(live))
+    assert (costs.priced, costs.unknown) == (2, 0)
 
 
 def test_the_waterfall_says_what_the_cache_saved_in_dollars() -> None:
@@ -440,7 +444,7 @@ def test_the_waterfall_says_what_the_cache_saved_in_dollars() -> None:
 
     usage = UsageLedger(prompt_total=10_000, cache_read=8_000, uncached=2_000, output=100)
     finished = step_finished(1, 1, usage)
-    events = [
+    events: list[AgentEvent] = [
         TurnStarted(ts=WHEN - 3, turn=1, prompt="go"),
         StepStarted(ts=WHEN - 2, turn=1, step=1, provider="openai", model="gpt-4o"),
         ResponseFinished(

@@ -53,13 +53,13 @@ BODY: list[dict[str, Any]] = [
     {"type": "response.function_call_arguments.done", "item_id": "fc_1", "arguments": ARGUMENTS},
     {"type": "response.output_item.done", "output_index": 2, "item": {**CALL, "arguments": ARGUMENTS}},
 ]
-COMPLETED = {"type": "response.completed", "response": response("completed")}
+COMPLETED: dict[str, Any] = {"type": "response.completed", "response": response("completed")}
 # Endings after which the stream can't go on: each substitution must end it with one clear line.
-FAILING = [
+FAILING: list[dict[str, Any]] = [
     {"type": "response.failed", "response": response("failed", usage=None, error={"code": "x", "message": "boom"})},
     {"type": "error", "code": "server_error", "message": "boom", "param": None},
 ]
-INCOMPLETE = {
+INCOMPLETE: dict[str, Any] = {
     "type": "response.incomplete",
     "response": response("incomplete", incomplete_details={"reason": "max_output_tokens"}),
 }

@@ -33,7 +33,7 @@ from hotloop.providers.vllm import ServerInfo, discover, scrape
 from hotloop.sim.engine import SimConfig
 from hotloop.tui.widgets.server_panel import ServerPanel
 
-from support import FIXTURES, serving, start_sim, wait_until
+from support import FIXTURES, present, serving, start_sim, wait_until
 
 RECORDINGS = FIXTURES / "llamacpp"
 METRICS = (RECORDINGS / "metrics_stock.prom").read_text()
@@ -219,12 +219,12 @@ async def test_discovery_and_the_panel_figures_come_from_the_vllm_servers_own_en
     try:
         info = await discover(provider)
         watch = ServerWatch()
-        watch.observe(await scrape(provider))
+        watch.observe(present(await scrape(provider)))
         api = openai.AsyncOpenAI(base_url=sim.base_url, api_key="-", max_retries=0)
         for _ in range(2):
             await api.chat.completions.create(model="sim-balanced", messages=[{"role": "user", "content": "hi " * 40}])
         await api.close()
-        stats = watch.observe(await scrape(provider))
+        stats = watch.observe(present(await scrape(provider)))
         _, text = await provider.fetch(sim.url + "/metrics")
     finally:
         await provider.aclose()

@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -76,7 +77,7 @@ def streaming(prompt_tokens: int) -> Chat:
     async def handler(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        chunks = [
+        chunks: list[dict[str, Any]] = [
             {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Done."}}]},
             {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
             {"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 2, "total_tokens": 0}},

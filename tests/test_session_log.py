@@ -11,7 +11,7 @@ from hotloop.agent.events import StepFinished, TurnStarted, decode, fan_out
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import list_sessions, summarize
 
-from support import make_agent, start_sim
+from support import make_agent, present, start_sim
 
 
 def create_log(folder: Path, secrets: tuple[str, ...] = ()) -> SessionLog:
@@ -103,7 +103,7 @@ def test_listing_summarizes_and_survives_a_torn_last_line(tmp_path: Path) -> Non
 
 def test_a_full_disk_stops_the_log_not_the_run(tmp_path: Path) -> None:
     log = create_log(tmp_path)
-    os.dup2(os.open("/dev/full", os.O_WRONLY), log._fd)  # every later write fails with ENOSPC
+    os.dup2(os.open("/dev/full", os.O_WRONLY), present(log._fd))  # every later write fails with ENOSPC
     log.write(TurnStarted(turn=1, prompt="hello"))
     log.write(TurnStarted(turn=2, prompt="still running"))
     log.close()

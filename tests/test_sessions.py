@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.agent.events import Notice, StepStarted, TextDelta, TurnFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, Notice, StepStarted, TurnFinished, TurnStarted
 from hotloop.cli import main
 from hotloop.core.resumption import Resumption
-from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
+from hotloop.providers.conversation import AssistantMessage, ToolResultMessage, UserMessage
+from hotloop.providers.events import TextDelta
 from hotloop.sessions.log import SessionInUse, SessionLog
 from hotloop.sessions.replay import IDLE_GAP, Replay, Timeline
 from hotloop.sessions.store import SessionError, find_session, list_sessions, read_session
@@ -74,7 +75,7 @@ def test_an_interrupted_step_is_rebuilt_as_the_agent_kept_it() -> None:
     from hotloop.providers.events import ToolCallReady
     from hotloop.sessions.resume import closing_events, rebuild
 
-    events = [
+    events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="go", context=" <ctx>"),
         StepStarted(turn=1, step=1, provider="p", model="m"),
         TextDelta("half an "),
@@ -83,6 +84,7 @@ def test_an_interrupted_step_is_rebuilt_as_the_agent_kept_it() -> None:
     ]
     conversation = rebuild(events)
     user, partial, cancelled = conversation.messages
+    assert isinstance(user, UserMessage) and isinstance(partial, AssistantMessage)
     assert user.content == "go <ctx>"
     assert partial == AssistantMessage("half an answer", "", partial.tool_calls, interrupted=True)
     assert cancelled == ToolResultMessage("c1", "grep", CANCELLED_RESULT, is_error=True)
@@ -153,7 +155,7 @@ def test_two_processes_never_write_one_session(tmp_path: Path) -> None:
 
 
 def test_the_timeline_keeps_the_pace_but_cuts_idle_time() -> None:
-    events = [
+    events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="a", ts=100.0),
         StepStarted(turn=1, step=1, provider="p", model="m", ts=100.5),
         TextDelta("x", ts=101.5),
@@ -168,7 +170,7 @@ def test_the_timeline_keeps_the_pace_but_cuts_idle_time() -> None:
 
 async def test_the_player_pauses_changes_speed_and_jumps() -> None:
     clock = [0.0]
-    events = [
+    events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="a", ts=10.0),
         StepStarted(turn=1, step=1, provider="p", model="m", ts=10.0),
         TextDelta("x", ts=12.0),
@@ -225,7 +227,9 @@ def test_kill_9_mid_answer_leaves_a_log_that_resumes(isolated_home: Path) -> Non
     assert ends == [(1, "interrupted"), (2, "answer")]
 
 
-def test_sessions_commands_list_search_show_export_and_delete(isolated_home: Path, capsys) -> None:
+def test_sessions_commands_list_search_show_export_and_delete(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (isolated_home / "config.toml").write_text(FAST_SIM)
     (isolated_home / "ws").mkdir()
     os.chdir(isolated_home / "ws")
@@ -266,7 +270,7 @@ def test_sessions_commands_list_search_show_export_and_delete(isolated_home: Pat
     assert not hello.path.exists() and [s.id for s in list_sessions(hello.path.parent).sessions] == [readme.id]
 
 
-def test_headless_replay_prints_what_run_printed(isolated_home: Path, capsys) -> None:
+def test_headless_replay_prints_what_run_printed(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (isolated_home / "config.toml").write_text(FAST_SIM)
     (isolated_home / "ws").mkdir()
     os.chdir(isolated_home / "ws")
@@ -308,7 +312,9 @@ def test_keys_never_reach_any_session_file(isolated_home: Path) -> None:
     assert b"[redacted]" in path.read_bytes()
 
 
-def test_starting_a_session_is_refused_while_another_process_writes_it(isolated_home: Path, capsys) -> None:
+def test_starting_a_session_is_refused_while_another_process_writes_it(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (isolated_home / "config.toml").write_text(FAST_SIM)
     with SessionLog.create(
         isolated_home / "data" / "sessions", provider="sim", model="sim-fast", workspace=isolated_home

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
+from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types import (
+    CacheControlEphemeralParam,
+    MessageParam,
+    TextBlock,
+    ToolParam,
+    ToolUseBlock,
+    ToolUseBlockParam,
+)
 
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import SimConfig
@@ -17,17 +27,17 @@ from support import (
     start_sim,
 )
 
-READ_FILE = {
+READ_FILE: ToolParam = {
     "name": "read_file",
     "description": "Read a file",
     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
 }
-EPHEMERAL = {"type": "ephemeral"}
+EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
 # Long enough that the static prefix passes a minimum cacheable length of 1,024 tokens.
 SYSTEM = "You answer questions about files in a repository, briefly and precisely. " * 90
 
 
-def raw_stream(sim: EmbeddedSimulator, body: dict) -> list[tuple[str, dict]]:
+def raw_stream(sim: EmbeddedSimulator, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The SSE events exactly as sent, `(event name, data)`: the SDK hides `ping`."""
     request = urllib.request.Request(
         sim.url + "/v1/messages",
@@ -89,12 +99,13 @@ async def test_sdk_streams_text_and_parallel_tool_use(sim: EmbeddedSimulator) ->
         message = await stream.get_final_message()
 
     assert [block.type for block in message.content] == ["text", "tool_use", "tool_use"]
-    assert message.content[0].text == "Running 2 tool calls (read_file).\n"
-    assert [(b.name, b.input) for b in message.content[1:]] == [
+    text, *uses = message.content
+    assert isinstance(text, TextBlock) and text.text == "Running 2 tool calls (read_file).\n"
+    assert [(b.name, b.input) for b in uses if isinstance(b, ToolUseBlock)] == [
         ("read_file", {"path": "README.md"}),
         ("read_file", {"path": "pyproject.toml"}),
     ]
-    assert len({b.id for b in message.content[1:]}) == 2
+    assert len({b.id for b in uses if isinstance(b, ToolUseBlock)}) == 2
     assert len([f for f in json_fragments if f]) >= 6  # the input streams in pieces
     assert message.stop_reason == "tool_use"
     usage = message.usage
@@ -115,7 +126,7 @@ async def test_non_streaming_answer_and_models_listing(sim: EmbeddedSimulator) -
     assert [model.id async for model in api.models.list()] == ["sim-fast", "sim-balanced", "sim-strong"]
 
 
-def cached_request(question: str, **control: str) -> dict:
+def cached_request(question: str, **control: str) -> dict[str, Any]:
     """A request with breakpoints on the system prompt and the newest message, as hotloop places them."""
     return {
         "model": "sim-fast",
@@ -163,6 +174,7 @@ async def test_more_than_four_breakpoints_are_rejected(sim: EmbeddedSimulator) -
     request["tools"] = [{**READ_FILE, "name": f"tool_{n}", "cache_control": EPHEMERAL} for n in range(3)]
     with pytest.raises(anthropic.BadRequestError) as rejected:
         await client(sim).messages.create(**request)
+    assert isinstance(rejected.value.body, dict)
     assert rejected.value.body["error"] == {
         "type": "invalid_request_error",
         "message": "A maximum of 4 blocks with cache_control may be provided. Found 5.",
@@ -170,8 +182,8 @@ async def test_more_than_four_breakpoints_are_rejected(sim: EmbeddedSimulator) -
 
 
 async def test_tool_results_must_answer_the_previous_message(sim: EmbeddedSimulator) -> None:
-    use = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}
-    ask = {"role": "user", "content": "read a"}
+    use: ToolUseBlockParam = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}
+    ask: MessageParam = {"role": "user", "content": "read a"}
     api = client(sim)
 
     with pytest.raises(
@@ -232,8 +244,8 @@ async def test_tool_results_must_answer_the_previous_message(sim: EmbeddedSimula
 
 async def test_thinking_blocks_are_signed_and_must_come_back_intact(sim: EmbeddedSimulator) -> None:
     api = client(sim)
-    ask = {"role": "user", "content": "read README.md"}
-    options = {
+    ask: MessageParam = {"role": "user", "content": "read README.md"}
+    options: dict[str, Any] = {
         "model": "sim-fast",
         "max_tokens": 4096,
         "tools": [READ_FILE],
@@ -243,9 +255,12 @@ async def test_thinking_blocks_are_signed_and_must_come_back_intact(sim: Embedde
     thinking, *rest = first.content
     assert thinking.type == "thinking" and thinking.thinking and thinking.signature
     use = next(block for block in rest if block.type == "tool_use")
-    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "# readme"}]}
+    result: MessageParam = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "# readme"}],
+    }
 
-    def replayed(blocks: list) -> list[dict]:
+    def replayed(blocks: list[Any]) -> list[MessageParam]:
         return [ask, {"role": "assistant", "content": blocks}, result]
 
     kept = await api.messages.create(
@@ -271,10 +286,11 @@ async def test_requests_without_the_version_header_or_max_tokens_are_rejected(si
 
     with pytest.raises(anthropic.NotFoundError) as unknown:
         await client(sim).messages.create(model="claude-9", max_tokens=10, messages=[{"role": "user", "content": "x"}])
+    assert isinstance(unknown.value.body, dict)
     assert unknown.value.body["error"]["type"] == "not_found_error"
 
 
-async def test_scenario_error_breaks_the_stream_after_its_text(tmp_path) -> None:
+async def test_scenario_error_breaks_the_stream_after_its_text(tmp_path: Path) -> None:
     from hotloop.sim.scenario import load_scenario
 
     from support import scenario_file

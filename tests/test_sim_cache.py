@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hotloop.sim.cache import PrefixCache, block_hashes
+from hotloop.sim.cache import CacheBlock, PrefixCache, block_hashes
 from hotloop.sim.tokenizer import encode, pieces
 
 
@@ -55,10 +55,8 @@ def test_tokenizer_is_lossless_deterministic_and_bpe_sized() -> None:
     assert 3.0 < len(prose) / len(encode(prose)) < 6.0
 
 
-def blocks(count: int, size: int = 100, marks: dict[int, float] | None = None) -> list:
+def blocks(count: int, size: int = 100, marks: dict[int, float] | None = None) -> list[CacheBlock]:
     """`count` distinct content blocks of `size` tokens; `marks` puts a breakpoint (TTL) on some."""
-    from hotloop.sim.cache import CacheBlock
-
     marks = marks or {}
     return [CacheBlock(size, n, marks.get(n)) for n in range(count)]
 

@@ -20,9 +20,12 @@ import aiohttp
 import anthropic
 import openai
 import pytest
+from anthropic.types import MessageParam
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import TextContent
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from hotloop.cli import main
 from hotloop.sim.embedded import EmbeddedSimulator
@@ -32,7 +35,7 @@ from hotloop.sim.scenario import Faults, Refusal, ScenarioError, Stall, load_sce
 from support import scenario_file, sim_with_scenario
 
 MCP_FAULTS = str(Path(__file__).parent / "mcp_faults.py")
-READ_FILE = {
+READ_FILE: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "read_file",
@@ -40,7 +43,8 @@ READ_FILE = {
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
     },
 }
-ASK = [{"role": "user", "content": "go"}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "go"}]
+ASK_ANTHROPIC: list[MessageParam] = [{"role": "user", "content": "go"}]  # the same, in the Anthropic SDK's types
 PROTOCOLS = ("openai", "anthropic")
 Simulate = Callable[..., EmbeddedSimulator]
 
@@ -122,7 +126,9 @@ def arguments_in(raw: bytes, protocol: str) -> str:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_drop_after_closes_the_connection_after_n_chunks(simulate, http, protocol) -> None:
+async def test_drop_after_closes_the_connection_after_n_chunks(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str
+) -> None:
     sim = simulate([{"text": "one two three four five six seven eight", "drop_after": 3}])
     received = b""
     async with http.post(**request(sim, protocol)) as response:
@@ -135,7 +141,7 @@ async def test_drop_after_closes_the_connection_after_n_chunks(simulate, http, p
     assert b"[DONE]" not in received and b"message_stop" not in received
 
 
-async def test_a_stream_shorter_than_drop_after_ends_normally(simulate, http) -> None:
+async def test_a_stream_shorter_than_drop_after_ends_normally(simulate: Simulate, http: aiohttp.ClientSession) -> None:
     sim = simulate([{"text": "hi", "drop_after": 100}])
     async with http.post(**request(sim, "openai")) as response:
         raw = await response.read()
@@ -156,7 +162,9 @@ async def test_a_stream_shorter_than_drop_after_ends_normally(simulate, http) ->
         ("anthropic", 529, "overloaded_error"),
     ],
 )
-async def test_status_answers_the_protocols_error_with_retry_after(simulate, http, protocol, status, kind) -> None:
+async def test_status_answers_the_protocols_error_with_retry_after(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str, status: int, kind: str
+) -> None:
     sim = simulate([{"text": "ok", "status": status, "retry_after": 2}])
     async with http.post(**request(sim, protocol)) as response:
         body = await response.json()
@@ -168,13 +176,13 @@ async def test_status_answers_the_protocols_error_with_retry_after(simulate, htt
         assert body["type"] == "error" and body["error"]["type"] == kind and body["request_id"].startswith("req_")
 
 
-async def test_status_without_retry_after_sends_no_header(simulate, http) -> None:
+async def test_status_without_retry_after_sends_no_header(simulate: Simulate, http: aiohttp.ClientSession) -> None:
     sim = simulate([{"text": "ok", "status": 500}])
     async with http.post(**request(sim, "openai", stream=False)) as response:
         assert response.status == 500 and "retry-after" not in response.headers
 
 
-async def test_status_times_refuses_the_same_request_then_it_answers(simulate) -> None:
+async def test_status_times_refuses_the_same_request_then_it_answers(simulate: Simulate) -> None:
     sim = simulate([{"text": "first", "status": 429, "retry_after": 0.01, "times": 2}, {"text": "second"}])
     client = openai_client(sim)
     try:
@@ -186,6 +194,7 @@ async def test_status_times_refuses_the_same_request_then_it_answers(simulate) -
     finally:
         await client.close()
     assert answer.choices[0].message.content == "first"
+    assert answer.usage is not None
     assert [(r.status, r.prompt_tokens) for r in sim.server.requests] == [
         (429, 0),
         (429, 0),
@@ -194,7 +203,7 @@ async def test_status_times_refuses_the_same_request_then_it_answers(simulate) -
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_an_sdk_that_retries_gets_through(simulate, protocol) -> None:
+async def test_an_sdk_that_retries_gets_through(simulate: Simulate, protocol: str) -> None:
     sim = simulate(
         [{"text": "made it", "status": 529 if protocol == "anthropic" else 503, "retry_after": 0.01, "times": 2}]
     )
@@ -204,12 +213,14 @@ async def test_an_sdk_that_retries_gets_through(simulate, protocol) -> None:
         assert answer.choices[0].message.content == "made it"
     else:
         async with anthropic_client(sim, retries=2) as client:
-            message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK)
-        assert message.content[0].text == "made it"
+            message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK_ANTHROPIC)
+        assert message.content[0].type == "text" and message.content[0].text == "made it"
     assert [r.status for r in sim.server.requests] == [529 if protocol == "anthropic" else 503] * 2 + [200]
 
 
-async def test_fault_flag_status_times_counts_per_distinct_request(simulate, http) -> None:
+async def test_fault_flag_status_times_counts_per_distinct_request(
+    simulate: Simulate, http: aiohttp.ClientSession
+) -> None:
     sim = simulate(flags=("status:503:times=1",))
     statuses = []
     for prompt in ("a", "a", "b", "b"):
@@ -224,7 +235,9 @@ async def test_fault_flag_status_times_counts_per_distinct_request(simulate, htt
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_stall_before_headers_sends_nothing_then_answers(simulate, http, protocol) -> None:
+async def test_stall_before_headers_sends_nothing_then_answers(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str
+) -> None:
     sim = simulate([{"text": "late", "stall": {"before_headers": 30}}])
     # A client that gives up first never even sees headers.
     with pytest.raises(TimeoutError):
@@ -236,14 +249,16 @@ async def test_stall_before_headers_sends_nothing_then_answers(simulate, http, p
         assert response.status == 200 and loop.time() - started >= 0.02
 
 
-async def test_stall_before_headers_delays_a_status_too(simulate, http) -> None:
+async def test_stall_before_headers_delays_a_status_too(simulate: Simulate, http: aiohttp.ClientSession) -> None:
     sim = simulate([{"text": "x", "status": 503, "stall": {"before_headers": 30}}])
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(http.post(**request(sim, "openai")), 0.05)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_stall_after_chunks_goes_silent_mid_stream(simulate, http, protocol) -> None:
+async def test_stall_after_chunks_goes_silent_mid_stream(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str
+) -> None:
     sim = simulate([{"text": "one two three four five", "stall": {"after_chunks": 2, "seconds": 30}}])
     async with http.post(**request(sim, protocol)) as response:
         first = [await response.content.readuntil(b"\n\n") for _ in range(2)]
@@ -253,7 +268,9 @@ async def test_stall_after_chunks_goes_silent_mid_stream(simulate, http, protoco
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_a_short_stall_mid_stream_then_the_rest(simulate, http, protocol) -> None:
+async def test_a_short_stall_mid_stream_then_the_rest(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str
+) -> None:
     sim = simulate([{"text": "one two three", "stall": {"after_chunks": 2, "seconds": 0.01}}])
     async with http.post(**request(sim, protocol)) as response:
         raw = await response.read()
@@ -269,19 +286,22 @@ async def test_a_short_stall_mid_stream_then_the_rest(simulate, http, protocol) 
 # -- malformed tool JSON, and llama.cpp's check of what comes back ---------------------------
 
 
-async def test_malformed_arguments_are_still_sent_verbatim(simulate) -> None:
+async def test_malformed_arguments_are_still_sent_verbatim(simulate: Simulate) -> None:
     sim = simulate([{"tool_calls": [{"name": "read_file", "arguments": '{"path": '}]}])
     async with openai_client(sim) as client:
         stream = await client.chat.completions.create(model="sim-fast", messages=ASK, tools=[READ_FILE], stream=True)
         chunks = [chunk async for chunk in stream]
-    fragments = [
-        call.function.arguments or "" for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []
-    ]
+    fragments = []
+    for chunk in chunks:
+        calls = chunk.choices[0].delta.tool_calls if chunk.choices else None
+        for call in calls or []:
+            assert call.function is not None
+            fragments.append(call.function.arguments or "")
     assert "".join(fragments) == '{"path": '
 
 
-async def test_past_arguments_that_are_not_json_get_llama_cpps_500(sim) -> None:
-    messages = [
+async def test_past_arguments_that_are_not_json_get_llama_cpps_500(sim: EmbeddedSimulator) -> None:
+    messages: list[ChatCompletionMessageParam] = [
         *ASK,
         {
             "role": "assistant",
@@ -296,11 +316,12 @@ async def test_past_arguments_that_are_not_json_get_llama_cpps_500(sim) -> None:
         with pytest.raises(openai.InternalServerError) as rejected:
             await client.chat.completions.create(model="sim-fast", messages=messages, tools=[READ_FILE])
     assert rejected.value.status_code == 500
+    assert isinstance(rejected.value.body, dict)
     assert rejected.value.body["message"].startswith("Failed to parse tool call arguments as JSON: Expecting value")
 
 
-async def test_anthropic_still_requires_tool_input_to_be_an_object(sim) -> None:
-    messages = [
+async def test_anthropic_still_requires_tool_input_to_be_an_object(sim: EmbeddedSimulator) -> None:
+    messages: list[Any] = [  # a tool_use input that is not an object, which the SDK's types don't allow
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": '{"a"'}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]},
@@ -314,7 +335,9 @@ async def test_anthropic_still_requires_tool_input_to_be_an_object(sim) -> None:
 
 
 @pytest.mark.parametrize(("protocol", "key"), [("openai", b'"content":"'), ("anthropic", b'"text":"')])
-async def test_invalid_utf8_puts_one_bad_byte_inside_a_json_string(simulate, http, protocol, key) -> None:
+async def test_invalid_utf8_puts_one_bad_byte_inside_a_json_string(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str, key: bytes
+) -> None:
     sim = simulate([{"text": "hello hello", "invalid_utf8": True}])
     async with http.post(**request(sim, protocol)) as response:
         raw = await response.read()
@@ -329,7 +352,9 @@ async def test_invalid_utf8_puts_one_bad_byte_inside_a_json_string(simulate, htt
     assert "\ufffdhello" in json.dumps(data, ensure_ascii=False)
 
 
-async def test_invalid_utf8_goes_into_the_arguments_when_there_is_no_text(simulate, http) -> None:
+async def test_invalid_utf8_goes_into_the_arguments_when_there_is_no_text(
+    simulate: Simulate, http: aiohttp.ClientSession
+) -> None:
     sim = simulate([{"tool_calls": [{"name": "read_file", "arguments": {"path": "a"}}], "invalid_utf8": True}])
     async with http.post(**request(sim, "openai", tools=[READ_FILE])) as response:
         raw = await response.read()
@@ -340,7 +365,9 @@ async def test_invalid_utf8_goes_into_the_arguments_when_there_is_no_text(simula
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_huge_argument_pads_the_first_call(simulate, http, protocol) -> None:
+async def test_huge_argument_pads_the_first_call(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str
+) -> None:
     calls = [{"name": "read_file", "arguments": {"path": "a"}}, {"name": "read_file", "arguments": {"path": "b"}}]
     sim = simulate([{"tool_calls": calls, "huge_argument": 200_000}])
     async with http.post(**request(sim, protocol, max_tokens=100_000)) as response:
@@ -350,15 +377,17 @@ async def test_huge_argument_pads_the_first_call(simulate, http, protocol) -> No
     assert second == '{"path": "b"}'
 
 
-async def test_huge_argument_in_a_whole_response(simulate) -> None:
+async def test_huge_argument_in_a_whole_response(simulate: Simulate) -> None:
     sim = simulate([{"tool_calls": [{"name": "read_file", "arguments": {"path": "a"}}], "huge_argument": 100_000}])
     async with openai_client(sim) as client:
         answer = await client.chat.completions.create(model="sim-fast", messages=ASK, tools=[READ_FILE])
+    assert answer.choices[0].message.tool_calls is not None
     (call,) = answer.choices[0].message.tool_calls
+    assert call.type == "function"
     assert len(call.function.arguments) == 100_000 and json.loads(call.function.arguments)["path"] == "a"
 
 
-async def test_duplicate_ids_give_every_call_one_id(simulate) -> None:
+async def test_duplicate_ids_give_every_call_one_id(simulate: Simulate) -> None:
     calls = [{"name": "read_file", "arguments": {"path": p}} for p in ("a", "b", "c")]
     sim = simulate([{"tool_calls": calls, "duplicate_ids": True}])
     async with openai_client(sim) as client:
@@ -371,14 +400,16 @@ async def test_duplicate_ids_give_every_call_one_id(simulate) -> None:
             if call.id
         ]
     async with anthropic_client(sim) as client:
-        message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK)
+        message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK_ANTHROPIC)
     assert len(ids) == 3 and len(set(ids)) == 1 and ids[0].startswith("chatcmpl-tool-")
     blocks = [block for block in message.content if block.type == "tool_use"]
     assert len(blocks) == 3 and len({block.id for block in blocks}) == 1
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_cut_arguments_ends_the_message_as_the_output_limit_does(simulate, http, protocol) -> None:
+async def test_cut_arguments_ends_the_message_as_the_output_limit_does(
+    simulate: Simulate, http: aiohttp.ClientSession, protocol: str
+) -> None:
     calls = [
         {"name": "read_file", "arguments": {"path": "README.md"}},
         {"name": "read_file", "arguments": {"path": "b"}},
@@ -397,17 +428,17 @@ async def test_cut_arguments_ends_the_message_as_the_output_limit_does(simulate,
         assert delta["delta"]["stop_reason"] == "max_tokens" and raw.count(b'"type":"tool_use"') == 1
 
 
-async def test_cut_arguments_with_the_anthropic_sdk(simulate) -> None:
+async def test_cut_arguments_with_the_anthropic_sdk(simulate: Simulate) -> None:
     sim = simulate([{"tool_calls": [{"name": "read_file", "arguments": {"path": "README.md"}}], "cut_arguments": 0}])
     async with anthropic_client(sim) as client:
-        message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK)
+        message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK_ANTHROPIC)
     assert message.stop_reason == "max_tokens" and message.content[0].type == "tool_use"
 
 
 # -- usage ----------------------------------------------------------------------------------
 
 
-async def test_usage_overrides_in_openai_usage(simulate) -> None:
+async def test_usage_overrides_in_openai_usage(simulate: Simulate) -> None:
     nonsense = {"prompt_tokens": -50, "cached_tokens": 5000, "completion_tokens": 999999, "input_tokens": 7}
     sim = simulate([{"text": "ok", "usage": nonsense}])
     async with openai_client(sim) as client:
@@ -415,17 +446,18 @@ async def test_usage_overrides_in_openai_usage(simulate) -> None:
             model="sim-fast", messages=ASK, stream=True, stream_options={"include_usage": True}
         )
         usage = [chunk async for chunk in stream][-1].usage
+    assert usage is not None and usage.prompt_tokens_details is not None
     assert (usage.prompt_tokens, usage.completion_tokens) == (-50, 999999)
     assert usage.prompt_tokens_details.cached_tokens == 5000
     assert "input_tokens" not in usage.model_dump()  # the other protocol's field is ignored
 
 
-async def test_usage_overrides_in_anthropic_usage(simulate, http) -> None:
+async def test_usage_overrides_in_anthropic_usage(simulate: Simulate, http: aiohttp.ClientSession) -> None:
     sim = simulate(
         [{"text": "ok", "usage": {"input_tokens": -50, "cache_read_input_tokens": 5000, "prompt_tokens": 1}}]
     )
     async with anthropic_client(sim) as client:
-        message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK)
+        message = await client.messages.create(model="sim-fast", max_tokens=1024, messages=ASK_ANTHROPIC)
     assert (message.usage.input_tokens, message.usage.cache_read_input_tokens) == (-50, 5000)
     async with http.post(**request(sim, "anthropic")) as response:
         raw = await response.read()
@@ -437,7 +469,7 @@ async def test_usage_overrides_in_anthropic_usage(simulate, http) -> None:
 # -- no fault, no change --------------------------------------------------------------------
 
 
-async def test_faults_touch_nothing_else_the_stream_sends(simulate, http) -> None:
+async def test_faults_touch_nothing_else_the_stream_sends(simulate: Simulate, http: aiohttp.ClientSession) -> None:
     plain = simulate([{"text": "same words", "tool_calls": [{"name": "read_file", "arguments": {"path": "a"}}]}])
     faulty = simulate(
         [{"text": "same words", "tool_calls": [{"name": "read_file", "arguments": {"path": "a"}}], "drop_after": 1000}]
@@ -489,7 +521,7 @@ async def test_faults_touch_nothing_else_the_stream_sends(simulate, http) -> Non
         ("text", "a step must be an object (got str)"),
     ],
 )
-def test_scenario_steps_are_checked_in_one_line(tmp_path, step, problem) -> None:
+def test_scenario_steps_are_checked_in_one_line(tmp_path: Path, step: object, problem: str) -> None:
     path = scenario_file(tmp_path, [{"text": "fine"}, step])
     with pytest.raises(ScenarioError) as error:
         load_scenario(path)
@@ -497,7 +529,7 @@ def test_scenario_steps_are_checked_in_one_line(tmp_path, step, problem) -> None
     assert message.startswith(f"scenario {path} step 2: ") and problem in message and "\n" not in message
 
 
-def test_a_scenario_step_reads_into_its_faults(tmp_path) -> None:
+def test_a_scenario_step_reads_into_its_faults(tmp_path: Path) -> None:
     step = {
         "tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}],
         "drop_after": 3,
@@ -565,13 +597,13 @@ def test_fault_flags_read_as_scenario_fields() -> None:
         ("explode", "--fault explode: expected one of"),
     ],
 )
-def test_a_bad_fault_flag_is_refused_in_one_line(capsys, flag, problem) -> None:
+def test_a_bad_fault_flag_is_refused_in_one_line(capsys: pytest.CaptureFixture[str], flag: str, problem: str) -> None:
     assert main(["sim", "serve", "--port", "0", "--fault", flag]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"hotloop: {problem}") and err.count("\n") == 1
 
 
-async def test_sim_serve_applies_fault_flags_to_every_request(http) -> None:
+async def test_sim_serve_applies_fault_flags_to_every_request(http: aiohttp.ClientSession) -> None:
     command = [sys.executable, "-m", "hotloop", "sim", "serve", "--port", "0", "--no-latency"]
     command += ["--fault", "status:503:retry-after=1:times=1", "--fault", "usage:prompt_tokens=-50"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
@@ -616,7 +648,8 @@ async def test_mcp_tool_that_hangs_while_the_server_stays_healthy() -> None:
             assert [tool.name for tool in (await client.list_tools()).tools] == ["echo", "hang"]
             with pytest.raises(MCPError, match="timed out"):
                 await client.call_tool("hang", {}, read_timeout_seconds=0.05)
-            assert (await client.call_tool("echo", {"text": "still here"})).content[0].text == "still here"
+            echoed = (await client.call_tool("echo", {"text": "still here"})).content[0]
+            assert isinstance(echoed, TextContent) and echoed.text == "still here"
 
 
 async def test_mcp_tool_that_answers_a_32000_error() -> None:
@@ -625,14 +658,16 @@ async def test_mcp_tool_that_answers_a_32000_error() -> None:
             with pytest.raises(MCPError) as failed:
                 await client.call_tool("fail", {})
             assert (failed.value.code, failed.value.message) == (-32000, "the backend is unavailable")
-            assert (await client.call_tool("echo", {"text": "fine"})).content[0].text == "fine"
+            echoed = (await client.call_tool("echo", {"text": "fine"})).content[0]
+            assert isinstance(echoed, TextContent) and echoed.text == "fine"
 
 
 async def test_mcp_tool_that_floods_stderr_and_its_result() -> None:
     with tempfile.TemporaryFile("w+") as errlog:
         async with mcp_server("floods", errlog) as client:
             result = await client.call_tool("flood", {})
-            assert not result.is_error and len(result.content[0].text) > 5_000_000
+            flood = result.content[0]
+            assert not result.is_error and isinstance(flood, TextContent) and len(flood.text) > 5_000_000
         errlog.seek(0, 2)
         assert errlog.tell() > 5_000_000
 

@@ -10,7 +10,13 @@ from typing import Any
 
 import openai
 import pytest
-from openai.types.responses import ResponseStreamEvent
+from openai.types.responses import (
+    EasyInputMessageParam,
+    ResponseFunctionToolCallParam,
+    ResponseIncludable,
+    ResponseStreamEvent,
+)
+from openai.types.responses.response_input_item_param import FunctionCallOutput
 from pydantic import TypeAdapter
 
 from hotloop.sim.embedded import EmbeddedSimulator
@@ -21,21 +27,27 @@ from support import (
 )
 from support import openai_client as client
 
-READ_FILE = {
+READ_FILE: Any = {  # no "strict", as hotloop sends it: the SDK's FunctionToolParam requires one
     "type": "function",
     "name": "read_file",
     "description": "Read a file",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
 }
-ENCRYPTED = "reasoning.encrypted_content"
-USER = {"role": "user", "content": "Read a.txt"}
-CALL = {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": '{"path": "a.txt"}'}
-OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "A"}
+ENCRYPTED: ResponseIncludable = "reasoning.encrypted_content"
+USER: EasyInputMessageParam = {"role": "user", "content": "Read a.txt"}
+CALL: ResponseFunctionToolCallParam = {
+    "type": "function_call",
+    "call_id": "call_1",
+    "name": "read_file",
+    "arguments": '{"path": "a.txt"}',
+}
+OUTPUT: FunctionCallOutput = {"type": "function_call_output", "call_id": "call_1", "output": "A"}
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+Scripted = Callable[[list[dict[str, Any]]], EmbeddedSimulator]
 
 
 @pytest.fixture
-def scripted(tmp_path: Path) -> Iterator[Callable[[list[dict[str, Any]]], EmbeddedSimulator]]:
+def scripted(tmp_path: Path) -> Iterator[Scripted]:
     """Starts a simulator (no latency) that follows the given scenario steps; stops it after the test."""
     started: list[EmbeddedSimulator] = []
 
@@ -52,7 +64,7 @@ def invalid(message: str, param: str | None, code: str | None) -> dict[str, Any]
     return {"message": message, "type": "invalid_request_error", "param": param, "code": code}
 
 
-REFUSED = {
+REFUSED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "model is required": (
         {"input": "hi"},
         invalid("Missing required parameter: 'model'.", "model", "missing_required_parameter"),
@@ -159,7 +171,7 @@ async def test_requests_the_api_refuses_are_refused_with_its_error(sim: Embedded
     assert refused.value.body == body
 
 
-async def test_a_tool_loop_sending_its_items_back_reads_its_history_from_the_cache(scripted: Callable) -> None:
+async def test_a_tool_loop_sending_its_items_back_reads_its_history_from_the_cache(scripted: Scripted) -> None:
     steps = [
         {
             "reasoning": f"Part {n} is next; read it.",
@@ -198,28 +210,33 @@ async def test_a_tool_loop_sending_its_items_back_reads_its_history_from_the_cac
     assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens > 0
 
 
-async def test_encrypted_reasoning_verifies_only_as_it_was_sent(scripted: Callable) -> None:
+async def test_encrypted_reasoning_verifies_only_as_it_was_sent(scripted: Scripted) -> None:
     api = client(scripted([{"reasoning": "The answer is short.", "text": "A."}, {"text": "B."}]))
     first = await api.responses.create(model="sim-fast", input=[USER], include=[ENCRYPTED], store=False)
-    reasoning, message = (item.to_dict() for item in first.output)
-    follow_up = {"role": "user", "content": "And b.txt?"}
+    # JSON a client sends back as it got it (or tampered with): no param type of the SDK's describes it.
+    replayed: list[Any] = [item.to_dict() for item in first.output]
+    reasoning, message = replayed
+    follow_up: EasyInputMessageParam = {"role": "user", "content": "And b.txt?"}
 
     second = await api.responses.create(model="sim-fast", input=[USER, reasoning, message, follow_up])
     assert second.output_text == "B."
     _, signature = reasoning["encrypted_content"].split(".")
-    forged = {**reasoning, "encrypted_content": base64.b64encode(b"The answer is long.").decode() + "." + signature}
+    forged: Any = {
+        **reasoning,
+        "encrypted_content": base64.b64encode(b"The answer is long.").decode() + "." + signature,
+    }
     with pytest.raises(openai.BadRequestError) as refused:
         await api.responses.create(model="sim-fast", input=[USER, forged, message, follow_up])
     assert refused.value.body == invalid(
         f"The encrypted content for item {reasoning['id']} could not be verified.", None, "invalid_encrypted_content"
     )
     # Made with store: false, the item is not kept either: without its encrypted_content it is unknown.
-    bare = {key: value for key, value in reasoning.items() if key != "encrypted_content"}
+    bare: Any = {key: value for key, value in reasoning.items() if key != "encrypted_content"}
     with pytest.raises(openai.NotFoundError, match=f"Item with id '{reasoning['id']}' not found"):
         await api.responses.create(model="sim-fast", input=[USER, bare, message, follow_up])
 
 
-async def test_previous_response_id_continues_a_stored_response(scripted: Callable) -> None:
+async def test_previous_response_id_continues_a_stored_response(scripted: Scripted) -> None:
     api = client(
         scripted(
             [
@@ -233,7 +250,7 @@ async def test_previous_response_id_continues_a_stored_response(scripted: Callab
     with pytest.raises(openai.BadRequestError, match=f"No tool output found for function call {call.call_id}."):
         await api.responses.create(model="sim-fast", previous_response_id=first.id, input="go on", tools=[READ_FILE])
 
-    output = {"type": "function_call_output", "call_id": call.call_id, "output": "A"}
+    output: FunctionCallOutput = {"type": "function_call_output", "call_id": call.call_id, "output": "A"}
     second = await api.responses.create(
         model="sim-fast", previous_response_id=first.id, input=[output], tools=[READ_FILE]
     )
@@ -242,10 +259,11 @@ async def test_previous_response_id_continues_a_stored_response(scripted: Callab
     assert first.usage is not None and second.usage is not None
     assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens + first.usage.output_tokens - 16
     # A stored reasoning item can come back by its id alone.
-    reasoning = first.output[0].to_dict()
+    replayed: list[Any] = [item.to_dict() for item in first.output]  # JSON, as a client sends it back
+    reasoning = replayed[0]
     assert "encrypted_content" not in reasoning
     third = await api.responses.create(
-        model="sim-fast", input=[USER, reasoning, first.output[1].to_dict(), output], tools=[READ_FILE]
+        model="sim-fast", input=[USER, reasoning, replayed[1], output], tools=[READ_FILE]
     )
     assert third.output_text == "It says A."
 
@@ -276,7 +294,7 @@ def kinds(events: list[Any]) -> list[str]:
     return [kind for kind, _ in itertools.groupby(event.type for event in events)]
 
 
-async def test_a_reasoning_and_text_answer_streams_in_the_api_order(scripted: Callable) -> None:
+async def test_a_reasoning_and_text_answer_streams_in_the_api_order(scripted: Scripted) -> None:
     api = client(scripted([{"reasoning": "Say hello back.", "text": "Hello there, friend."}]))
     events = await streamed(
         api, model="sim-fast", input="hello", reasoning={"effort": "low", "summary": "auto"}, include=[ENCRYPTED]
@@ -311,7 +329,7 @@ async def test_a_reasoning_and_text_answer_streams_in_the_api_order(scripted: Ca
     )
 
 
-async def test_function_calls_stream_as_items_with_their_arguments(scripted: Callable) -> None:
+async def test_function_calls_stream_as_items_with_their_arguments(scripted: Scripted) -> None:
     calls = [{"name": "read_file", "arguments": {"path": name}} for name in ("a.txt", "b.txt")]
     api = client(scripted([{"reasoning": "Both files, at once.", "tool_calls": calls}]))
     events = await streamed(api, model="sim-fast", input="read both", tools=[READ_FILE], include=[ENCRYPTED])
@@ -340,7 +358,7 @@ async def test_function_calls_stream_as_items_with_their_arguments(scripted: Cal
     assert [event.item_id for event in done] == [item.id for item in items]
 
 
-async def test_max_output_tokens_ends_the_stream_incomplete(scripted: Callable) -> None:
+async def test_max_output_tokens_ends_the_stream_incomplete(scripted: Scripted) -> None:
     api = client(scripted([{"text": "word " * 100}]))
     events = await streamed(api, model="sim-fast", input="talk", max_output_tokens=16)
 
@@ -350,7 +368,7 @@ async def test_max_output_tokens_ends_the_stream_incomplete(scripted: Callable) 
     assert final.output[0].status == "incomplete" and final.usage.output_tokens == 16
 
 
-async def test_a_scenario_error_fails_the_stream_after_its_text(scripted: Callable) -> None:
+async def test_a_scenario_error_fails_the_stream_after_its_text(scripted: Scripted) -> None:
     api = client(scripted([{"text": "Partly there", "error": "overloaded_error"}]))
     events = await streamed(api, model="sim-fast", input="talk")
 
@@ -360,7 +378,7 @@ async def test_a_scenario_error_fails_the_stream_after_its_text(scripted: Callab
     assert final.output[0].content[0].text == "Partly there"
 
 
-async def test_a_status_fault_refuses_before_any_event(scripted: Callable) -> None:
+async def test_a_status_fault_refuses_before_any_event(scripted: Scripted) -> None:
     api = client(scripted([{"status": 429, "retry_after": 2, "text": "never sent"}]))
     with pytest.raises(openai.RateLimitError) as refused:
         await api.responses.create(model="sim-fast", input="hi", stream=True)

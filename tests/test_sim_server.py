@@ -6,20 +6,24 @@ import asyncio
 import json
 import time
 import urllib.request
+from pathlib import Path
+from typing import cast
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import (
     close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)
+    present,
     sim_with_scenario,
     start_sim,
 )
 from support import openai_client as client
 
-READ_FILE = {
+READ_FILE: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "read_file",
@@ -35,7 +39,7 @@ def get(sim: EmbeddedSimulator, path: str) -> tuple[int, bytes]:
 
 
 async def test_stream_has_vllm_shape_and_fragmented_tool_arguments(sim: EmbeddedSimulator) -> None:
-    messages = [{"role": "user", "content": "Read README.md and pyproject.toml"}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Read README.md and pyproject.toml"}]
     stream = await client(sim).chat.completions.create(
         model="sim-fast", messages=messages, tools=[READ_FILE], stream=True, stream_options={"include_usage": True}
     )
@@ -43,10 +47,14 @@ async def test_stream_has_vllm_shape_and_fragmented_tool_arguments(sim: Embedded
 
     assert chunks[0].choices[0].delta.role == "assistant"
     starts = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or [] if tc.id]
-    assert [s.function.name for s in starts] == ["read_file", "read_file"]
-    assert all(s.id.startswith("chatcmpl-tool-") and s.function.arguments is None for s in starts)
+    assert [present(s.function).name for s in starts] == ["read_file", "read_file"]
+    assert all(present(s.id).startswith("chatcmpl-tool-") and present(s.function).arguments is None for s in starts)
     fragments = [
-        tc.function.arguments for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or [] if not tc.id
+        present(present(tc.function).arguments)
+        for c in chunks
+        if c.choices
+        for tc in c.choices[0].delta.tool_calls or []
+        if not tc.id
     ]
     assert len(fragments) >= 6  # arguments arrive in several pieces, as from a real server
     assert "".join(fragments) == '{"path": "README.md"}{"path": "pyproject.toml"}'
@@ -59,27 +67,32 @@ async def test_stream_has_vllm_shape_and_fragmented_tool_arguments(sim: Embedded
 
 
 async def test_identical_prompt_hits_all_but_the_last_block(sim: EmbeddedSimulator) -> None:
-    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hello " * 60}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello " * 60},
+    ]
     first = await client(sim).chat.completions.create(model="sim-fast", messages=messages)
     second = await client(sim).chat.completions.create(model="sim-fast", messages=messages)
 
+    assert first.usage is not None and second.usage is not None and second.usage.prompt_tokens_details is not None
     prompt = second.usage.prompt_tokens
     assert first.usage.prompt_tokens == prompt and first.usage.prompt_tokens_details is None
     assert second.usage.prompt_tokens_details.cached_tokens == (prompt - 1) // 16 * 16
 
 
 async def test_generated_tokens_are_cached_for_the_next_turn(sim: EmbeddedSimulator) -> None:
-    messages = [{"role": "user", "content": "Say something about caching."}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say something about caching."}]
     first = await client(sim).chat.completions.create(model="sim-fast", messages=messages)
-    follow_up = [
+    follow_up: list[ChatCompletionMessageParam] = [
         *messages,
         {"role": "assistant", "content": first.choices[0].message.content},
         {"role": "user", "content": "And again."},
     ]
     second = await client(sim).chat.completions.create(model="sim-fast", messages=follow_up)
 
+    assert first.usage is not None and second.usage is not None and second.usage.prompt_tokens_details is not None
     covered = first.usage.prompt_tokens + first.usage.completion_tokens
-    assert second.usage.prompt_tokens_details.cached_tokens >= covered - 16
+    assert present(second.usage.prompt_tokens_details.cached_tokens) >= covered - 16
 
 
 async def test_max_tokens_cuts_with_length(sim: EmbeddedSimulator) -> None:
@@ -87,11 +100,11 @@ async def test_max_tokens_cuts_with_length(sim: EmbeddedSimulator) -> None:
         model="sim-fast", messages=[{"role": "user", "content": "hello"}], max_tokens=5
     )
     assert response.choices[0].finish_reason == "length"
-    assert response.usage.completion_tokens == 5
+    assert response.usage is not None and response.usage.completion_tokens == 5
 
 
 async def test_errors_use_vllm_shapes(sim: EmbeddedSimulator) -> None:
-    messages = [{"role": "user", "content": "hi"}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     with pytest.raises(openai.NotFoundError) as missing:
         await client(sim).chat.completions.create(model="gpt-9", messages=messages)
     assert missing.value.body == {
@@ -101,11 +114,11 @@ async def test_errors_use_vllm_shapes(sim: EmbeddedSimulator) -> None:
         "code": 404,
     }
 
-    orphan = [*messages, {"role": "tool", "tool_call_id": "nope", "content": "x"}]
+    orphan: list[ChatCompletionMessageParam] = [*messages, {"role": "tool", "tool_call_id": "nope", "content": "x"}]
     with pytest.raises(openai.BadRequestError, match="must be a response to a preceding message"):
         await client(sim).chat.completions.create(model="sim-fast", messages=orphan)
 
-    unanswered = [
+    unanswered: list[ChatCompletionMessageParam] = [
         *messages,
         {
             "role": "assistant",
@@ -142,19 +155,18 @@ def test_models_health_and_metrics_endpoints(sim: EmbeddedSimulator) -> None:
 async def test_metrics_count_queries_and_hits_in_tokens(sim: EmbeddedSimulator) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    messages = [{"role": "user", "content": "tell me about prefix caches " * 10}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "tell me about prefix caches " * 10}]
     responses = [await client(sim).chat.completions.create(model="sim-strong", messages=messages) for _ in range(2)]
+    first, second = (response.usage for response in responses)
+    assert first is not None and second is not None and second.prompt_tokens_details is not None
     samples = {
         (s.name, s.labels.get("model_name")): s.value
         for family in text_string_to_metric_families(get(sim, "/metrics")[1].decode())
         for s in family.samples
     }
-    assert samples[("vllm:prefix_cache_queries_total", "sim-strong")] == 2 * responses[0].usage.prompt_tokens
-    assert (
-        samples[("vllm:prefix_cache_hits_total", "sim-strong")]
-        == responses[1].usage.prompt_tokens_details.cached_tokens
-    )
-    assert samples[("vllm:generation_tokens_total", "sim-strong")] == sum(r.usage.completion_tokens for r in responses)
+    assert samples[("vllm:prefix_cache_queries_total", "sim-strong")] == 2 * first.prompt_tokens
+    assert samples[("vllm:prefix_cache_hits_total", "sim-strong")] == second.prompt_tokens_details.cached_tokens
+    assert samples[("vllm:generation_tokens_total", "sim-strong")] == first.completion_tokens + second.completion_tokens
     assert samples[("vllm:num_requests_running", "sim-strong")] == 0
 
 
@@ -163,7 +175,7 @@ async def test_latency_model_prefill_and_decode_and_concurrency() -> None:
     """TTFT grows with uncached tokens, decode follows its pace, and requests overlap."""
     sim = start_sim(ttft=0.05, prefill_per_token=0.001, decode_per_token=0.004)
     try:
-        long_prompt = [{"role": "user", "content": "word " * 600}]
+        long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": "word " * 600}]
         api = client(sim)
 
         async def timed() -> tuple[float, float, int]:
@@ -193,7 +205,7 @@ async def test_latency_model_prefill_and_decode_and_concurrency() -> None:
         sim.stop()
 
 
-async def test_scenario_steps_are_followed_in_order(tmp_path) -> None:
+async def test_scenario_steps_are_followed_in_order(tmp_path: Path) -> None:
     sim = sim_with_scenario(
         tmp_path,
         [
@@ -203,13 +215,19 @@ async def test_scenario_steps_are_followed_in_order(tmp_path) -> None:
     )
     try:
         api = client(sim)
-        messages = [{"role": "user", "content": "anything"}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "anything"}]
         first = await api.chat.completions.create(model="sim-fast", messages=messages, tools=[READ_FILE])
-        call = first.choices[0].message.tool_calls[0]
+        answer = first.choices[0].message
+        assert answer.tool_calls is not None and answer.model_extra is not None
+        call = answer.tool_calls[0]
+        assert call.type == "function"
         assert (call.function.name, call.function.arguments) == ("read_file", '{"path": "a.txt"}')
-        assert first.choices[0].message.model_extra["reasoning"] == "plan"
+        assert answer.model_extra["reasoning"] == "plan"
         messages += [
-            first.choices[0].message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+            cast(
+                ChatCompletionMessageParam,
+                answer.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+            ),
             {"role": "tool", "tool_call_id": call.id, "content": "A"},
         ]
         second = await api.chat.completions.create(model="sim-fast", messages=messages, tools=[READ_FILE])

@@ -4,11 +4,14 @@ timestamps and a fixed clock, so timers and spinners draw the same every run."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from textual.command import CommandList
+from textual.pilot import Pilot
 
 from hotloop.agent.events import (
+    AgentEvent,
     ResponseFinished,
     StepFinished,
     StepStarted,
@@ -23,11 +26,15 @@ from hotloop.providers.events import TextDelta, ToolCallArgsDelta, ToolCallReady
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.screens.help import HelpScreen
 from hotloop.tui.screens.waterfall import WaterfallScreen
+from hotloop.tui.widgets.approval_bar import ApprovalBar
 from hotloop.tui.widgets.new_output import NewOutput
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.queued_prompts import QueuedPrompts
 
 from tui_support import connected, wait_until, write_config
+
+# The fixture's own annotation leaves out the keyword arguments its function takes.
+SnapCompare = Callable[..., bool]
 
 T = 1_800_000_000.0
 SIZE = (100, 30)
@@ -58,19 +65,24 @@ def snapshot_app(home: Path) -> HotloopApp:
     return HotloopApp(load_config(), clock=lambda: T + 2.5)
 
 
-async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
-    await connected(pilot.app)
+def app_of(pilot: Pilot[None]) -> HotloopApp:
+    assert isinstance(pilot.app, HotloopApp)
+    return pilot.app
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    await connected(app_of(pilot))
     pilot.app.query_one(PromptInput).cursor_blink = False
     await pilot.pause()
 
 
-def showing(events: list):  # type: ignore[no-untyped-def]
+def showing(events: list[AgentEvent]) -> Callable[[Pilot[None]], Awaitable[None]]:
     """A `run_before` that settles the app, then feeds it `events` through its own event path."""
 
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot: Pilot[None]) -> None:
         await settle(pilot)
         for event in events:
-            pilot.app.session.emit(event)
+            app_of(pilot).session.emit(event)
         await pilot.pause()
 
     return run_before
@@ -81,7 +93,7 @@ def usage(prompt: int, read: int | None, output: int) -> UsageLedger:
     return UsageLedger(prompt_total=prompt, cache_read=read, uncached=uncached, output=output)
 
 
-def step_events(step: int, usage: UsageLedger, tools: tuple[int, float, float] = (0, 0.0, 0.0)) -> list:
+def step_events(step: int, usage: UsageLedger, tools: tuple[int, float, float] = (0, 0.0, 0.0)) -> list[AgentEvent]:
     count, wall, total = tools
     return [
         ResponseFinished(
@@ -111,8 +123,8 @@ def step_events(step: int, usage: UsageLedger, tools: tuple[int, float, float] =
     ]
 
 
-def tool_call_events(calls: list[tuple[str, str, str]]) -> list:
-    events: list = []
+def tool_call_events(calls: list[tuple[str, str, str]]) -> list[AgentEvent]:
+    events: list[AgentEvent] = []
     for index, (call_id, name, arguments) in enumerate(calls):
         events += [ToolCallStarted(index, call_id, name, ts=T), ToolCallArgsDelta(index, call_id, arguments, ts=T)]
     events += [ToolCallReady(i, call_id, name, arguments, ts=T) for i, (call_id, name, arguments) in enumerate(calls)]
@@ -126,14 +138,14 @@ READS = [
 ]
 
 
-def test_empty_app(snap_compare, isolated_home: Path) -> None:
+def test_empty_app(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """The empty app: a welcome text, the prompt with its placeholder, the status bar on the
     embedded simulator (● ready · sim · sim-balanced · balanced, totals at 0, cache hit not
     reported), and the footer's keys."""
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=settle)
 
 
-def test_finished_answer_with_code(snap_compare, isolated_home: Path) -> None:
+def test_finished_answer_with_code(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """A finished answer rendered as Markdown: the user's prompt with an accent bar, a heading,
     bold text, a bulleted list with inline code, a syntax-highlighted Python block, a table,
     and the step's usage strip (prompt 1,204 · cache not reported · out 160 · ttft 0.14 s · 96 tok/s)."""
@@ -147,7 +159,7 @@ def test_finished_answer_with_code(snap_compare, isolated_home: Path) -> None:
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
-def test_three_tool_panes_mid_flight(snap_compare, isolated_home: Path) -> None:
+def test_three_tool_panes_mid_flight(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """Three tool panes side by side while a step's tools run: read_file app.py and grep TODO
     still running (spinner, 2.50 s, accent border), read_file cache.py finished (green border,
     ✓ ok · 0.42 s, its output in the pane's log). Below, the live usage strip says 2 tools are
@@ -181,7 +193,7 @@ def test_three_tool_panes_mid_flight(snap_compare, isolated_home: Path) -> None:
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
-def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
+def test_usage_strips_and_status_bar(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """A two-step turn, finished. Step 1 missed the cache ("cache not reported", never 0); its
     three tools collapsed to one line each, with the summary "3 tools ran for 1.02 s (sum 3.01 s,
     3.0× from parallelism)". Step 2's strip shows the cache bar, read 1,296 · uncached 98. The
@@ -192,13 +204,13 @@ def test_usage_strips_and_status_bar(snap_compare, isolated_home: Path) -> None:
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
-def test_palette_lists_tiers(snap_compare, isolated_home: Path) -> None:
+def test_palette_lists_tiers(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """The command palette, searched for "tier": the three tiers of the embedded simulator,
     each with the provider and model it maps to (sim · sim-fast, sim · sim-balanced, sim · sim-strong),
     and `auto`, which says the fast tier sorts each turn (simple → fast, complex → strong)."""
     app = snapshot_app(isolated_home)
 
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot: Pilot[None]) -> None:
         await settle(pilot)
         await pilot.press("ctrl+p")
         for key in "tier":
@@ -210,7 +222,7 @@ def test_palette_lists_tiers(snap_compare, isolated_home: Path) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_a_switch_to_anthropic_and_its_cache(snap_compare, isolated_home: Path) -> None:
+def test_a_switch_to_anthropic_and_its_cache(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """A switch from sim to sim-anthropic, noted with its cost ("~1,314 prompt tokens to prefill
     uncached (its cache is cold for this conversation)"), then a two-step Anthropic turn. Step 1's
     prompt (900) is under the minimum cacheable length: "below cache minimum (1,024): not cached,
@@ -251,7 +263,7 @@ def test_a_switch_to_anthropic_and_its_cache(snap_compare, isolated_home: Path) 
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
 
 
-def two_step_turn() -> list:
+def two_step_turn() -> list[AgentEvent]:
     return [
         TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
         StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
@@ -269,17 +281,17 @@ def two_step_turn() -> list:
     ]
 
 
-def test_a_queued_prompt_under_the_input(snap_compare, isolated_home: Path) -> None:
+def test_a_queued_prompt_under_the_input(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """A turn streams its answer; under the prompt box, two prompts typed meanwhile wait their turn:
     "⏵ queued: now fix the failing test" and "⏵ queued: then update the README", and a dim line
     saying they go when the turn ends and that ↑ in an empty box takes the last one back."""
-    events = [
+    events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="Why does the cache miss after a tool call?", ts=T),
         StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
         TextDelta("The tool result changes the prompt after the", ts=T),
     ]
 
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot: Pilot[None]) -> None:
         await showing(events)(pilot)
         pilot.app.query_one(QueuedPrompts).prompts = ("now fix the failing test", "then update the README")
         await pilot.pause()
@@ -287,37 +299,37 @@ def test_a_queued_prompt_under_the_input(snap_compare, isolated_home: Path) -> N
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=run_before)
 
 
-def test_new_output_below_the_view_shows_the_marker(snap_compare, isolated_home: Path) -> None:
+def test_new_output_below_the_view_shows_the_marker(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """The user scrolled to the top of a long answer while it streams: the view stays on its
     first lines, and a bold "↓ new output · ctrl+end" marker sits at the foot of the transcript."""
     long = "".join(f"Paragraph {n} of a long answer.\n\n" for n in range(40))
-    events = [
+    events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="Explain it at length", ts=T),
         StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
         TextDelta(long, ts=T),
     ]
 
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot: Pilot[None]) -> None:
         await showing(events)(pilot)
-        transcript = pilot.app.main.transcript
+        transcript = app_of(pilot).main.transcript
         transcript.answer.flush(everything=True)
         await pilot.pause()
         transcript.scroll_to_start()
         await wait_until(lambda: not transcript.following)
-        pilot.app.show(TextDelta("More arrives below.", ts=T + 1))
+        app_of(pilot).show(TextDelta("More arrives below.", ts=T + 1))
         await wait_until(lambda: pilot.app.query_one(NewOutput).display)
         await pilot.pause()
 
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=run_before)
 
 
-def test_the_waterfall(snap_compare, isolated_home: Path) -> None:
+def test_the_waterfall(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """F3 over a two-step turn: turn 1's prompt, then a bar per step (sim-balanced) and one per
     tool (read_file app.py, read_file cache.py, grep TODO) laid out on one time axis, the three
     tool bars side by side, and what parallel tools and the cache saved."""
     events = two_step_turn()
 
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot: Pilot[None]) -> None:
         await showing(events)(pilot)
         await pilot.app.push_screen(WaterfallScreen(events))  # F3 reads the log; these events have none
         await pilot.pause()
@@ -325,12 +337,12 @@ def test_the_waterfall(snap_compare, isolated_home: Path) -> None:
     assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=run_before)
 
 
-def test_the_help_screen(snap_compare, isolated_home: Path) -> None:
+def test_the_help_screen(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """F1: the keys of the prompt (Enter sends or queues, ctrl+s sends now, shift+enter or ctrl+j a
     new line, ↑/↓ history) and of the whole app (Esc, ctrl+n, ctrl+b, ctrl+o, F2, F3, F1, page keys,
     ctrl+p, ctrl+q), read from the bindings, in a bordered box over the app."""
 
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot: Pilot[None]) -> None:
         await settle(pilot)
         await pilot.press("f1")
         await wait_until(lambda: isinstance(pilot.app.screen, HelpScreen))
@@ -339,7 +351,7 @@ def test_the_help_screen(snap_compare, isolated_home: Path) -> None:
     assert snap_compare(snapshot_app(isolated_home), terminal_size=(100, 40), run_before=run_before)
 
 
-def test_a_two_hundred_line_command_waiting_at_80_by_24(snap_compare, isolated_home: Path) -> None:
+def test_a_two_hundred_line_command_waiting_at_80_by_24(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """A run_shell call of 200 lines waits for approval at 80×24. The question's first line names
     what it runs: 200 commands (200 lines): echo, touch. Below it the call's text, scrolled to its
     end: `echo line 197↵` … `touch LAST`, the last line on screen. Then every answer key: y allow
@@ -363,10 +375,10 @@ def test_a_two_hundred_line_command_waiting_at_80_by_24(snap_compare, isolated_h
     request = Approvals().request("c1", "run_shell", subject_of(tool, {"command": command}, Path(".")), command)
     asking: list[asyncio.Task[object]] = []
 
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+    async def run_before(pilot: Pilot[None]) -> None:
         await showing(events)(pilot)
-        asking.append(asyncio.create_task(pilot.app.main.ask_approval(request)))
-        await wait_until(lambda: pilot.app.query_one("ApprovalBar").requests)
+        asking.append(asyncio.create_task(app_of(pilot).main.ask_approval(request)))
+        await wait_until(lambda: pilot.app.query_one(ApprovalBar).requests)
         await pilot.pause()
 
     assert snap_compare(snapshot_app(isolated_home), terminal_size=(80, 24), run_before=run_before)

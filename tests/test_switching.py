@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hotloop.agent.events import Notice, StepFinished, ToolFinished
+from hotloop.agent.events import Notice, StepFinished, ToolFinished, fan_out
 from hotloop.agent.loop import Agent
 from hotloop.agent.prompt import system_prompt
 from hotloop.config import Choice, Config, SimSettings
@@ -17,6 +17,7 @@ from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
+    Message,
     ToolCall,
     ToolResultMessage,
     ToolSpec,
@@ -25,14 +26,16 @@ from hotloop.providers.conversation import (
 )
 from hotloop.providers.events import ReasoningSignature
 from hotloop.sessions.log import SessionLog
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.sim.server import RecordedRequest
 
-from support import Recorder, scenario_file
+from support import Recorder, present, scenario_file
 
 # The simulator's generation prompt: the only part of an Anthropic prompt after its newest breakpoint.
 GENERATION_PROMPT_TOKENS = 4
 
 
-def sim_config(tmp_path: Path, scenario: list[dict] | None = None, cache_min_tokens: int = 256) -> Config:
+def sim_config(tmp_path: Path, scenario: list[dict[str, Any]] | None = None, cache_min_tokens: int = 256) -> Config:
     sim = SimSettings(
         ttft_ms=0,
         prefill_us_per_token=0,
@@ -43,12 +46,12 @@ def sim_config(tmp_path: Path, scenario: list[dict] | None = None, cache_min_tok
     return Config(path=tmp_path / "config.toml", loaded=False, sim=sim)
 
 
-async def agent_on(runtime: Runtime, provider: str, workspace: Path, **options: object) -> tuple[Agent, Recorder]:
+async def agent_on(runtime: Runtime, provider: str, workspace: Path) -> tuple[Agent, Recorder]:
     from hotloop.config import resolve
 
     recorder = Recorder()
     connected = await runtime.connect(resolve(runtime.config, Choice(provider=provider)))
-    return Agent(connected, runtime.tools, emit=recorder, workspace=workspace, **options), recorder
+    return Agent(connected, runtime.tools, emit=recorder, workspace=workspace), recorder
 
 
 def steps_of(recorder: Recorder, turn: int) -> list[StepFinished]:
@@ -70,7 +73,7 @@ async def test_openai_to_anthropic_and_back_keeps_one_conversation(tmp_path: Pat
     assert not recorder.of(Notice)
     assert all(any(step.tool_count for step in steps_of(recorder, turn)) for turn in (1, 2, 3))
     assert {tool.status for tool in recorder.of(ToolFinished)} == {"ok"}
-    requests = list(runtime.simulator.server.requests)
+    requests = list(present(runtime.simulator).server.requests)
     assert [r.path for r in requests] == ["/v1/chat/completions"] * 3 + ["/v1/messages"] * 2 + [
         "/v1/chat/completions"
     ] * 2
@@ -86,18 +89,20 @@ async def test_openai_to_anthropic_and_back_keeps_one_conversation(tmp_path: Pat
     assert len(ids) == 5 and all(len(i) <= 40 for i in ids)
 
     # The second Anthropic step reads the first one's prefix from the cache.
-    first, second = steps_of(recorder, 2)
-    assert second.usage.cache_read == first.usage.prompt_total - GENERATION_PROMPT_TOKENS
+    first, second = (present(step.usage) for step in steps_of(recorder, 2))
+    assert second.cache_read == present(first.prompt_total) - GENERATION_PROMPT_TOKENS
 
     # The cost of each switch: the conversation so far, all cold on a new provider...
-    last_of_turn_1 = steps_of(recorder, 1)[-1].usage
+    last_of_turn_1 = present(steps_of(recorder, 1)[-1].usage)
     assert (
-        to_anthropic.context_tokens == to_anthropic.cold_tokens == last_of_turn_1.prompt_total + last_of_turn_1.output
+        to_anthropic.context_tokens
+        == to_anthropic.cold_tokens
+        == present(last_of_turn_1.prompt_total) + present(last_of_turn_1.output)
     )
     # ...and only what was added since, on a provider that has seen the start.
-    last_of_turn_2 = steps_of(recorder, 2)[-1].usage
-    assert back.context_tokens == last_of_turn_2.prompt_total + last_of_turn_2.output
-    assert back.cold_tokens == back.context_tokens - to_anthropic.context_tokens
+    last_of_turn_2 = present(steps_of(recorder, 2)[-1].usage)
+    assert back.context_tokens == present(last_of_turn_2.prompt_total) + present(last_of_turn_2.output)
+    assert back.cold_tokens == back.context_tokens - present(to_anthropic.context_tokens)
     assert (back.previous_provider, back.provider) == ("sim-anthropic", "sim")
 
 
@@ -125,7 +130,7 @@ async def test_chat_responses_anthropic_responses_keeps_one_valid_conversation(t
         await runtime.aclose()
 
     assert not recorder.of(Notice)
-    requests = list(runtime.simulator.server.requests)
+    requests = list(present(runtime.simulator).server.requests)
     assert len(requests) == len(recorder.of(StepFinished))  # every request was accepted
     paths = [path for path, _ in itertools.groupby(r.path for r in requests)]
     assert paths == ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/responses"]
@@ -138,7 +143,7 @@ async def test_chat_responses_anthropic_responses_keeps_one_valid_conversation(t
     assert b"signature" not in back.body
 
 
-def requests_of(requests: list, turn: int) -> bytes:
+def requests_of(requests: list[RecordedRequest], turn: int) -> bytes:
     """Every request body of the `turn`-th run of consecutive requests to one path, joined."""
     runs = [list(group) for _, group in itertools.groupby(requests, key=lambda r: r.path)]
     return b"".join(r.body for r in runs[turn - 1])
@@ -149,7 +154,7 @@ async def test_a_broken_history_is_repaired_before_sending_and_the_log_says_so(t
     log = SessionLog.create(tmp_path / "sessions", provider="sim-anthropic", model="sim-balanced", workspace=workspace)
     try:
         agent, recorder = await agent_on(runtime, "sim-anthropic", workspace)
-        agent.emit = lambda event: (recorder(event), log.write(event))  # type: ignore[assignment]
+        agent.emit = fan_out(recorder, log.write)
         read = ToolCall("toolu_a", "read_file", '{"path": "README.md"}')
         lost = ToolCall("toolu_b", "read_file", '{"path": "notes.txt"}')
         agent.messages = [
@@ -175,7 +180,8 @@ async def test_a_broken_history_is_repaired_before_sending_and_the_log_says_so(t
         "ToolResultMessage",
         "ToolResultMessage",
     ]
-    assert agent.messages[3].is_error and agent.messages[3].call_id == "toolu_b"
+    repaired = agent.messages[3]
+    assert isinstance(repaired, ToolResultMessage) and repaired.is_error and repaired.call_id == "toolu_b"
 
 
 async def test_overloaded_mid_stream_keeps_the_partial_answer_marked(tmp_path: Path, workspace: Path) -> None:
@@ -197,11 +203,11 @@ async def test_overloaded_mid_stream_keeps_the_partial_answer_marked(tmp_path: P
     partial = agent.messages[1]
     assert isinstance(partial, AssistantMessage) and partial.interrupted and partial.text == "Here is the first half of"
     # The partial answer went back to the API with the next turn, which accepted it.
-    sent = json.loads(runtime.simulator.server.requests[-1].body)["messages"]
+    sent = json.loads(present(runtime.simulator).server.requests[-1].body)["messages"]
     assert sent[1] == {"role": "assistant", "content": [{"type": "text", "text": "Here is the first half of"}]}
 
 
-async def test_thinking_blocks_go_back_signed_through_a_tool_loop(sim, workspace: Path) -> None:
+async def test_thinking_blocks_go_back_signed_through_a_tool_loop(sim: EmbeddedSimulator, workspace: Path) -> None:
     provider = AnthropicProvider(
         ProviderOptions(name="claude", model="sim-fast", base_url=sim.url, max_retries=0),
         thinking_budget=1024,
@@ -225,7 +231,7 @@ async def test_thinking_blocks_go_back_signed_through_a_tool_loop(sim, workspace
     assert first_reply.thinking[0].text == first_reply.reasoning and first_reply.thinking[0].signature
 
 
-def anthropic_request_body(**options: Any) -> dict:
+def anthropic_request_body(**options: Any) -> dict[str, Any]:
     provider = AnthropicProvider(ProviderOptions(name="a", model="m", base_url="http://127.0.0.1:9"), **options)
     tools = tuple(ToolSpec(name, "d", {"type": "object"}) for name in ("grep", "read_file"))
     call = ToolCall("toolu_1", "grep", '{"pattern": "x"}')
@@ -236,10 +242,13 @@ def anthropic_request_body(**options: Any) -> dict:
         AssistantMessage("Found it."),
         UserMessage("thanks"),
     )
-    return json.loads(provider.request_body(ChatRequest(system=system_prompt(), tools=tools, messages=messages)))
+    body: dict[str, Any] = json.loads(
+        provider.request_body(ChatRequest(system=system_prompt(), tools=tools, messages=messages))
+    )
+    return body
 
 
-def breakpoints(body: dict) -> list[str]:
+def breakpoints(body: dict[str, Any]) -> list[str]:
     found = [f"tool {t['name']}" for t in body.get("tools", []) if "cache_control" in t]
     found += ["system" for b in body["system"] if "cache_control" in b]
     found += [f"message {n}" for n, m in enumerate(body["messages"]) for b in m["content"] if "cache_control" in b]
@@ -263,7 +272,7 @@ def test_breakpoints_sit_on_the_static_prefix_and_the_newest_messages() -> None:
 def test_moving_breakpoints_leave_the_content_byte_stable() -> None:
     """Step after step, the request minus its cache_control markers only grows at the end."""
     provider = AnthropicProvider(ProviderOptions(name="a", model="m", base_url="http://127.0.0.1:9"))
-    history = [UserMessage("find x")]
+    history: list[Message] = [UserMessage("find x")]
     bodies = []
     for n in range(4):
         bodies.append(provider.request_body(ChatRequest(system="s", tools=(), messages=tuple(history))))
@@ -281,7 +290,7 @@ def test_call_ids_are_portable_and_stable() -> None:
     assert portable_call_id("functions.get_weather:0").startswith("call_")
 
 
-async def test_prompt_cache_key_goes_only_where_asked(sim, workspace: Path) -> None:
+async def test_prompt_cache_key_goes_only_where_asked(sim: EmbeddedSimulator, workspace: Path) -> None:
     from hotloop.providers.openai_chat import OpenAIChatProvider
 
     for routed in (True, False):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -18,7 +20,7 @@ from hotloop.core.routing import Router
 from hotloop.core.runtime import Runtime
 from hotloop.core.side_jobs import CLASSIFY_ASK, TITLE, TITLE_ASK
 from hotloop.providers.base import ProviderOptions
-from hotloop.providers.conversation import ChatRequest, UserMessage
+from hotloop.providers.conversation import AssistantMessage, ChatRequest, UserMessage
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.server_metrics import ServerWatch, parse_metrics
@@ -27,11 +29,11 @@ from hotloop.sessions.store import list_sessions, read_session
 from hotloop.sim.cache import PrefixCache
 from hotloop.sim.engine import SimConfig
 
-from support import Recorder, scenario_file, start_sim, wait_until
+from support import Recorder, present, scenario_file, start_sim, wait_until
 
 
 def config_with(
-    tmp_path: Path, scenario: list[dict] | None = None, routing: RoutingSettings | None = None, **sim: object
+    tmp_path: Path, scenario: list[dict[str, Any]] | None = None, routing: RoutingSettings | None = None, **sim: Any
 ) -> Config:
     settings = SimSettings(
         **{
@@ -63,7 +65,7 @@ async def test_auto_sends_a_greeting_to_fast_and_a_multi_part_task_to_strong(tmp
         await router.turn(agent, "hi there!")
         await router.turn(agent, "Read README.md and notes.txt, then grep for TODO")
         await router.side_jobs.settle(5)
-        requests = list(router.runtime.simulator.server.requests)
+        requests = list(present(router.runtime.simulator).server.requests)
     finally:
         await router.runtime.aclose()
     routes = [(e.turn, e.route) for e in recorder.of(StepFinished)]
@@ -90,7 +92,7 @@ async def test_the_fast_tier_titles_the_session_after_its_first_turn(tmp_path: P
         await router.side_jobs.settle(5)
         await router.turn(agent, "and notes.txt too")
         await router.side_jobs.settle(5)
-        titler = [r for r in router.runtime.simulator.server.requests if b"Write a title" in r.body]
+        titler = [r for r in present(router.runtime.simulator).server.requests if b"Write a title" in r.body]
     finally:
         await router.runtime.aclose()
     (titled,) = recorder.of(SessionTitled)  # once, after the first turn only
@@ -106,7 +108,7 @@ async def test_the_fast_tier_titles_the_session_after_its_first_turn(tmp_path: P
 class OneSlot(PrefixCache):
     """llama.cpp with one slot: it keeps the last request's tokens only, and a request reuses what it shares."""
 
-    def insert(self, hashes) -> None:
+    def insert(self, hashes: Sequence[int]) -> None:
         self.clear()
         super().insert(hashes)
 
@@ -121,7 +123,7 @@ async def test_a_title_on_the_conversations_model_extends_its_request_and_evicts
     tmp_path: Path, workspace: Path
 ) -> None:
     agent, router, recorder = await agent_and_router(config_with(tmp_path), workspace, Choice(tier="fast"))
-    server = router.runtime.simulator.server
+    server = present(router.runtime.simulator).server
     server.engine.cache = OneSlot()  # any prompt that isn't the conversation's would evict it
     try:
         await router.turn(agent, "Please read README.md, then grep for TODO")
@@ -139,7 +141,9 @@ async def test_a_title_on_the_conversations_model_extends_its_request_and_evicts
     prompt = without(title.body, b',"max_tokens":24,"priority":10')
     assert prompt.startswith(answered.body[:-2] + b",")
     sent, before = json.loads(prompt)["messages"], json.loads(answered.body)["messages"]
-    assert len(sent) == len(before) + 2 and sent[-2]["content"] == conversation[-1].text  # the answer
+    answer = conversation[-1]
+    assert isinstance(answer, AssistantMessage)
+    assert len(sent) == len(before) + 2 and sent[-2]["content"] == answer.text  # the answer
     assert sent[-1] == {"role": "user", "content": TITLE_ASK}
     # It reads the conversation (the last request and its answer); it computes the ask (33 tokens with its markup)
     # and the answer's last partial block. The turn after reads the conversation too: the title evicted nothing.
@@ -156,7 +160,7 @@ async def test_a_summary_on_the_conversations_model_extends_the_request_that_ask
     agent, router, recorder = await agent_and_router(config, workspace, Choice(tier="fast"))
     try:
         await router.turn(agent, "Read big.log and README.md")
-        asked, summary, *_ = router.runtime.simulator.server.requests
+        asked, summary, *_ = present(router.runtime.simulator).server.requests
     finally:
         await router.runtime.aclose()
     assert b"Summarize this tool result" in summary.body
@@ -168,7 +172,9 @@ async def test_a_summary_on_the_conversations_model_extends_the_request_that_ask
     assert big.startswith("[summary of a ") and "(400 lines" in big
 
 
-def test_hotloop_run_lists_the_session_under_its_title(workspace: Path, isolated_home: Path, capsys) -> None:
+def test_hotloop_run_lists_the_session_under_its_title(
+    workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (isolated_home / "config.toml").write_text(
         "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
     )
@@ -249,14 +255,15 @@ async def test_a_title_queued_behind_a_busy_server_is_served_after_the_interacti
     routing = RoutingSettings(lanes=lanes == "on")
     config = config_with(tmp_path, routing=routing, max_running=1, scheduling_policy=policy, decode_ms_per_token=1)
     agent, router, _ = await agent_and_router(config, workspace)
-    server = router.runtime.simulator.server
-    blocker = openai.AsyncOpenAI(base_url=router.runtime.simulator.base_url, api_key="-", max_retries=0)
+    server = present(router.runtime.simulator).server
+    blocker = openai.AsyncOpenAI(base_url=present(router.runtime.simulator).base_url, api_key="-", max_retries=0)
     # A request that would hold the server's one slot for seconds; it is cancelled once the others have queued.
     hold = asyncio.create_task(
         blocker.chat.completions.create(model="sim-fast", messages=[{"role": "user", "content": "write 5000 words"}])
     )
     try:
         await router.runtime.server_of(agent.provider)
+        assert isinstance(agent.provider, OpenAIChatProvider)
         agent.provider.send_priority = lanes != "off"
         assert agent.provider.model != "sim-fast"  # the title's model: the server's queue tells them apart
         await wait_until(lambda: server.admission.running >= 1)
@@ -355,7 +362,7 @@ def test_ttft_percentiles_and_speculative_decoding_follow_prometheus_arithmetic(
 
 
 def test_a_server_that_hides_cached_tokens_gets_one_hint(
-    tmp_path: Path, workspace: Path, isolated_home: Path, capsys
+    tmp_path: Path, workspace: Path, isolated_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     steps = [
         {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
@@ -378,7 +385,7 @@ def test_a_server_that_hides_cached_tokens_gets_one_hint(
     assert sum(isinstance(e, Notice) and "prompt-tokens-details" in e.message for e in read_session(path).events) == 1
 
 
-def test_the_vllm_recipe_fits_the_model_family_and_explains_every_flag(capsys) -> None:
+def test_the_vllm_recipe_fits_the_model_family_and_explains_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["vllm", "recipe", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", "2", "--spec", "ngram"]) == 0
     command, _, why = capsys.readouterr().out.partition("\n\nWhy each flag:\n")
     assert command.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct \\\n")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -78,7 +79,7 @@ def sparse_log(path: Path, size: int, lines: int = 1_000) -> None:
 def in_thread_running(function: str) -> bool:
     """Whether some thread is now running `function` (anywhere on its stack)."""
     for frame in sys._current_frames().values():
-        current = frame
+        current: FrameType | None = frame
         while current is not None:
             if current.f_code.co_name == function:
                 return True

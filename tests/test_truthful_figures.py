@@ -40,7 +40,7 @@ from hotloop.headless.printer import Printer
 from hotloop.providers import vllm
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.base import ProviderOptions
-from hotloop.providers.conversation import ChatRequest, UserMessage
+from hotloop.providers.conversation import ChatRequest, Message, UserMessage
 from hotloop.providers.events import TextDelta, UsageLedger
 from hotloop.sessions.waterfall import render, waterfalls
 from hotloop.sim.engine import LatencyProfile
@@ -122,7 +122,7 @@ async def test_the_step_after_one_below_the_cache_minimum_is_not_called_evicted(
 
 def explained(explainer: CacheExplainer, usage: UsageLedger, provider: str = "vllm", messages: int = 1) -> str:
     """The explainer's note for a step whose request holds `messages` unchanged user messages."""
-    history = [UserMessage(f"message {n}") for n in range(messages)]
+    history: list[Message] = [UserMessage(f"message {n}") for n in range(messages)]
     explainer.fingerprint(ChatRequest("system", (), tuple(history)), provider, "m", 0.0)
     return explainer.explain(usage, history, anthropic=provider == "anthropic")
 

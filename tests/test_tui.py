@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+from rich.style import Style
 from textual.command import CommandInput, CommandList, CommandPalette
 from textual.widgets import Input, OptionList
 
-from hotloop.agent.events import TextDelta, decode
+from hotloop.agent.events import AgentEvent, decode
 from hotloop.agent.tools.registry import Tool, ToolContext
-from hotloop.providers.conversation import AssistantMessage
+from hotloop.providers.conversation import AssistantMessage, UserMessage
+from hotloop.providers.events import TextDelta
 from hotloop.providers.server_metrics import ServerStats
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.tui.app import HotloopApp
 from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.server_panel import ServerPanel
+from hotloop.tui.widgets.transcript import Transcript
 
+from support import present
 from tui_support import drawn, idle, live_panes, press, running_app, send, submit, wait_until, write_config
+
+T = TypeVar("T")
 
 
 def on_screen(history: HistoryView, line: int) -> int:
@@ -27,20 +35,24 @@ def on_screen(history: HistoryView, line: int) -> int:
     return line - history.scroll_offset.y + history._pad
 
 
-def items_of(app: Any, kind: type) -> list:
+def items_of(app: HotloopApp, kind: type[T]) -> list[T]:
     return [item for item in app.main.transcript.history.items if isinstance(item, kind)]
 
 
-def logged_events(home: Path) -> list:
+def simulator(app: HotloopApp) -> EmbeddedSimulator:
+    return present(present(app.session.runtime).simulator)
+
+
+def logged_events(home: Path) -> list[AgentEvent]:
     (log,) = (home / "data" / "sessions").glob("*.jsonl")
     return [decode(line) for line in log.read_bytes().splitlines()[1:]]
 
 
-def notified(app: Any, text: str) -> bool:
+def notified(app: HotloopApp, text: str) -> bool:
     return any(text in str(n.message) for n in app._notifications)
 
 
-async def search_palette(app: Any, query: str, best: str) -> None:
+async def search_palette(app: HotloopApp, query: str, best: str) -> None:
     """Open the command palette, type `query`, and wait until `best` is the highlighted first match."""
     press(app, "ctrl+p")
     await wait_until(lambda: isinstance(app.screen, CommandPalette) and isinstance(app.focused, CommandInput))
@@ -73,7 +85,7 @@ async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -
         assert item.text == "## Streaming\n\n" + "word " * 150 and partial < len(item.text)
         deltas = [e.text for e in logged_events(isolated_home) if isinstance(e, TextDelta)]
         assert len(deltas) > 100 and "".join(deltas) == item.text
-        lines = [strip.text for strip in app.main.transcript.history._layout.slots[1].rendered.lines]
+        lines = [strip.text for strip in present(app.main.transcript.history._layout.slots[1].rendered).lines]
         assert lines[0].strip() == "Streaming" and "word word" in lines[2]
 
 
@@ -91,7 +103,7 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
 
     schema = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
     async with running_app() as (app, pilot):
-        app.session.runtime.tools.add(Tool("pause", "Pause.", schema, pause))
+        present(app.session.runtime).tools.add(Tool("pause", "Pause.", schema, pause))
         await send(app, pilot, "go")
         await wait_until(lambda: len(live_panes(app.main.transcript, "running")) == 3)
         panes = live_panes(app.main.transcript)
@@ -108,7 +120,7 @@ async def test_three_tool_calls_run_in_three_live_panes_at_once(isolated_home: P
         (tools,) = items_of(app, ToolCallsItem)
         assert [call.status for call in tools.calls] == ["ok", "ok", "ok"]
         # All three waited at the gate together: the wall is the longest, not the sum (at most 0.04 / 0.09 of it).
-        assert tools.wall < 0.6 * sum(call.duration for call in tools.calls)
+        assert tools.wall < 0.6 * sum(present(call.duration) for call in tools.calls)
         rendered = [strip.text for strip in tools.render(app.main.transcript.context(96)).lines]
         assert rendered[-1].startswith("3 tools ran for ") and "from parallelism" in rendered[-1]
         assert not live_panes(app.main.transcript)  # finished panes collapse into one line each
@@ -121,12 +133,12 @@ async def test_the_usage_strip_shows_the_simulators_own_numbers(isolated_home: P
     async with running_app() as (app, pilot):
         await send(app, pilot, "list")
         await idle(app, pilot)
-        requests = list(app.session.runtime.simulator.server.requests)
+        requests = list(simulator(app).server.requests)
 
-        steps = [item.step for item in items_of(app, UsageItem)]
-        assert [s.usage.prompt_total for s in steps] == [r.prompt_tokens for r in requests]
-        assert steps[0].usage.cache_read is None  # a miss: vLLM reports no details, shown as such
-        assert steps[1].usage.cache_read == requests[1].cached_tokens > 0
+        usage = [present(item.step.usage) for item in items_of(app, UsageItem)]
+        assert [u.prompt_total for u in usage] == [r.prompt_tokens for r in requests]
+        assert usage[0].cache_read is None  # a miss: vLLM reports no details, shown as such
+        assert usage[1].cache_read == requests[1].cached_tokens > 0
         first, second = (
             strip.text
             for item in items_of(app, UsageItem)
@@ -148,9 +160,9 @@ async def test_switching_in_the_palette_changes_the_next_requests_model(isolated
         await send(app, pilot, "second")
         await idle(app, pilot)
 
-        models = [request.model for request in app.session.runtime.simulator.server.requests]
+        models = [request.model for request in simulator(app).server.requests]
         assert models == ["sim-balanced", "sim-fast"]
-        assert app.main.status.tier == "fast" and len(app.agent.messages) == 4  # the conversation was kept
+        assert app.main.status.tier == "fast" and len(present(app.agent).messages) == 4  # the conversation was kept
 
 
 async def test_slash_commands_switch_and_unknown_ones_explain(isolated_home: Path) -> None:
@@ -160,7 +172,7 @@ async def test_slash_commands_switch_and_unknown_ones_explain(isolated_home: Pat
         await wait_until(lambda: app.main.status.model == "sim-strong")
         await send(app, pilot, "hi")
         await idle(app, pilot)
-        assert app.session.runtime.simulator.server.requests[-1].model == "sim-strong"
+        assert simulator(app).server.requests[-1].model == "sim-strong"
         await send(app, pilot, "/nonsense")
         await wait_until(lambda: notified(app, "unknown command /nonsense"))
         assert any("unknown command /nonsense" in str(n.message) for n in app._notifications)
@@ -173,7 +185,7 @@ async def test_escape_mid_stream_leaves_a_valid_conversation(isolated_home: Path
         await wait_until(lambda: app.main.transcript.answer.shown_to > 30)
         await pilot.press("escape")
         await idle(app, pilot)
-        partial = app.agent.messages[-1]
+        partial = present(app.agent).messages[-1]
         assert isinstance(partial, AssistantMessage) and partial.interrupted
         answers = items_of(app, AnswerItem)
         assert answers[-1].interrupted and 0 < len(answers[-1].text) < 2000
@@ -245,7 +257,7 @@ async def test_sessions_open_read_only_and_help_opens(isolated_home: Path) -> No
 
         def viewed() -> list[AnswerItem]:
             shown = app.screen.query("Transcript")  # none until the screen has composed
-            return [i for i in shown.first().history.items if isinstance(i, AnswerItem)] if shown else []
+            return [i for i in shown.first(Transcript).history.items if isinstance(i, AnswerItem)] if shown else []
 
         await wait_until(lambda: viewed())
         assert viewed() and viewed()[0].text == items_of(app, AnswerItem)[0].text
@@ -264,7 +276,7 @@ async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None
         return "paused"
 
     async with running_app(size=(120, 40)) as (app, pilot):
-        app.session.runtime.tools.add(Tool("pause", "Pause.", {"type": "object"}, pause))
+        present(app.session.runtime).tools.add(Tool("pause", "Pause.", {"type": "object"}, pause))
         await send(app, pilot, "go")
         await wait_until(lambda: len(live_panes(app.main.transcript, "running")) == 5)
 
@@ -276,27 +288,30 @@ async def test_more_than_three_panes_wrap_to_a_grid(isolated_home: Path) -> None
         await idle(app, pilot)
 
 
-async def test_links_open_on_click_and_the_theme_redraws_the_transcript(isolated_home: Path) -> None:
+async def test_links_open_on_click_and_the_theme_redraws_the_transcript(
+    isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_config(
         isolated_home, [{"text": "See [the docs](https://example.com/docs) for more.\n\n```python\nx = 1\n```"}]
     )
     opened: list[str] = []
     async with running_app() as (app, pilot):
-        app.open_url = lambda url, new_tab=True: opened.append(url)  # type: ignore[method-assign]
+        monkeypatch.setattr(app, "open_url", lambda url, new_tab=True: opened.append(url))
         await send(app, pilot, "docs?")
         await idle(app, pilot)
         history = app.main.transcript.history
         slot = next(s for s in history._layout.slots if isinstance(s.item, AnswerItem))
         row = on_screen(history, history._layout.starts[history._layout.slots.index(slot)])
-        column = slot.rendered.lines[0].text.index("the docs")
+        column = present(slot.rendered).lines[0].text.index("the docs")
         await pilot.click(history, offset=(1 + column + 2, row))  # past the view's padding
         assert opened == ["https://example.com/docs"]
 
-        dark = [seg.style for seg in slot.rendered.lines[2]]
+        dark = [seg.style for seg in present(slot.rendered).lines[2]]
         app.theme = "textual-light"
 
-        def code_line() -> list:
-            return [seg.style for seg in history._layout.slots[history._layout.slots.index(slot)].rendered.lines[2]]
+        def code_line() -> list[Style | None]:
+            slots = history._layout.slots
+            return [seg.style for seg in present(slots[slots.index(slot)].rendered).lines[2]]
 
         await wait_until(lambda: code_line() != dark, what="the code block to be drawn again")
         light = code_line()
@@ -310,7 +325,7 @@ async def test_an_unreachable_provider_is_listed_with_its_reason_and_cannot_be_p
     )
     async with running_app() as (app, _):
         options = {option.title: option for option in await app.switch_options()}
-        assert options["provider: lab"].unavailable.startswith("cannot reach lab (http://127.0.0.1:9/v1)")
+        assert present(options["provider: lab"].unavailable).startswith("cannot reach lab (http://127.0.0.1:9/v1)")
         assert options["provider: openai"].unavailable == "missing API key: set OPENAI_API_KEY"
         assert options["model: sim · sim-fast"].unavailable is None
         await search_palette(app, "lab", "provider: lab")
@@ -331,7 +346,8 @@ async def test_ctrl_j_adds_a_line_and_enter_sends_both(isolated_home: Path) -> N
         assert prompt.text == "first\ntwo"
         await submit(app)  # Enter
         await idle(app, pilot)
-        assert app.agent.messages[0].content.startswith("first\ntwo")
+        asked = present(app.agent).messages[0]
+        assert isinstance(asked, UserMessage) and asked.content.startswith("first\ntwo")
 
 
 async def test_mouse_selection_copies_the_selected_text(isolated_home: Path) -> None:
@@ -367,9 +383,13 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
             await idle(app, pilot)
             if provider:
                 await send(app, pilot, f"/provider {provider}")
-                await wait_until(lambda provider=provider: app.main.status.provider == provider)
-        requests = list(app.session.runtime.simulator.server.requests)
-        usage = [item.step.usage for item in items_of(app, UsageItem)]
+
+                def on_provider(provider: str = provider) -> bool:
+                    return app.main.status.provider == provider
+
+                await wait_until(on_provider)
+        requests = list(simulator(app).server.requests)
+        usage = [present(item.step.usage) for item in items_of(app, UsageItem)]
         notices = items_of(app, NoticeItem)
         strips = [
             " ".join(strip.text.strip() for strip in item.render(app.main.transcript.context(150)).lines)
@@ -384,16 +404,16 @@ async def test_one_conversation_goes_openai_anthropic_openai_with_tools_each_tur
     assert [(u.cache_read, u.cache_write) for u in anthropic] == [
         (r.cached_tokens, r.cache_write_tokens) for r in requests[3:5]
     ]
-    assert anthropic[0].cache_read == 0 and anthropic[0].cache_write == anthropic[0].prompt_total - 4
+    assert anthropic[0].cache_read == 0 and anthropic[0].cache_write == present(anthropic[0].prompt_total) - 4
     # The second step reads all the first one wrote: the previous step's whole prefix.
     assert anthropic[1].cache_read == anthropic[0].cache_write
     assert f"read {anthropic[1].cache_read:,} · write {anthropic[1].cache_write:,}" in strips[4]
     # The switch to the Anthropic API starts cold, and the strip says why.
     assert "cache miss: switched from sim · sim-balanced, whose cache this was (" in strips[3]
     # Back on sim, the vLLM-style cache still holds turn 1: the first request of turn 3 reads it.
-    assert usage[5].cache_read >= usage[2].prompt_total - 16
+    assert present(usage[5].cache_read) >= present(usage[2].prompt_total) - 16
     switched = [n.message for n in notices if n.message.startswith("switched ")]
-    turn_one_size = usage[2].prompt_total + usage[2].output
+    turn_one_size = present(usage[2].prompt_total) + present(usage[2].output)
     assert switched[0] == (
         f"switched sim · sim-balanced → sim-anthropic · sim-balanced: ~{turn_one_size:,} prompt tokens "
         "to prefill uncached (its cache is cold for this conversation)"
@@ -419,7 +439,7 @@ async def test_the_server_panel_shows_the_simulators_own_hit_rate(isolated_home:
         assert panel.display and "no requests yet" in str(panel.render())  # scraped before the first request
         await send(app, pilot, "list the files, then say what you found")
         await idle(app, pilot)
-        url = app.session.runtime.simulator.url + "/metrics"
+        url = simulator(app).url + "/metrics"
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
         totals = {
             name: sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
@@ -428,7 +448,7 @@ async def test_the_server_panel_shows_the_simulators_own_hit_rate(isolated_home:
         expected = totals["vllm:prefix_cache_hits_total"] / totals["vllm:prefix_cache_queries_total"]
         assert expected > 0
         # The session scrapes again as the turn ends; the panel draws what that scrape said.
-        await wait_until(lambda: stats_of(panel).hit_rate_session == expected)
+        await wait_until(lambda: present(stats_of(panel)).hit_rate_session == expected)
         assert f"{expected:.0%}" in str(panel.render())
         await pilot.press("f2")
         assert not panel.display

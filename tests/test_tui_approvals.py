@@ -7,12 +7,17 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from textual.widgets import Input
+
 from hotloop.agent.events import ApprovalDecided
 from hotloop.agent.tools.registry import Tool, ToolContext
+from hotloop.providers.conversation import ToolResultMessage
 from hotloop.sessions.store import read_session
-from hotloop.tui.widgets.approval_bar import ApprovalBar
+from hotloop.tui.widgets.approval_bar import AnswerList, ApprovalBar
 from hotloop.tui.widgets.prompt_input import PromptInput
+from hotloop.tui.widgets.queued_prompts import QueuedPrompts
 
+from support import present
 from tui_support import answer, drawn, idle, live_panes, press, running_app, send, wait_until, write_config
 
 SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
@@ -24,7 +29,8 @@ def acting(ran: list[str]) -> Tool:
         return "exit 0"
 
     async def preview(arguments: dict[str, Any], ctx: ToolContext) -> str:
-        return arguments["command"]
+        command: str = arguments["command"]
+        return command
 
     return Tool("run_shell", "Run a command.", SCHEMA, handler, side_effects=True, preview=preview)
 
@@ -37,7 +43,7 @@ async def test_a_call_waits_in_its_pane_and_runs_when_allowed_once(isolated_home
     write_config(isolated_home, [calls("make test"), {"text": "done"}])
     ran: list[str] = []
     async with running_app() as (app, pilot):
-        app.session.runtime.tools.replace(acting(ran))
+        present(app.session.runtime).tools.replace(acting(ran))
         await send(app, pilot, "test it")
         bar = app.query_one(ApprovalBar)
         await wait_until(
@@ -51,8 +57,8 @@ async def test_a_call_waits_in_its_pane_and_runs_when_allowed_once(isolated_home
         await answer(app, "y")
         await idle(app, pilot)
         assert ran == ["make test"] and not bar.display and isinstance(app.focused, PromptInput)
-        app.session.log.flush()
-        decided = [e for e in read_session(app.session.log.path).events if isinstance(e, ApprovalDecided)]
+        present(app.session.log).flush()
+        decided = [e for e in read_session(present(app.session.log).path).events if isinstance(e, ApprovalDecided)]
         assert [(d.allowed, d.by) for d in decided] == [(True, "you, once")]  # the log keeps the decision
 
 
@@ -60,11 +66,11 @@ async def test_several_waiting_calls_can_be_allowed_together_and_a_denial_says_w
     write_config(isolated_home, [calls("make a", "make b"), {"text": "ok"}, calls("rm -rf build"), {"text": "ok"}])
     ran: list[str] = []
     async with running_app() as (app, pilot):
-        app.session.runtime.tools.replace(acting(ran))
+        present(app.session.runtime).tools.replace(acting(ran))
         await send(app, pilot, "build both")
         bar = app.query_one(ApprovalBar)
         await wait_until(lambda: len(bar.requests) == 2)
-        answers = bar.query_one("AnswerList")
+        answers = bar.query_one(AnswerList)
         await wait_until(lambda: app.focused is answers)
         answers.highlighted = answers.get_option_index("every")
         await answer(app, "enter")
@@ -74,11 +80,11 @@ async def test_several_waiting_calls_can_be_allowed_together_and_a_denial_says_w
         await send(app, pilot, "clean")
         await wait_until(lambda: len(bar.requests) == 1 and app.focused is answers)
         await answer(app, "r")
-        await wait_until(lambda: app.focused is bar.query_one("Input"))
+        await wait_until(lambda: app.focused is bar.query_one(Input))
         press(app, *"keep it", "enter")
         await idle(app, pilot)
         assert "rm -rf build" not in ran
-        result = [m for m in app.agent.messages if getattr(m, "call_id", None)][-1]
+        result = [m for m in present(app.agent).messages if isinstance(m, ToolResultMessage) and m.call_id][-1]
         assert result.is_error and "the user denied this call: keep it" in result.content
 
 
@@ -86,7 +92,7 @@ async def test_always_for_this_session_stops_the_next_identical_ask(isolated_hom
     write_config(isolated_home, [calls("make test"), {"text": "ok"}, calls("make test"), {"text": "ok again"}])
     ran: list[str] = []
     async with running_app() as (app, pilot):
-        app.session.runtime.tools.replace(acting(ran))
+        present(app.session.runtime).tools.replace(acting(ran))
         await send(app, pilot, "test it")
         bar = app.query_one(ApprovalBar)
         await wait_until(lambda: len(bar.requests) == 1)
@@ -95,8 +101,8 @@ async def test_always_for_this_session_stops_the_next_identical_ask(isolated_hom
         await send(app, pilot, "test it again")
         await idle(app, pilot)
         assert ran == ["make test", "make test"] and not bar.requests
-        app.session.log.flush()
-        decided = [e.by for e in read_session(app.session.log.path).events if isinstance(e, ApprovalDecided)]
+        present(app.session.log).flush()
+        decided = [e.by for e in read_session(present(app.session.log).path).events if isinstance(e, ApprovalDecided)]
         assert decided == ["you, for this session", "rule run_shell:make test"]
 
 
@@ -111,7 +117,7 @@ async def test_a_read_only_call_of_the_step_runs_while_another_waits(isolated_ho
     write_config(isolated_home, [step, {"text": "ok"}])
     ran: list[str] = []
     async with running_app(workspace=tmp_path) as (app, pilot):
-        app.session.runtime.tools.replace(acting(ran))
+        present(app.session.runtime).tools.replace(acting(ran))
         await send(app, pilot, "go")
         bar = app.query_one(ApprovalBar)
         await wait_until(lambda: bool(bar.requests))
@@ -129,13 +135,13 @@ async def test_typing_a_whole_prompt_while_a_call_waits_never_answers_it(isolate
     write_config(isolated_home, [calls("make deploy"), {"text": "ok"}])
     ran: list[str] = []
     async with running_app() as (app, pilot):
-        app.session.runtime.tools.replace(acting(ran))
+        present(app.session.runtime).tools.replace(acting(ran))
         await send(app, pilot, "deploy")
         bar = app.query_one(ApprovalBar)
         box = app.query_one(PromptInput)
         await wait_until(lambda: bar.requests and bar.has_focus_within)  # the prompt was empty: it took the focus
         press(app, *"yes, and analyze it", "enter")  # typed as the question popped up: the answer keys are in it
-        await wait_until(lambda: app.query_one("QueuedPrompts").prompts == ("yes, and analyze it",))
+        await wait_until(lambda: app.query_one(QueuedPrompts).prompts == ("yes, and analyze it",))
         assert ran == [] and bar.requests and isinstance(app.focused, PromptInput)
 
         press(app, "ctrl+r")  # to the question, on purpose
@@ -161,10 +167,11 @@ async def test_a_question_takes_no_focus_from_a_prompt_being_typed(isolated_home
     async def preview(arguments: dict[str, Any], ctx: ToolContext) -> str:
         previewing.set()
         await asyncio.wait_for(typed.wait(), 10)  # the question appears only once the user is typing
-        return arguments["command"]
+        command: str = arguments["command"]
+        return command
 
     async with running_app() as (app, pilot):
-        app.session.runtime.tools.replace(dataclasses.replace(tool, preview=preview))
+        present(app.session.runtime).tools.replace(dataclasses.replace(tool, preview=preview))
         await send(app, pilot, "build")
         await wait_until(previewing.is_set)
         box = app.query_one(PromptInput)
@@ -189,7 +196,7 @@ async def test_a_command_padded_to_hide_its_end_shows_it(isolated_home: Path) ->
     write_config(isolated_home, [calls(hidden), {"text": "ok"}])
     ran: list[str] = []
     async with running_app(size=(80, 24)) as (app, pilot):
-        app.session.runtime.tools.replace(acting(ran))
+        present(app.session.runtime).tools.replace(acting(ran))
         await send(app, pilot, "check")
         bar = app.query_one(ApprovalBar)
         await wait_until(lambda: "touch ⟨U+202E⟩HIDDEN␛[2J" in drawn(app), what="the hidden command on screen")

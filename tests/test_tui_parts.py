@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 from textual.strip import Strip
 from textual.timer import Timer
 from textual.widget import Widget
 
 from hotloop.agent.events import (
+    AgentEvent,
     Notice,
     StepFinished,
     ToolFinished,
@@ -28,14 +30,14 @@ from hotloop.providers.events import (
     UsageLedger,
 )
 from hotloop.tui.fold import TranscriptFold
-from hotloop.tui.items import AnswerItem, NoticeItem, ToolCallsItem, UsageItem, UserItem
+from hotloop.tui.items import AnswerItem, Item, NoticeItem, ToolCallsItem, UsageItem, UserItem
 from hotloop.tui.live_answer import LiveAnswer
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, usage_text
 
 PALETTE = Palette("#ffa62b", "#8d8d8d", "#a0a0a0", "#4ebf71", "#ffa62b", "#b93c5b", "#1e1e1e", "#2b4a6b", dark=True)
 
 
-def fold_session(events: list) -> list:
+def fold_session(events: list[AgentEvent]) -> list[tuple[Item, int]]:
     """A whole logged session as transcript items, as a saved session is drawn."""
     fold = TranscriptFold()
     return fold.apply_all(events) + fold.flush()
@@ -62,7 +64,7 @@ def step(n: int, usage: UsageLedger | None, tools: int = 0) -> StepFinished:
 
 
 def test_a_step_folds_into_answer_tool_calls_and_usage() -> None:
-    events = [
+    events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="go"),
         ReasoningDelta("think "),
         ReasoningDelta("first"),
@@ -80,6 +82,7 @@ def test_a_step_folds_into_answer_tool_calls_and_usage() -> None:
     kinds = [(type(item).__name__, gap) for item, gap in items]
     assert kinds == [("UserItem", 1), ("AnswerItem", 1), ("ToolCallsItem", 1), ("UsageItem", 0)]
     answer, tools = items[1][0], items[2][0]
+    assert isinstance(answer, AnswerItem) and isinstance(tools, ToolCallsItem)
     assert (answer.text, answer.reasoning, answer.interrupted) == ("Reading.", "think first", False)
     (call,) = tools.calls
     assert (call.name, call.arguments, call.status, call.started, call.output, call.result) == (
@@ -94,13 +97,14 @@ def test_a_step_folds_into_answer_tool_calls_and_usage() -> None:
 
 def test_a_cancelled_turn_keeps_the_partial_answer_and_cancels_open_calls() -> None:
     fold = TranscriptFold()
-    for event in [
+    events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="go"),
         TextDelta("half an ans"),
         ToolCallStarted(0, "c1", "grep"),
         ToolCallReady(0, "c1", "grep", "{}"),
         ToolStarted(call_id="c1", name="grep", arguments="{}"),
-    ]:
+    ]
+    for event in events:
         fold.apply(event)
     items = [item for item, _ in fold.apply(TurnFinished(turn=1, reason="cancelled", steps=1, wall=1.0))]
     answer, tools, notice = items
@@ -138,7 +142,7 @@ def test_bad_slash_commands_say_why(text: str, message: str) -> None:
         parse(text)
 
 
-def plain(text) -> str:  # type: ignore[no-untyped-def]
+def plain(text: Text) -> str:
     return text.plain
 
 
@@ -177,7 +181,7 @@ def test_switches_and_server_tools_fold_into_notes() -> None:
     from hotloop.agent.events import ProviderSwitched
     from hotloop.providers.events import ServerToolUsed
 
-    events = [
+    events: list[AgentEvent] = [
         ProviderSwitched(
             provider="sim-anthropic",
             model="m2",
@@ -199,11 +203,13 @@ def test_switches_and_server_tools_fold_into_notes() -> None:
         "NoticeItem",
         "UsageItem",
     ]
-    assert items[0].message == (
+    switched, ran = items[0], items[3]
+    assert isinstance(switched, NoticeItem) and isinstance(ran, NoticeItem)
+    assert switched.message == (
         "switched sim · m1 → sim-anthropic · m2: ~3,412 prompt tokens to prefill uncached "
         "(its cache is cold for this conversation)"
     )
-    assert items[3].message == '⚙ bash_code_execution ran on the provider\'s side: {"command": "seq 3"}'
+    assert ran.message == '⚙ bash_code_execution ran on the provider\'s side: {"command": "seq 3"}'
 
 
 def test_items_render_and_expand() -> None:
@@ -262,7 +268,7 @@ def test_a_streamed_answer_ends_in_the_lines_of_its_finished_item(budget: float 
 def test_session_totals_count_a_missing_read_as_a_miss_from_a_server_that_reports_reads() -> None:
     totals = SessionTotals()
     totals.add(step(1, UsageLedger(prompt_total=100, output=10)))  # vLLM's total miss: no figure
-    assert totals.cache_hit is None and totals.cache_unknown == 1  # not yet known to be a miss
+    assert (totals.cache_hit, totals.cache_unknown) == (None, 1)  # not yet known to be a miss
     totals.add(step(2, UsageLedger(prompt_total=200, cache_read=150, uncached=50, output=20)))
     totals.add(step(3, None))
     assert (totals.steps, totals.prompt, totals.output, totals.unreported) == (3, 300, 30, 1)

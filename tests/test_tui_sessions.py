@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.app import App
+from textual.widgets import Input, OptionList
 
 from hotloop.agent.events import ToolFinished, ToolStarted, TurnFinished, fan_out
 from hotloop.agent.loop import Agent
@@ -24,15 +26,20 @@ from hotloop.tui.replay_app import ReplayApp
 from hotloop.tui.screens import replay as replay_screen
 from hotloop.tui.screens.replay import ReplayScreen
 
-from support import Recorder, killed_mid_answer, sim_with_scenario
+from support import Recorder, killed_mid_answer, present, sim_with_scenario
 from tui_support import idle, live_panes, press, running_app, send, sessions_sidebar, wait_until, write_config
 
 PAUSES = (0.6, 0.4, 0.8)
 
 
-def replay_drawn(app: Any) -> bool:
+def replay_drawn(app: App[Any]) -> bool:
     """The replay screen is current and its transcript composed, so keys and queries reach it."""
     return isinstance(app.screen, ReplayScreen) and bool(app.screen.query("HistoryView"))
+
+
+def replaying(app: App[Any]) -> ReplayScreen:
+    assert isinstance(app.screen, ReplayScreen)
+    return app.screen
 
 
 async def record_parallel_session(tmp_path: Path, folder: Path) -> tuple[Path, list[int]]:
@@ -82,7 +89,7 @@ class ReplayClock:
 
 
 async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(
-    parallel_session: tuple[Path, list[int]], monkeypatch
+    parallel_session: tuple[Path, list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The three panes run at once again, and start and finish in the logged order, taking about as long."""
     path, ran = parallel_session
@@ -101,7 +108,7 @@ async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(
     app = ReplayApp(session, speed=1.0)
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_until(lambda: replay_drawn(app))
-        screen = app.screen
+        screen = replaying(app)
         transcript = screen.transcript
         await wait_until(lambda: len(live_panes(transcript, "running")) == 3)
         await wait_until(lambda: screen.replay.done)
@@ -118,7 +125,9 @@ async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(
     assert len(tools) == 1 and [call.status for call in tools[0].calls] == ["ok", "ok", "ok"]
 
 
-async def test_replay_keys_pause_step_and_change_speed(parallel_session: tuple[Path, list[int]], monkeypatch) -> None:
+async def test_replay_keys_pause_step_and_change_speed(
+    parallel_session: tuple[Path, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     path, _ = parallel_session
     session = read_session(path)
     clock = ReplayClock()
@@ -126,7 +135,7 @@ async def test_replay_keys_pause_step_and_change_speed(parallel_session: tuple[P
     app = ReplayApp(session, speed=0.25)
     async with app.run_test(size=(120, 36)):
         await wait_until(lambda: replay_drawn(app))
-        replay = app.screen.replay
+        replay = replaying(app).replay
         await wait_until(lambda: replay.position > replay.timeline.step_starts[0])  # inside step 1
         press(app, "space")
         await wait_until(lambda: replay.paused)
@@ -140,10 +149,10 @@ async def test_replay_keys_pause_step_and_change_speed(parallel_session: tuple[P
         press(app, "right")
         await wait_until(lambda: replay.position != held)
         assert replay.position == replay.timeline.step_starts[1]  # straight to step 2, still paused
-        assert any(isinstance(item, ToolCallsItem) for item in app.screen.transcript.history.items)
+        assert any(isinstance(item, ToolCallsItem) for item in replaying(app).transcript.history.items)
         press(app, "left")
         await wait_until(lambda: replay.position < replay.timeline.step_starts[1])
-        assert replay.position == 0 and not app.screen.transcript.history.items  # back to the start: redrawn
+        assert replay.position == 0 and not replaying(app).transcript.history.items  # back to the start: redrawn
         press(app, "space")
         await wait_until(lambda: replay.position > 0)  # playing again
         press(app, "plus", "plus")
@@ -162,7 +171,7 @@ async def test_speed_zero_draws_the_whole_session_at_once(parallel_session: tupl
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_until(lambda: replay_drawn(app))
         await pilot.pause()
-        screen = app.screen
+        screen = replaying(app)
         assert screen.replay.done
         kinds = [type(item).__name__ for item in screen.transcript.history.items]
         assert kinds == ["UserItem", "AnswerItem", "ToolCallsItem", "UsageItem", "AnswerItem", "UsageItem"]
@@ -191,29 +200,29 @@ async def test_the_sidebar_searches_replays_and_continues(isolated_home: Path) -
     async with running_app() as (app, pilot):
         await send(app, pilot, "first session about caches")
         await idle(app, pilot)
-        first_log = app.session.log.path
+        first_log = present(app.session.log).path
         await pilot.press("ctrl+n")
         await send(app, pilot, "second session about panes")
         await idle(app, pilot)
 
         press(app, "ctrl+b")
         sidebar = await sessions_sidebar(app)
-        await wait_until(lambda: sidebar.query_one("OptionList").option_count == 2)
-        sidebar.query_one("Input").focus()
-        await wait_until(lambda: app.focused is sidebar.query_one("Input"))
+        await wait_until(lambda: sidebar.query_one(OptionList).option_count == 2)
+        sidebar.query_one(Input).focus()
+        await wait_until(lambda: app.focused is sidebar.query_one(Input))
         press(app, *"caches")
-        await wait_until(lambda: sidebar.query_one("OptionList").option_count == 1)
+        await wait_until(lambda: sidebar.query_one(OptionList).option_count == 1)
         press(app, "enter")  # from the search box to the list
-        await wait_until(lambda: app.focused is sidebar.query_one("OptionList"))
+        await wait_until(lambda: app.focused is sidebar.query_one(OptionList))
         press(app, "r")
         await wait_until(lambda: replay_drawn(app))
-        assert app.screen.session.header.id == first_log.stem.rsplit("_", 1)[1]
+        assert replaying(app).session.header.id == first_log.stem.rsplit("_", 1)[1]
         await pilot.press("escape")
         await wait_until(lambda: not isinstance(app.screen, ReplayScreen))
 
         await pilot.press("c")
         await wait_until(lambda: app.session.log is not None and app.session.log.path == first_log)
-        assert app.agent.turn == 1 and len(app.agent.messages) == 2
+        assert present(app.agent).turn == 1 and len(present(app.agent).messages) == 2
         await send(app, pilot, "and more")
         await idle(app, pilot)
     assert sum(type(e).__name__ == "TurnStarted" for e in read_session(first_log).events) == 2
@@ -228,6 +237,7 @@ async def test_f3_shows_the_waterfall_of_the_session_and_of_a_replay(parallel_se
         await wait_until(lambda: replay_drawn(app))
         await pilot.press("f3")
         await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
+        assert isinstance(app.screen, WaterfallScreen)
         shown = app.screen.plain
         assert "turn 1 · " in shown and shown.count("  pause") == 3 and "by parallel tools" in shown
 
@@ -242,12 +252,12 @@ async def test_typing_rc_in_the_sidebar_only_fills_its_search_box(isolated_home:
         log = app.session.log
         press(app, "ctrl+b")
         sidebar = await sessions_sidebar(app)
-        await wait_until(lambda: sidebar.query_one("OptionList").option_count == 1)
+        await wait_until(lambda: sidebar.query_one(OptionList).option_count == 1)
         press(app, "r", "c")
-        await wait_until(lambda: sidebar.query_one("Input").value == "rc")
+        await wait_until(lambda: sidebar.query_one(Input).value == "rc")
         await pilot.pause()
-        assert app.focused is sidebar.query_one("Input")
+        assert app.focused is sidebar.query_one(Input)
         assert not isinstance(app.screen, ReplayScreen) and app.session.log is log  # no replay, no continue
         press(app, "ctrl+b")
         await wait_until(lambda: not sidebar.has_class("-open"))
-        assert sidebar.query_one("Input").value == ""  # closed: the search is gone
+        assert sidebar.query_one(Input).value == ""  # closed: the search is gone

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
 from textual import events
+from textual._compositor import LayoutUpdate
 from textual.app import App
 from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
 from textual.pilot import Pilot
@@ -55,7 +56,7 @@ FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token 
 _turns_sent: WeakKeyDictionary[HotloopApp, int] = WeakKeyDictionary()
 
 
-def write_config(home: Path, steps: list[dict[str, Any]] | None = None, decode_ms: float = 0, sim: str = "") -> None:
+def write_config(home: Path, steps: Sequence[object] | None = None, decode_ms: float = 0, sim: str = "") -> None:
     """A config whose simulator answers at once (or at `decode_ms` a token), following `steps` if given.
 
     `sim` adds settings to the `[sim]` table.
@@ -153,6 +154,7 @@ def live_panes(transcript: Transcript, status: str | None = None) -> list[LivePa
 def drawn(app: App[Any]) -> str:
     """What the app's screen draws now: the text of every line, as it goes to the terminal."""
     update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    assert isinstance(update, LayoutUpdate)  # a full update is always one
     return "\n".join("".join(strip.text for strip in line) for line in update.strips)
 
 

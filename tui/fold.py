@@ -110,7 +110,8 @@ class TranscriptFold:
         text, reasoning = "".join(step.text), "".join(step.reasoning)
         if text or reasoning:
             # A step cancelled after its answer ended (in its tools) has a whole answer; before, a cut one.
-            items.append((AnswerItem(text, reasoning, interrupted=finished is None or step.response is None), 1))
+            cut = finished is None or (bool(finished.cut) and step.response is None)
+            items.append((AnswerItem(text, reasoning, interrupted=cut), 1))
         for used in step.server_tools:
             items.append((NoticeItem("info", f"⚙ {used.name} ran on the provider's side: {used.arguments}"), 1))
         calls = list(step.calls.values())
