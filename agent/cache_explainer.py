@@ -35,6 +35,11 @@ ANTHROPIC_TTL = 300.0
 _encode = msgspec.msgpack.Encoder().encode
 
 
+def cache_block(server_kind: str | None, figures_by: str) -> int:
+    """The tokens a server caches by: llama.cpp keeps a prefix token by token, vLLM in blocks of 16."""
+    return 1 if "llama.cpp" in (server_kind, figures_by) else BLOCK
+
+
 class Fingerprint(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """A request by segment, as short digests: enough to tell which part changed between two steps."""
 
@@ -108,8 +113,12 @@ class CacheExplainer:
         self._previous, self._current = self._current, (fingerprint, request.system, digests, now)
         return fingerprint
 
-    def explain(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool) -> str:
-        """`cache miss: … (N tokens re-prefilled)` when this step read less than the unchanged prefix; else ""."""
+    def explain(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool, block: int = BLOCK) -> str:
+        """`cache miss: … (N tokens re-prefilled)` when this step read less than the unchanged prefix; else "".
+
+        `block` is the server's caching granularity: vLLM's 16 tokens (only whole blocks are cached),
+        1 for llama.cpp, which keeps the common prefix token by token: N is then what it recomputed.
+        """
         previous_usage, self._previous_usage = self._previous_usage, usage
         compacted, self._compacted = self._compacted, False
         using = (self._current[0].provider, self._current[0].model) if self._current is not None else ("", "")
@@ -121,7 +130,7 @@ class CacheExplainer:
         # Below the minimum nothing is written: such a step read nothing, and left nothing for the next to read.
         if usage.below_cache_min is not None or previous_usage.below_cache_min is not None:
             return ""
-        expected = min(previous_usage.prompt_total, usage.prompt_total) // BLOCK * BLOCK
+        expected = min(previous_usage.prompt_total, usage.prompt_total) // block * block
         if previous_usage.cache_write is not None:
             # A server that reports writes (Anthropic) holds only what the previous step read and wrote.
             expected = min(expected, (previous_usage.cache_read or 0) + previous_usage.cache_write)

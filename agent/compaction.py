@@ -48,22 +48,43 @@ def compacted_messages(summary: str) -> list[Message]:
     The next prompt follows it as another user message; Anthropic merges the two into one turn,
     and the summary stays the start of every request's messages from then on.
     """
-    return [UserMessage(f"{OPENING}\n\n<summary>\n{summary.strip()}\n</summary>")]
+    return [UserMessage(_opened(summary))]
+
+
+def _opened(summary: str) -> str:
+    return f"{OPENING}\n\n<summary>\n{summary.strip()}\n</summary>"
 
 
 def compacted_size(
-    frame: ChatRequest, asked: ChatRequest, asked_tokens: int | None, summary_tokens: int | None
+    frame: ChatRequest,
+    summary_tokens: int | None,
+    anchor: tuple[int, int] | None,
+    asked: tuple[ChatRequest, int | None],
 ) -> int | None:
-    """The compacted conversation's size in tokens: the summary's own count, and an estimate of the rest.
+    """The compacted conversation's size in tokens, from the server's counts where it gave them.
 
-    `frame` is the compacted request with an empty summary (system prompt, tools, the opening);
-    its tokens are scaled from `asked`, the summary request, whose count the provider reported.
-    Bytes per token vary with the tokenizer and the text, so the ratio comes from the same
-    conversation rather than a fixed guess; the summary, the part that varies most, is counted.
+    `frame` is the compacted request with an empty summary (system prompt, tools, the opening).
+    `anchor` is the conversation's first counted request (its encoded size and the prompt tokens
+    the server reported, less any summary it began with): its count holds the system prompt, the
+    tools and the chat template's tokens as the server counted them, so only what differs between
+    the two (the opening against the first prompt, a few dozen tokens) is estimated, at
+    BYTES_PER_TOKEN. The summary's tokens are the server's count of its output. Without an
+    anchor (a resumed conversation), the frame is scaled by the summary request `asked`'s own
+    bytes per token, which misses the template's tokens.
     """
-    if asked_tokens is None or summary_tokens is None:
+    if summary_tokens is None:
         return None
-    return scaled_tokens(frame, len(msgspec.json.encode(asked)), asked_tokens) + summary_tokens
+    if anchor is not None:
+        return anchor[1] + round((len(msgspec.json.encode(frame)) - anchor[0]) / BYTES_PER_TOKEN) + summary_tokens
+    request, asked_tokens = asked
+    if asked_tokens is None:
+        return None
+    return scaled_tokens(frame, len(msgspec.json.encode(request)), asked_tokens) + summary_tokens
+
+
+def summary_bytes(summary: str) -> int:
+    """The encoded size of a summary as a compacted conversation holds it: what its first request's size is less."""
+    return len(msgspec.json.encode(_opened(summary))) - len(msgspec.json.encode(_opened("")))
 
 
 def scaled_tokens(request: ChatRequest, known_bytes: int, known_tokens: int) -> int:

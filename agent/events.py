@@ -20,6 +20,7 @@ from hotloop.providers.events import (
     ReasoningSignature,
     RedactedReasoning,
     ServerToolUsed,
+    StreamStarted,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -181,9 +182,11 @@ class Compacted(Event, frozen=True):
 
     The summary came from the conversation's own model, asked at the end of the conversation's
     exact request (so it read the cache); `usage` and the times are that request's.
-    `context_tokens` is how full the context was before (the last step's prompt and answer), and
-    `after_tokens` an estimate of the compacted conversation's size, scaled from the summary
-    request's own count; `window` the context window, if known.
+    `context_tokens` is how full the context was before (the last step's prompt and answer, as the
+    server counted them; `before_estimated`: plus an estimate of what a turn added since), and
+    `after_tokens` the compacted conversation's size: the server's counts of the system prompt and
+    tools (from the conversation's first request) and of the summary, plus an estimate of the
+    opening's few tokens (`agent/compaction.py`); `window` the context window, if known.
     """
 
     trigger: Literal["manual", "auto"]
@@ -198,6 +201,7 @@ class Compacted(Event, frozen=True):
     after_tokens: int | None = None
     window: int | None = None
     cache_note: str = ""
+    before_estimated: bool = False
 
 
 class Notice(Event, frozen=True):
@@ -210,6 +214,7 @@ class Notice(Event, frozen=True):
 AgentEvent = (
     TurnStarted
     | StepStarted
+    | StreamStarted
     | TextDelta
     | ReasoningDelta
     | ReasoningSignature

@@ -14,6 +14,25 @@ from hotloop.providers.events import UsageLedger
 
 NOT_REPORTED = "not reported"
 CUT_OFF = "cut off by the output limit"
+WINDOW_FULL = "cut off by the context window"
+_ENDED = frozenset({"", "stop", "tool_calls", "function_call"})  # the model ended its message itself
+
+
+def stop_words(reason: str) -> str | None:
+    """What stopped an answer the model didn't end itself, in words: the output limit, the context window (which
+    a larger output cap can't help), the content filter or the server's own reason; None if the model ended it."""
+    if reason in _ENDED:
+        return None
+    if reason == "length":
+        return CUT_OFF
+    if reason == "context_window":
+        return WINDOW_FULL
+    return "stopped by the content filter" if reason == "content_filter" else f"stopped by the server ({reason})"
+
+
+def rate(per_second: float) -> str:
+    """`95`, `9.4`, `0.43`: whole numbers from 10 on, two significant figures below, so a slow rate never reads 0."""
+    return f"{per_second:,.0f}" if per_second >= 10 else f"{per_second:.2g}"
 
 
 def short_model(model: str) -> str:
@@ -28,13 +47,13 @@ def counted(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
-def context_use(used: int, window: int) -> str:
-    """`ctx 61% of 200k`: how full the context window is after the last step."""
+def context_use(used: int, window: int, estimated: bool = False) -> str:
+    """`ctx 61% of 200k`: how full the context window is after the last step (`ctx ≈ 61%`: partly estimated)."""
     # Windows are sized in binary (32,768 is "32k", 131,072 "128k") or decimal (200,000) thousands.
     size = (
         f"{window // 1024}k" if window % 1024 == 0 else f"{window / 1000:.0f}k" if window >= 10_000 else f"{window:,}"
     )
-    return f"ctx {used / window:.0%} of {size}"
+    return f"ctx {'≈ ' if estimated else ''}{used / window:.0%} of {size}"
 
 
 def tokens(count: int | None) -> str:
@@ -98,9 +117,9 @@ def timing(response: ResponseFinished | StepFinished) -> list[str]:
         parts.append(f"ttft {seconds(response.ttft)}{beside}")
     if response.decode_tps is not None:
         by = f"({response.figures_by}'s)" if response.figures_by else "measured"
-        parts.append(f"{response.decode_tps:,.0f} tok/s {by}")
-    if response.finish_reason == "length":
-        parts.append(CUT_OFF)
+        parts.append(f"{rate(response.decode_tps)} tok/s {by}")
+    if (stopped := stop_words(response.finish_reason)) is not None:
+        parts.append(stopped)
     if isinstance(response, StepFinished) and response.cut:
         parts.append(response.cut)  # "cancelled": its figures are what the provider billed before the stop
     return parts
@@ -153,7 +172,9 @@ def compaction_summary(compacted: Compacted) -> str:
     parts = [f"compacted {counted(compacted.turns, 'turn')}{how}"]
     before, after = compacted.context_tokens, compacted.after_tokens
     if before is not None and after is not None:
-        parts.append(f"context {before:,} → ≈ {after:,} tokens, ≈ {max(before - after, 0):,} freed")
+        about = "≈ " if compacted.before_estimated else ""
+        freed = f"≈ {before - after:,} freed" if before >= after else f"≈ {after - before:,} more"
+        parts.append(f"context {about}{before:,} → ≈ {after:,} tokens, {freed}")
     elif after is not None:
         parts.append(f"context now ≈ {after:,} tokens")
     usage = compacted.usage

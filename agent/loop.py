@@ -21,12 +21,13 @@ from typing import Literal
 import msgspec
 
 from hotloop.agent.approvals import Approvals
-from hotloop.agent.cache_explainer import CacheExplainer
+from hotloop.agent.cache_explainer import CacheExplainer, cache_block
 from hotloop.agent.compaction import (
     compacted_messages,
     compacted_size,
     compaction_failed,
     grown_tokens,
+    summary_bytes,
     summary_messages,
     too_long,
     with_fix,
@@ -42,7 +43,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.agent.figures import CUT_OFF
+from hotloop.agent.figures import counted, stop_words
 from hotloop.agent.hooks import Hooks
 from hotloop.agent.options import AgentOptions
 from hotloop.agent.prompt import PromptBuilder, system_prompt, volatile_context
@@ -53,7 +54,7 @@ from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.base import Provider
 from hotloop.providers.conversation import Message, ToolResultMessage, UserMessage, repaired
 from hotloop.providers.errors import ProviderError
-from hotloop.providers.events import ProviderWarning, ServerHint, StreamStarted, ToolCallReady
+from hotloop.providers.events import CUT_SHORT, ProviderWarning, ServerHint, ToolCallReady
 from hotloop.providers.lanes import Lanes
 
 
@@ -104,6 +105,11 @@ class Agent:
         self._checked = 0  # messages already repaired: history only grows, so only the rest needs a look
         self._last_finish = ""  # the last step's finish reason
         self._sized: tuple[int, int] | None = None  # the last request's encoded size and its reported prompt tokens
+        # The conversation's first counted request, its size and prompt tokens less the summary it may begin with
+        # (`_summary`: that summary's size and tokens; None if its count is unknown): what a compaction's
+        # result is measured from, the server's count of the system prompt and tools included.
+        self._anchor: tuple[int, int] | None = None
+        self._summary: tuple[int, int] | None = (0, 0)
         self.turn = 0
         self._builder = PromptBuilder(system if system is not None else system_prompt(), tools)
         self._context = context or (lambda: volatile_context(workspace))
@@ -134,6 +140,7 @@ class Agent:
         """Go on with a conversation rebuilt from its session log."""
         self.messages, self.turn, self.warmth = list(messages), turns, warmth
         self._checked = 0
+        self._anchor, self._summary = None, None
 
     def switch(self, provider: Provider, cost_per_hour: float | None = None) -> ProviderSwitched:
         """Continue the conversation on `provider` (at its current model) from the next request on.
@@ -143,6 +150,7 @@ class Agent:
         context, cold = self.warmth.cost(provider.name, provider.model)
         previous, self._using = self._using, (provider.name, provider.model)
         self.provider = provider
+        self._anchor = None  # counted by another tokenizer
         switched = ProviderSwitched(
             provider=provider.name,
             model=provider.model,
@@ -180,13 +188,13 @@ class Agent:
             while True:
                 steps += 1
                 if not await self._step(turn, steps):
-                    if self._last_finish == "length":
+                    if self._last_finish in CUT_SHORT:
                         reason = "cut_off"
-                        self.emit(Notice(level="warning", message=f"the answer is incomplete: {CUT_OFF}"))
+                        self.emit(Notice(level="warning", message=incomplete(self._last_finish)))
                     break
                 if steps >= self.options.max_steps:
                     reason = "max_steps"
-                    self.emit(Notice(level="warning", message=f"stopped after {steps} steps (the step cap)"))
+                    self.emit(Notice(level="warning", message=f"stopped after {counted(steps, 'step')} (the step cap)"))
                     break
         except ProviderError as error:
             reason = "error"
@@ -201,28 +209,36 @@ class Agent:
         return finished
 
     async def compact(
-        self, trigger: Literal["manual", "auto"], context_tokens: int | None = None, window: int | None = None
+        self,
+        trigger: Literal["manual", "auto"],
+        context_tokens: int | None = None,
+        window: int | None = None,
+        before_estimated: bool = False,
     ) -> Compacted:
         """Replace the conversation by a summary its own model writes at the end of it (`agent/compaction.py`).
 
         The conversation changes only once the summary is whole: an error, a cut-off or empty
-        summary, or a cancel leaves it as it was.
+        summary, or a cancel leaves it as it was. `before_estimated`: `context_tokens` counts a step
+        not sent yet (the last step's count plus an estimate of what was added since).
         """
         self._repair()
         self._using = (self.provider.name, self.provider.model)
         request = self._builder.request(summary_messages(self.messages), self.options.max_tokens, self.cache_key)
         self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
-        stream = StepAccumulator(started=time.perf_counter())
+        stream = StepAccumulator(
+            started=time.perf_counter(), cap=self.provider.cap(request), window=self.context_window()
+        )
         async with self._interactive():
             async for event in self.provider.stream(request):
                 if not isinstance(event, (ServerHint, ProviderWarning)):
                     stream.take(event, time.perf_counter())
         summary = stream.message().text.strip()
-        if stream.finish_reason == "length":
-            raise ProviderError(f"the summary was {CUT_OFF}")
+        if (stopped := stop_words(stream.finish_reason)) is not None:
+            raise ProviderError(f"the summary was {stopped}")
         if not summary:
             raise ProviderError("the model wrote no summary")
         messages = compacted_messages(summary)
+        summary_tokens = stream.usage.output if stream.usage else None
         compacted = Compacted(
             trigger=trigger,
             turns=self.turn,
@@ -234,15 +250,18 @@ class Agent:
             model_time=time.perf_counter() - stream.started,
             context_tokens=context_tokens,
             after_tokens=compacted_size(
-                self._builder.request(compacted_messages("")),
-                request,
-                stream.usage.prompt_total if stream.usage else None,
-                stream.usage.output if stream.usage else None,
+                self._builder.request(compacted_messages(""), self.options.max_tokens, self.cache_key),
+                summary_tokens,
+                self._anchor,
+                (request, stream.usage.prompt_total if stream.usage else None),
             ),
             window=window,
+            before_estimated=before_estimated,
             cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
         )
         self.messages, self._checked = messages, 0
+        self._anchor = None
+        self._summary = (summary_bytes(summary), summary_tokens) if summary_tokens is not None else None
         self.provider.prune(messages)  # the turns summarized are sent no more
         self._explainer.compacted()
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
@@ -275,7 +294,7 @@ class Agent:
         )
         self._compacted_before = step
         try:
-            await self.compact("auto", estimate, window)
+            await self.compact("auto", estimate, window, before_estimated=True)
         except ProviderError as error:
             self.emit(Notice(level="error", message=compaction_failed(error)))
             return False
@@ -301,7 +320,9 @@ class Agent:
             estimate = grown_tokens(size, *self._sized)
             if (warning := too_long(step, estimate, self.options.max_tokens, window, self.provider.model)) is not None:
                 self.emit(Notice(level="warning", message=warning))
-        stream = StepAccumulator(started=time.perf_counter())
+        stream = StepAccumulator(
+            started=time.perf_counter(), cap=self.provider.cap(request), window=self.context_window()
+        )
         phase = ToolPhase()
         early: dict[str, asyncio.Task[ToolResultMessage]] = {}
         try:
@@ -314,8 +335,6 @@ class Agent:
                         self.emit(Notice(level="warning", message=event.message))
                         continue
                     stream.take(event, time.perf_counter())
-                    if isinstance(event, StreamStarted):
-                        continue  # a time, kept in the step's figures; no frontend draws it
                     self.emit(event)
                     if isinstance(event, ToolCallReady) and self._early_dispatch:
                         # Its arguments are complete: run it while the model writes the rest of the message.
@@ -334,6 +353,8 @@ class Agent:
         self.warmth.record(self.provider.name, self.provider.model, stream.usage)
         if stream.usage is not None and stream.usage.prompt_total:
             self._sized = (size, stream.usage.prompt_total)
+            if self._anchor is None and self._summary is not None:
+                self._anchor = (size - self._summary[0], stream.usage.prompt_total - self._summary[1])
         self.messages.append(stream.message())
         self._last_finish = stream.finish_reason
         try:
@@ -348,7 +369,8 @@ class Agent:
 
     def _response(self, turn: int, step: int, stream: StepAccumulator) -> ResponseFinished:
         """The response's figures as far as it came: its usage and times, and what the cache did."""
-        anthropic = self.provider.protocol == "anthropic"
+        anthropic, server, timings = self.provider.protocol == "anthropic", self.provider.server, stream.timings
+        block = cache_block(server.kind if server is not None else None, timings.source if timings else "")
         return ResponseFinished(
             turn=turn,
             step=step,
@@ -359,9 +381,9 @@ class Agent:
             finish_reason=stream.finish_reason,
             route=self.route,
             connect=self.provider.connect_paid(stream.started),
-            cache_note=self._explainer.explain(stream.usage, self.messages, anthropic),
-            figures_by=stream.timings.source if stream.timings is not None else "",
-            server_prefill=stream.timings.prefill if stream.timings is not None else None,
+            cache_note=self._explainer.explain(stream.usage, self.messages, anthropic, block),
+            figures_by=timings.source if timings is not None else "",
+            server_prefill=timings.prefill if timings is not None else None,
         )
 
     @property
@@ -384,6 +406,12 @@ class Agent:
     def _keep_interrupted(self, stream: StepAccumulator, ran: dict[str, ToolResultMessage]) -> None:
         """Keep a partial answer; complete calls keep the result they got, or a cancelled one: history stays valid."""
         self.messages.extend(stream.cut_short(ran))
+
+
+def incomplete(reason: str) -> str:
+    """The notice ending a turn whose answer was cut short, with what helps: a larger cap can't help a full window."""
+    said = f"the answer is incomplete: {stop_words(reason)}"
+    return f"{said}; /compact summarizes the conversation, /new starts afresh" if reason == "context_window" else said
 
 
 def step_finished(response: ResponseFinished, stream: StepAccumulator, phase: ToolPhase, cut: str = "") -> StepFinished:

@@ -5,9 +5,11 @@ to a `StepAccumulator` and take the messages from it. A resumed conversation the
 the bytes the original process would have sent, by construction, not by two copies agreeing.
 
 A call that can't be run as written (arguments that aren't a JSON object, arguments larger than
-hotloop takes, a call the output limit cut off) is never run, and goes back to the server with
-`{}` as its arguments: every server accepts that, while the raw text would make some (llama.cpp)
-reject every later request of the session. Its error result tells the model what happened.
+hotloop takes, a call the output limit or the context window cut off) is never run, and goes back to
+the server with `{}` as its arguments: every server accepts that, while the raw text would make some
+(llama.cpp) reject every later request of the session. Its error result tells the model what happened.
+A cut message's last call whose arguments are a whole object runs: the cut fell after them (on the
+closing markup of a `<tool_call>`, say).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import msgspec
 
 from hotloop.providers.conversation import AssistantMessage, Message, Thinking, ToolCall, ToolResultMessage
 from hotloop.providers.events import (
+    CUT_SHORT,
     Finished,
     ModelEvent,
     ReasoningDelta,
@@ -40,6 +43,9 @@ from hotloop.providers.events import (
 CANCELLED_RESULT = "cancelled: the user stopped this call before it finished"
 MAX_ARGUMENTS = 100_000  # characters of one call's arguments that hotloop runs, logs and sends back
 STAND_IN = "{}"  # the arguments an unusable call is sent back with
+# Tokens short of the window a stop is still the window's: llama.cpp stops once prompt, answer and the next
+# token fill a slot's context.
+WINDOW_SLACK = 2
 
 
 class ArgumentError(ValueError):
@@ -67,18 +73,30 @@ def parse_arguments(call: ToolCall) -> dict[str, Any]:
     return arguments
 
 
-def problem_with(call: ToolCall, cut: bool = False) -> str | None:
-    """Why `call` can't be run as written, or None if it can. `cut`: the output limit ended the message in it."""
-    if cut:
-        return (
-            f"{call.name} was cut off by the output limit before its arguments were complete, so it was not run "
-            f"(the arguments as written: {call.arguments[:200]}); ask again with less output, or raise max_tokens"
-        )
+def problem_with(call: ToolCall, cut: str = "") -> str | None:
+    """Why `call` can't be run as written, or None if it can. `cut`: the finish reason of a message that was cut
+    short in it (`length`, `context_window`); its arguments tell whether the cut fell in them."""
+    if cut in CUT_SHORT and not call.arguments.strip():
+        return _cut_in(call, cut)  # cut before its arguments began: `{}` would run it with none
     try:
         parse_arguments(call)
     except ArgumentError as error:
+        if cut in CUT_SHORT and len(call.arguments) <= MAX_ARGUMENTS:
+            return _cut_in(call, cut)
         return str(error)
     return None
+
+
+def _cut_in(call: ToolCall, reason: str) -> str:
+    by, advice = (
+        ("the output limit", "ask again with less output, or raise max_tokens")
+        if reason == "length"
+        else ("the context window", "the context is full: it must be compacted (/compact) before more can be written")
+    )
+    return (
+        f"{call.name} was cut off by {by} before its arguments were complete, so it was not run "
+        f"(the arguments as written: {call.arguments[:200]}); {advice}"
+    )
 
 
 _FIRST_TOKEN_EVENTS = (TextDelta, ReasoningDelta, ToolCallStarted, ToolCallArgsDelta)
@@ -102,6 +120,8 @@ class StepAccumulator:
     first_token: float | None = None
     last_token: float | None = None
     streamed: int = 0  # deltas that carried tokens: the tokens a server that streams one at a time sent
+    cap: int | None = None  # the output cap the request was sent with, if any
+    window: int | None = None  # the context window the request went to, if known
 
     def take(self, event: ModelEvent, now: float | None = None) -> None:
         if now is not None and isinstance(event, StreamStarted) and self.first_byte is None:
@@ -127,21 +147,39 @@ class StepAccumulator:
             self.calls.append(ToolCall(event.call_id, event.name, event.arguments))
         elif isinstance(event, Usage):
             self.usage, self.timings = event.ledger, event.timings
+            self._stop_named()
         elif isinstance(event, Finished):
             self.finish_reason = event.reason
+            self._stop_named()
+
+    def _stop_named(self) -> None:
+        """What stopped the answer, from the counts where a server's reason doesn't say it.
+
+        An answer as long as its cap was cut by it (llama.cpp's Responses side says `completed`
+        then). One short of the cap whose prompt and answer fill the window was cut by the window:
+        llama.cpp and vLLM say `length` for both (OpenAI's `length` means either), llama.cpp's
+        Anthropic side `max_tokens`, its Responses side `completed`.
+        """
+        usage, window = self.usage, self.window
+        if self.finish_reason not in ("stop", "tool_calls", "length") or usage is None or usage.output is None:
+            return
+        filled = window is not None and (usage.prompt_total or 0) + usage.output >= window - WINDOW_SLACK
+        if self.cap is not None and usage.output >= self.cap:
+            self.finish_reason = "length"
+        elif filled:
+            self.finish_reason = "context_window"
 
     @property
     def empty(self) -> bool:
         return not (self.text or self.reasoning or self.calls)
 
     def problems(self) -> dict[str, str]:
-        """The calls that can't be run as written, by id, and why; a message cut by the output limit ends in one."""
-        cut = self.finish_reason == "length"
+        """The calls that can't be run as written, by id, and why; a cut message's last call may be one."""
         last = len(self.calls) - 1
         return {
             call.id: problem
             for n, call in enumerate(self.calls)
-            if (problem := problem_with(call, cut and n == last)) is not None
+            if (problem := problem_with(call, self.finish_reason if n == last else "")) is not None
         }
 
     def message(self, interrupted: bool = False) -> AssistantMessage:
@@ -185,14 +223,19 @@ class StepAccumulator:
         `per_delta`: the server streams a token a delta (vLLM, llama.cpp, SGLang, Ollama, OpenAI), so
         the deltas are the tokens that streamed; its reported count also holds tokens it never sends
         (the end of the turn, tool-call markup), which made the rate 15–50% too high. Otherwise
-        (Anthropic sends several tokens a delta) the reported output count is used.
+        (Anthropic sends several tokens a delta) the reported output count is used, over the time
+        from the first byte: llama.cpp's Anthropic side sends no timings and holds a tool call's
+        markup back, so the deltas' own span read 73 tok/s for its 18.8.
         """
         if self.timings is not None and self.timings.decode_tps is not None:
             return self.timings.decode_tps
         tokens = self.streamed if per_delta else (self.usage.output if self.usage else None)
         if not tokens or tokens < 2 or self.first_token is None or self.last_token is None:
             return None
-        span = self.last_token - self.first_token
+        # Counting every token the server wrote, count the time it wrote them: from the first byte, which a
+        # server sends once it starts decoding, not from the first delta, which markup it holds back delays.
+        start = self.first_token if per_delta or self.first_byte is None else min(self.first_byte, self.first_token)
+        span = self.last_token - start
         return (tokens - 1) / span if span > 0 else None
 
 

@@ -22,7 +22,8 @@ from hotloop.config.settings import (
     SimSettings,
     Tier,
 )
-from hotloop.providers.anthropic import BREAKPOINT_LIMIT, DEFAULT_MAX_TOKENS
+from hotloop.providers.anthropic import BREAKPOINT_LIMIT
+from hotloop.providers.base import DEFAULT_MAX_TOKENS
 from hotloop.secret_policy import is_secret_name
 from hotloop.struct_errors import explained, known_keys
 

@@ -22,8 +22,8 @@ from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.mcp_config import McpServer
 from hotloop.agent.tools.shell import ShellSettings
 from hotloop.config.toml_writer import as_table, masked, toml_text
-from hotloop.providers.anthropic import ANTHROPIC_URL as ANTHROPIC_URL
 from hotloop.providers.anthropic import BREAKPOINT_LIMIT
+from hotloop.providers.transport import ANTHROPIC_URL as ANTHROPIC_URL
 from hotloop.providers.transport import RequestTimeout
 from hotloop.secret_policy import secret_values
 from hotloop.sim import defaults as sim  # constants only: the one import of the simulator the config may make
@@ -258,8 +258,18 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         return self.tiers[name]
 
     def tier_of(self, provider: str, model: str) -> str | None:
-        """The tiers that name this provider and model, if any: `strong`, or `fast = balanced = strong` on one model."""
-        names = [t.name for t in self.tiers.values() if (t.provider, t.model) == (provider, model)]
+        """The tiers that name this provider and model, if any: `strong`, or `fast = balanced = strong` on one model.
+
+        The simulator's sides (Chat, Responses, Anthropic) are one server serving the same models: a
+        tier naming a model on one side names it on the others too.
+        """
+        here = self.providers.get(provider)
+        sides = {provider} | (
+            {p.name for p in self.providers.values() if p.is_simulator and p.server == here.server}
+            if here is not None and here.is_simulator
+            else set()
+        )
+        names = [t.name for t in self.tiers.values() if t.provider in sides and t.model == model]
         return " = ".join(names) or None
 
     def fitted_to(self, provider: str, served: list[str], preferred: str | None) -> tuple[Config, dict[str, str]]:
@@ -277,11 +287,17 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         """With `--base-url`: the chosen provider moved to that server for the whole session, and the choice without it.
 
         Tiers left at their defaults follow it, model names unchanged, so `/tier fast` stays on the
-        server the user named (a server that lacks the model says so when asked for it).
+        server the user named (a server that lacks the model says so when asked for it); they follow
+        a configured server someone runs too (not a hosted API, whose models cost), so titles never
+        go to the simulator, and the simulator's other protocols, so `/tier fast` on `sim-anthropic`
+        stays on Anthropic's. `Runtime.fit_tiers` then moves them to models the server lists.
         """
-        if not choice.base_url:
-            return self, choice
         name = choice.provider or self.default_provider
+        if not choice.base_url:
+            settings = self.providers.get(name)
+            if settings is None or settings.key_required:
+                return self, choice
+            return structs.replace(self, tiers=self._defaults_on(name)), choice
         settings = self.provider(name)
         if settings.is_simulator:
             raise ConfigError(
@@ -290,12 +306,16 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
             )
         # The configured models belong to the configured server; another server is asked what it serves.
         moved = structs.replace(settings, base_url=choice.base_url, models=(), default_model=None)
-        tiers = {
-            tier.name: Tier(tier.name, name, tier.model) if tier == DEFAULT_TIERS.get(tier.name) else tier
+        providers = {**self.providers, name: moved}
+        config = structs.replace(self, providers=providers, tiers=self._defaults_on(name), default_provider=name)
+        return config, replace(choice, base_url=None, provider=None if choice.tier else name)
+
+    def _defaults_on(self, provider: str) -> dict[str, Tier]:
+        """The tiers, those left at their defaults (the simulator's) moved to `provider`, model names unchanged."""
+        return {
+            tier.name: Tier(tier.name, provider, tier.model) if tier == DEFAULT_TIERS.get(tier.name) else tier
             for tier in self.tiers.values()
         }
-        config = structs.replace(self, providers={**self.providers, name: moved}, tiers=tiers, default_provider=name)
-        return config, replace(choice, base_url=None, provider=None if choice.tier else name)
 
     def with_timeout(self, timeout: RequestTimeoutSettings) -> Config:
         """Every provider with this request timeout (`--timeout`)."""

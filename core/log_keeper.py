@@ -3,20 +3,26 @@
 Events before the first turn (config warnings, MCP notices, a switch) are held and written when
 the log opens, so a session that never sent a prompt leaves no file. A log whose prompt no
 provider ever answered is deleted on close: it is not a session to find, continue or replay.
+Answered means a step the provider billed or finished, or a tool that ran: a step cut short
+(Ctrl-C, a closed pipe) before its usage came is not one, whatever it streamed, since a session
+of no tokens is not one to continue.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hotloop.agent.events import AgentEvent, StepFinished
-from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallStarted
+from hotloop.agent.events import AgentEvent, StepFinished, ToolFinished
 
 if TYPE_CHECKING:
     from hotloop.sessions.log import SessionLog
 
-# What shows a provider answered: a session with none of these is only an unanswered prompt.
-_ANSWERS = (TextDelta, ReasoningDelta, ToolCallStarted, StepFinished)
+
+def _answered(event: AgentEvent) -> bool:
+    """Whether `event` shows the session did work worth keeping: a step billed or whole, or a tool that ran."""
+    if isinstance(event, StepFinished):
+        return event.usage is not None or not event.cut
+    return isinstance(event, ToolFinished) and event.status != "cancelled"
 
 
 class LogKeeper:
@@ -34,7 +40,7 @@ class LogKeeper:
             self.log.write(event)
         else:
             self._held.append(event)
-        if isinstance(event, _ANSWERS):
+        if _answered(event):
             self._unanswered = False
 
     def open(self, log: SessionLog, created: bool) -> None:

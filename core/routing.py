@@ -83,15 +83,23 @@ class Router:
         return finished
 
     async def route(self, prompt: str, agent: Agent) -> tuple[Target, str]:
-        """The tier for a turn of `agent` on the `auto` tier, and the reason to show on its strips."""
+        """The tier for a turn of `agent` on the `auto` tier, and the reason to show on its strips.
+
+        When both answers lead to one model (a server that serves one), nothing is asked: the
+        question would only cost a request before every turn.
+        """
+        simple, complex_ = (
+            resolve(self.config, Choice(tier=tier)) for tier in (self.routing.auto_simple, self.routing.auto_complex)
+        )
+        if (simple.settings.name, simple.model) == (complex_.settings.name, complex_.model):
+            return complex_, f"auto: {self.routing.auto_simple} = {self.routing.auto_complex}, not asked"
         # The prompt as the turn will send it (context included), so the turn's request reads it from the cache too.
         turn = prompt + volatile_context(agent.workspace)
         ask = Ask(CLASSIFY, prompt, f"{turn}\n\n{CLASSIFY_ASK}", tuple(agent.messages), Prefix.of(agent))
         try:
             answer = await self.side_jobs.ask(ask, max_tokens=4, background=False)
         except ProviderError as error:
-            tier = self.routing.auto_complex
-            return resolve(self.config, Choice(tier=tier)), f"auto: classifier failed ({error}) → {tier}"
-        kind = "simple" if "simple" in answer.lower() else "complex"
-        tier = self.routing.auto_simple if kind == "simple" else self.routing.auto_complex
-        return resolve(self.config, Choice(tier=tier)), f"auto: {kind} → {tier}"
+            return complex_, f"auto: classifier failed ({error}) → {self.routing.auto_complex}"
+        if "simple" in answer.lower():
+            return simple, f"auto: simple → {self.routing.auto_simple}"
+        return complex_, f"auto: complex → {self.routing.auto_complex}"

@@ -28,6 +28,7 @@ from hotloop.providers.errors import ConnectionFailed, ProviderError, UnknownMod
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
+from hotloop.providers.transport import SdkProvider
 from hotloop.sessions.log import SessionLog
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import SimConfig
@@ -102,7 +103,7 @@ class Runtime:
         return provider.server
 
     async def _discover(self, provider: Provider) -> None:
-        """For an OpenAI-compatible server: what it is, so requests carry `priority` where vLLM reads it."""
+        """For a server someone runs, on any protocol: what it is (its window, whether requests carry `priority`)."""
         from hotloop.providers.anthropic import AnthropicProvider
         from hotloop.providers.vllm import ServedModel, ServerInfo, discover
 
@@ -116,12 +117,10 @@ class Runtime:
             # server and knows it (its OpenAI side is asked over HTTP, as any vLLM is).
             sim = self.simulator.server.config
             models = tuple(ServedModel(name, sim.max_model_len) for name in sim.models)
-            provider.server = ServerInfo("vllm", models, healthy=True, has_metrics=True)
-        if (
-            not isinstance(provider, OpenAIChatProvider | OpenAIResponsesProvider)
-            or provider.server is not None
-            or provider.official
-        ):
+            provider.server = ServerInfo("vllm", models, healthy=True, has_metrics=True, simulated=True)
+        # Any protocol's self-hosted server is asked (llama.cpp's Anthropic side answers /models and /props too).
+        speaks = (OpenAIChatProvider, OpenAIResponsesProvider, AnthropicProvider)
+        if not isinstance(provider, speaks) or provider.server is not None or provider.official:
             await _warm(provider)
             return
         try:
@@ -219,11 +218,11 @@ class Runtime:
             else settings.cache_min_tokens or official_minimum,
         )
         if anthropic:
-            from hotloop.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
+            from hotloop.providers.anthropic import AnthropicProvider
 
             return AnthropicProvider(
                 options,
-                max_tokens=settings.max_tokens or DEFAULT_MAX_TOKENS,
+                max_tokens=settings.max_tokens,
                 thinking_budget=settings.thinking_budget,
                 cache_ttl=settings.cache_ttl,
                 cache_breakpoints=settings.cache_breakpoints,
@@ -235,8 +234,9 @@ class Runtime:
                 **routed,
                 reasoning_summary=settings.reasoning_summary,
                 previous_response_id=settings.previous_response_id,
+                max_tokens=settings.max_tokens,
             )
-        return OpenAIChatProvider(options, **routed)
+        return OpenAIChatProvider(options, **routed, max_tokens=settings.max_tokens)
 
     def open_session_log(self, provider: Provider, workspace: Path, system: str) -> SessionLog:
         """A new session log that masks every configured key's value, or a one-line ConfigError."""
@@ -368,5 +368,8 @@ async def _warm(provider: Provider) -> None:
 
 
 def _share_server(main: Provider, helper: Provider) -> None:
+    """What discovery found of the main provider's server, for the helper on it (its window caps the answer)."""
+    if isinstance(helper, SdkProvider) and isinstance(main, SdkProvider):
+        helper.server = main.server
     if isinstance(helper, OpenAIChatProvider) and isinstance(main, OpenAIChatProvider):
-        helper.server, helper.send_priority = main.server, main.send_priority
+        helper.send_priority = main.send_priority

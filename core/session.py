@@ -45,6 +45,7 @@ from hotloop.core.context_meter import ContextMeter
 from hotloop.core.log_keeper import LogKeeper
 from hotloop.core.server_watch import ServerReport, follow_server
 from hotloop.core.switch_menu import SwitchOption, probe_all, switch_options
+from hotloop.providers.events import CUT_SHORT
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
@@ -119,7 +120,7 @@ class Session:
         self.router: Router | None = None
         self.agent: Agent | None = None
         self.logs = LogKeeper()
-        self.cut_off_steps = 0  # steps the output limit ended: the work they did is incomplete
+        self.cut_off_steps = 0  # steps the output limit or the context window ended: their work is incomplete
         self.unapproved_calls = 0  # calls refused because no one could approve them (headless): work not done
         self.meter = ContextMeter()
         self._turns = 0  # turns in flight
@@ -144,7 +145,7 @@ class Session:
         """Every event of the session: to its log (or held until the log opens), then to the frontend."""
         self.logs.write(event)
         if isinstance(event, StepFinished):
-            self.cut_off_steps += event.finish_reason == "length"
+            self.cut_off_steps += event.finish_reason in CUT_SHORT
         self.meter.observe(event)
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
             self.unapproved_calls += 1

@@ -27,7 +27,6 @@ from hotloop.config import Choice, Config, Target, resolve
 from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, ToolCall, ToolSpec, UserMessage
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import TextDelta
-from hotloop.providers.openai_chat import OpenAIChatProvider
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
@@ -55,10 +54,10 @@ class Prefix:
     """What every request of a conversation starts with, the provider and model they go to, and whether to reuse it.
 
     `reuse` is whether a side job on the same model should be asked after the conversation: on a
-    server someone runs (vLLM, llama.cpp, SGLang, the simulator) its cache holds a few
-    conversations and a fresh prompt evicts one. A hosted API evicts nothing a title would, and
-    bills the reuse: cached reads at a tenth (and, on Anthropic, the ask written at 1.25×), which
-    costs more than the short fresh prompt (benchmarks/helper_prefix.py).
+    server someone runs (vLLM, llama.cpp, SGLang, the simulator), whichever protocol it is spoken
+    in, its cache holds a few conversations and a fresh prompt evicts one. A hosted API evicts
+    nothing a title would, and bills the reuse: cached reads at a tenth (and, on Anthropic, the ask
+    written at 1.25×), which costs more than the short fresh prompt (benchmarks/helper_prefix.py).
     """
 
     using: tuple[str, str]
@@ -69,9 +68,7 @@ class Prefix:
 
     @classmethod
     def of(cls, agent: Agent) -> Prefix:
-        provider = agent.provider
-        reuse = isinstance(provider, OpenAIChatProvider) and not provider.official
-        return cls(agent.using, agent.system, agent.tools.specs(), agent.cache_key, reuse)
+        return cls(agent.using, agent.system, agent.tools.specs(), agent.cache_key, not agent.provider.official)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,11 @@
 
 Each agent is hotloop's own `Agent`, with its own session key (so a router can keep it on one
 replica), the scenario's system prompt and tools, and its own history. The tools sleep for
-fixed times: the bench loads the LLM server only. Against the embedded simulator the scenario's
-steps script the model; against any other provider the model answers the prompts as it will.
-Every figure comes from the agents' own events (`StepFinished`, `TurnFinished`), as the
-transcript's do.
+fixed times: the bench loads the LLM server only. The prompts ask for the tool calls by name,
+so every server gets the same requests and is asked for the same work: the simulator, embedded
+or served, makes the calls from the prompts alone, and a model that makes fewer is named below
+the table. Every figure comes from the agents' own events (`StepFinished`, `TurnFinished`,
+`ToolFinished`), as the transcript's do.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, Notice, StepFinished, TurnFinished
+from hotloop.agent.events import AgentEvent, Notice, StepFinished, ToolFinished, TurnFinished
+from hotloop.agent.figures import model_writing
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.config import Choice
+from hotloop.providers.events import CUT_SHORT
 from hotloop.struct_errors import explained
 
 if TYPE_CHECKING:
@@ -34,41 +37,42 @@ if TYPE_CHECKING:
     from hotloop.core.runtime import Runtime
     from hotloop.providers.base import Provider
 
-# The built-in task: a research question in two turns, each two rounds of tool calls and an answer.
+# The built-in task: a research question in two turns, whose prompts ask for the calls: three searches and two
+# fetches, then an answer; one more search, then a table. Five steps, six calls.
 RULES = "\n".join(
     f"- Rule {n}: cite the file and line of every claim, and prefer primary sources over summaries." for n in range(60)
 )
 BUILTIN = {
     "system": f"You are a research agent. Use the tools, then answer in Markdown.\n\n{RULES}",
     "prompts": [
-        "Research how a prefix cache evicts blocks shared between requests.",
-        "Now compare that with a plain LRU cache, in a short table.",
+        'Use the search tool for "prefix cache eviction 0", "prefix cache eviction 1" and "prefix cache eviction 2" '
+        '(three calls at once), then use the fetch tool on "https://docs.example/cache/0" and '
+        '"https://docs.example/cache/1" (two calls at once), then answer: how does a prefix cache evict blocks '
+        "shared between requests?",
+        'Use the search tool for "lru cache comparison", then compare a prefix cache with a plain LRU cache in a '
+        "short table.",
     ],
     "tools": {"search": 0.3, "fetch": 0.2},
-    "steps": [
-        {"tool_calls": [{"name": "search", "arguments": {"query": f"prefix cache eviction {n}"}} for n in range(3)]},
-        {"tool_calls": [{"name": "fetch", "arguments": {"url": f"https://docs.example/cache/{n}"}} for n in range(2)]},
-        {
-            "text": "## Eviction\n\n"
-            + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 4
-        },
-        {"tool_calls": [{"name": "search", "arguments": {"query": "lru cache comparison"}}]},
-        {
-            "text": "| cache | evicts |\n|---|---|\n"
-            "| prefix | the tail of the least recent prompt |\n| LRU | a whole entry |\n"
-        },
-    ],
+    "expect": {"steps": 5, "tool_calls": 6},
 }
 
 
+class Expected(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one agent's turns take, all together, when the model makes the calls its prompts ask for."""
+
+    steps: Annotated[int, msgspec.Meta(ge=1)]
+    tool_calls: Annotated[int, msgspec.Meta(ge=0)]
+
+
 class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A bench task: the system prompt, the turns' prompts, each tool's fixed latency in seconds, and
-    for the simulator, the scripted steps (its scenario format, one step per assistant message)."""
+    """A bench task: the system prompt, the turns' prompts (which ask for the tool calls by name), each tool's
+    fixed latency in seconds, and what the task takes when the model does as asked."""
 
     system: str
     prompts: list[str]
     tools: dict[str, float]
-    steps: list[dict[str, Any]] = []
+    expect: Expected | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None  # the answers' cap, if not the provider's
 
     @classmethod
     def load(cls, path: Path | None) -> Scenario:
@@ -82,6 +86,15 @@ class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             return msgspec.convert(given, cls)
         except msgspec.ValidationError as error:
             raise ValueError(f"bench scenario {path}: {explained(error, given, cls)}") from None
+
+    def task(self) -> dict[str, Any]:
+        """What one agent is asked for, as the result records it."""
+        expect = self.expect
+        return {
+            "turns": len(self.prompts),
+            "steps": expect.steps if expect else None,
+            "tool_calls": expect.tool_calls if expect else None,
+        }
 
 
 def tools_of(scenario: Scenario) -> ToolRegistry:
@@ -129,21 +142,21 @@ class Level:
     def figures(self) -> dict[str, Any]:
         steps = [e for agent in self.events for e in agent if isinstance(e, StepFinished)]
         turns = [e for agent in self.events for e in agent if isinstance(e, TurnFinished)]
+        calls = Counter(e.name for agent in self.events for e in agent if isinstance(e, ToolFinished))
         usage = [s.usage for s in steps if s.usage is not None and s.usage.prompt_total is not None]
         prompt = sum(u.prompt_total or 0 for u in usage)
         # A server that leaves the figure out of a total miss (vLLM, the simulator) read nothing.
         read = sum(u.cache_read or 0 for u in usage)
         output = sum(u.output or 0 for u in usage)
-        per_agent = []
-        for agent in self.events:
-            agent_steps = [e for e in agent if isinstance(e, StepFinished) and e.usage is not None]
-            model_time = sum(s.model_time for s in agent_steps)
-            if model_time > 0:
-                per_agent.append(sum(s.usage.output or 0 for s in agent_steps if s.usage) / model_time)
+        per_agent = [rate for agent in self.events if (rate := decode_rate(agent)) is not None]
         return {
             "agents": self.agents,
             "turns": len(turns),
             "steps": len(steps),
+            "steps_per_turn": len(steps) / len(turns) if turns else None,
+            "tool_calls": dict(sorted(calls.items())),
+            # Steps the output cap or the context window ended: their work is cut short.
+            "cut_off": sum(s.finish_reason in CUT_SHORT for s in steps),
             "ttft_s": spread([s.ttft for s in steps if s.ttft is not None]),
             "step_s": spread([s.wall for s in steps]),
             "turn_s": spread([t.wall for t in turns]),
@@ -164,12 +177,30 @@ class Level:
         }
 
 
+def decode_rate(events: list[AgentEvent]) -> float | None:
+    """An agent's output tokens over the time its model spent decoding them: TTFT excluded, as a decode rate is.
+
+    A step's decode time is its output at the server's own decode rate when it reports one (llama.cpp's
+    `predicted_per_second`), else the time from its first byte to its end.
+    """
+    tokens = decoding = 0.0
+    for step in events:
+        if not isinstance(step, StepFinished) or step.usage is None or not step.usage.output:
+            continue
+        by_server = step.decode_tps if step.figures_by else None
+        seconds = step.usage.output / by_server if by_server else model_writing(step)
+        if seconds:
+            tokens, decoding = tokens + step.usage.output, decoding + seconds
+    return tokens / decoding if decoding > 0 else None
+
+
 async def run_level(
     runtime: Runtime, provider: Provider, scenario: Scenario, agents: int, on_event: Callable[[AgentEvent], None]
 ) -> Level:
     """`agents` sessions at once, each the scenario's turns in order, each agent as the config says."""
     level = Level(agents)
     registry = tools_of(scenario)
+    options = runtime.config.agent_options()
 
     async def one(n: int) -> None:
         events: list[AgentEvent] = []
@@ -185,6 +216,7 @@ async def run_level(
             emit=emit,
             workspace=Path.cwd(),
             tools=registry,
+            options=replace(options, max_tokens=scenario.max_tokens),
             system=scenario.system,
             cache_key=f"bench-{uuid.uuid4().hex[:12]}",
         )
@@ -200,13 +232,14 @@ async def run_level(
     return level
 
 
-def results(provider: Provider, scenario: str) -> dict[str, Any]:
+def results(provider: Provider, scenario: str, task: dict[str, Any]) -> dict[str, Any]:
     """A run's result, before its levels."""
     return {
         "provider": provider.name,
         "model": provider.model,
         "server": provider.base_url,
         "scenario": scenario,
+        "task": task,
         "started": time.time(),
         "levels": [],
     }
@@ -241,44 +274,36 @@ async def bench(
 ) -> int:
     """Run the ramp; print the table and chart (or JSON) to `out` (stdout), save the result; 0 if no level
     had an error."""
-    import tempfile
-
-    from msgspec import structs
     from rich.console import Console
     from rich.live import Live
 
     from hotloop import paths
     from hotloop.config import load_config, resolve
     from hotloop.core.runtime import Runtime
-    from hotloop.headless.bench_view import Progress, chart, failures, table
+    from hotloop.headless.bench_view import Progress, chart, findings, table
 
     scenario = Scenario.load(scenario_path)
     config, choice = load_config().pointed_at(choice)
     target = resolve(config, choice)
     err, out = Console(stderr=True), out or Console()
-    with tempfile.TemporaryDirectory() as folder:
-        if target.settings.is_simulator and scenario.steps:
-            script = Path(folder) / "scenario.json"
-            script.write_bytes(msgspec.json.encode(scenario.steps))
-            config = structs.replace(config, sim=structs.replace(config.sim, scenario=script))
-        runtime = Runtime(config)
-        try:
-            provider = await runtime.connect(resolve(config, choice))
-            result = results(provider, scenario_path.name if scenario_path else "built-in research task")
-            progress = Progress(ramp, len(scenario.prompts), result)
-            with Live(progress, console=err, refresh_per_second=4, transient=True, auto_refresh=err.is_terminal):
-                for agents in ramp:
-                    progress.start(agents)
-                    level = await run_level(runtime, provider, scenario, agents, progress.take)
-                    result["levels"].append(level.figures())
-        finally:
-            await runtime.aclose()
+    runtime = Runtime(config)
+    try:
+        provider = await runtime.connect(target)
+        result = results(provider, scenario_path.name if scenario_path else "built-in research task", scenario.task())
+        progress = Progress(ramp, len(scenario.prompts), result)
+        with Live(progress, console=err, refresh_per_second=4, transient=True, auto_refresh=err.is_terminal):
+            for agents in ramp:
+                progress.start(agents)
+                level = await run_level(runtime, provider, scenario, agents, progress.take)
+                result["levels"].append(level.figures())
+    finally:
+        await runtime.aclose()
     path = save(result, paths.data_dir() / "bench")
     if json_out:
         out.print_json(data=result)
     else:
         out.print(table(result))
-        out.print(failures(result["levels"]), end="")
+        out.print(findings(result), end="")
         if len(result["levels"]) >= 2:
             out.print(chart(result["levels"]))
     err.print(f"saved {path} · hotloop bench compare {path.stem} OTHER", highlight=False, soft_wrap=True)

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
-from hotloop.agent.figures import counted, short_model
+from hotloop.agent.figures import counted, rate, short_model
 from hotloop.agent.text import inert
 
 NOT_REPORTED = "–"
@@ -28,7 +28,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _rate(value: float | None) -> str:
-    return NOT_REPORTED if value is None else f"{value:,.0f}"
+    return NOT_REPORTED if value is None else rate(value)
 
 
 def _number(value: float | None) -> str:
@@ -47,7 +47,7 @@ COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("step\np95", lambda f: _seconds(f["step_s"]["p95"])),
     ("turn\np50", lambda f: _seconds(f["turn_s"]["p50"])),
     ("turn\np95", lambda f: _seconds(f["turn_s"]["p95"])),
-    ("tok/s\neach", lambda f: _rate(f["output_tok_s_per_agent"])),
+    ("decode\neach", lambda f: _rate(f["output_tok_s_per_agent"])),  # tok/s while decoding: TTFT excluded
     ("tok/s\nall", lambda f: _rate(f["output_tok_s_total"])),
     ("cache\nhit", lambda f: _share(f["cache_hit"])),
     ("uncached\nprefill", lambda f: f"{f['uncached_prefill_tokens']:,}"),
@@ -55,14 +55,17 @@ COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
 
 
 def table(result: dict[str, Any]) -> Group:
-    """A heading, then a row per concurrency level in 80 columns; the caption says whether there were errors
-    (`failures`). The heading is a line of its own, as wide as the terminal: a server's model name can be long."""
+    """A heading, then a row per concurrency level in 80 columns; the caption says whether anything is listed below
+    it (`findings`). The heading is a line of its own, as wide as the terminal: a server's model name can be long."""
     heading = f"hotloop bench · {result['provider']} · {short_model(result['model'])} · {result['scenario']}"
-    failed = sum(level["errors"] for level in result["levels"])
+    task = result["task"]
+    if task["steps"] is not None:
+        heading += f" ({counted(task['steps'], 'step')}, {counted(task['tool_calls'], 'call')})"
     caption = "seconds · output tok/s · uncached: tokens prefilled"
+    said = _said_below(result)
     grid = Table(
         header_style="bold",
-        caption=f"{caption} · {counted(failed, 'error')}, below" if failed else f"{caption} · no errors",
+        caption=f"{caption} · {', '.join(said)}, below" if said else f"{caption} · no errors",
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 0, 0, 1),
@@ -76,15 +79,51 @@ def table(result: dict[str, Any]) -> Group:
     return Group(Text(inert(heading), style="italic"), grid)
 
 
-def failures(levels: list[dict[str, Any]]) -> Text:
-    """Each level's errors, a line per distinct message: `at 2 agents, 4 errors: … (×4)`."""
+def _said_below(result: dict[str, Any]) -> list[str]:
+    """What `findings` lists, in a few words each, for the caption."""
+    levels = result["levels"]
+    said = []
+    if errors := sum(level["errors"] for level in levels):
+        said.append(counted(errors, "error"))
+    if cut := sum(level["cut_off"] for level in levels):
+        said.append(f"{counted(cut, 'step')} cut off")
+    if any(_short(result["task"], level) for level in levels):
+        said.append("fewer steps than the task")
+    return said
+
+
+def _short(task: dict[str, Any], level: dict[str, Any]) -> str | None:
+    """How a level's agents did less than the task asks, if they did, in a line; a level with errors has them
+    listed instead."""
+    per_turn, calls = level["steps_per_turn"], sum(level["tool_calls"].values())
+    if task["steps"] is None or per_turn is None or level["errors"]:
+        return None
+    wanted, wanted_calls = task["steps"] / task["turns"], task["tool_calls"] * level["agents"]
+    if per_turn >= wanted - 1e-9 and calls >= wanted_calls:
+        return None
+    return (
+        f"{per_turn:.1f} steps a turn where the task takes {wanted:.1f}, {calls:,} of {wanted_calls:,} tool calls: "
+        "the model answered without the calls its prompts ask for"
+    )
+
+
+def findings(result: dict[str, Any]) -> Text:
+    """Below the table, each level's errors (a line per distinct message: `at 2 agents, 4 errors: … (×4)`), steps
+    cut off by `length`, and a model that did less than the task asks."""
     lines = Text(style="red")
-    for level in levels:
-        if not level["errors"]:
-            continue
-        lines.append(f"at {counted(level['agents'], 'agent')}, {counted(level['errors'], 'error')}:\n", "bold")
-        for message, times in level["error_messages"].items():
-            lines.append(f"  {inert(message)} (×{times})\n")
+    for level in result["levels"]:
+        at = f"at {counted(level['agents'], 'agent')}"
+        if level["errors"]:
+            lines.append(f"{at}, {counted(level['errors'], 'error')}:\n", "bold")
+            for message, times in level["error_messages"].items():
+                lines.append(f"  {inert(message)} (×{times})\n")
+        if cut := level["cut_off"]:
+            lines.append(
+                f"{at}, {cut:,} of {counted(level['steps'], 'step')} ended by `length` (the output cap or the "
+                "context window): their answers are cut short\n"
+            )
+        if (short := _short(result["task"], level)) is not None:
+            lines.append(f"{at}, {short}\n")
     return lines
 
 
@@ -148,8 +187,8 @@ class Progress:
         yield line
         if levels:
             yield table(self.result)
-            if any(level["errors"] for level in levels):
-                yield failures(levels)
+            if _said_below(self.result):
+                yield findings(self.result)
         if len(levels) >= 2:
             # The chart takes what the terminal has left, so the live view never scrolls.
             room = (options.height or console.height) - 7 - len(levels)

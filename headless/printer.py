@@ -11,12 +11,18 @@ until then, never reordered.
 
 Everything else printed is inert (`agent/text.py`): a model, a tool or a server can put escape
 sequences in what it says, and they are shown, never obeyed.
+
+When stdout's reader goes away (`hotloop run … | head`), nothing more is written there and
+`on_closed` is called, once: the run cancels its turn then, as Ctrl-C would, rather than die
+in the middle of an event with its step unfinished and its log unsettled.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 import msgspec
@@ -72,6 +78,8 @@ class Printer:
         self._open: str | None = None  # "text" or "reasoning" while a stream is mid-line
         self.session_id: str | None = None  # set by the caller once the session's log exists
         self._held: list[str] | None = [] if json_lines else None  # JSON lines waiting for the id; None once it's out
+        self.closed = False  # stdout's reader went away: nothing more goes there
+        self.on_closed: Callable[[], object] = lambda: None
 
     def __call__(self, event: AgentEvent) -> None:
         if self.pricer is not None:
@@ -134,19 +142,31 @@ class Printer:
 
     def _write_lines(self, lines: list[str]) -> None:
         if lines:
-            self.out.write("".join(line + "\n" for line in lines))
-            self.out.flush()
+            self._to_out("".join(line + "\n" for line in lines))
+
+    def _to_out(self, text: str) -> None:
+        """`text` to stdout, as Markdown on a terminal, unless its reader went away."""
+        if self.closed:
+            return
+        try:
+            if self.markdown is not None and self._open == "text":
+                self.markdown.write(text)
+            else:
+                self.out.write(text)
+                self.out.flush()
+        except BrokenPipeError:
+            self.closed = True
+            # What is still buffered goes nowhere at exit, instead of failing again there.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.out.fileno())
+            self.on_closed()
 
     def _stream(self, kind: str, text: str) -> None:
         if self._open != kind:
             self._end_stream()
         self._open = kind
         text = inert(text)
-        if kind == "text" and self.markdown is not None:
-            self.markdown.write(text)
-        elif kind == "text":
-            self.out.write(text)
-            self.out.flush()
+        if kind == "text":
+            self._to_out(text)
         elif self.console is not None:
             self.console.print(Text(text, style="dim italic"), end="")
         else:
@@ -154,10 +174,10 @@ class Printer:
 
     def _end_stream(self) -> None:
         if self._open == "text" and self.markdown is not None:
-            self.markdown.close()
+            if not self.closed:
+                self.markdown.close()
         elif self._open == "text":
-            self.out.write("\n")
-            self.out.flush()
+            self._to_out("\n")
         elif self._open == "reasoning":
             self.err.write("\n")
         self._open = None

@@ -2,10 +2,16 @@
 
 A `Slash` among the prompts (`/provider`, `/model`, `/tier`) switches before the next turn, `/compact` compacts;
 every switch is checked before the first turn runs, so a typo fails at once. At the end, a
-line on stderr names the session saved and how to continue it.
+line on stderr names the session saved and how to continue it. When stdout's reader goes away
+(`| head`), the turn is cancelled as Ctrl-C would cancel it, and the run exits 141 as SIGPIPE
+would have it; a session whose only step was cut before the provider billed it is not kept.
 """
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 from hotloop.agent.events import AgentEvent, Notice
 from hotloop.config import Config, load_config, resolve
@@ -34,15 +40,30 @@ async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: b
         check_switches(session.config, resolve(session.config, session.choice).settings.name, prompts)
     try:
         await session.open()
-        failed = await _run_prompts(session, prompts)
+        failed = await _while_read(printer, _run_prompts(session, prompts))
     finally:
         await session.close(SIDE_JOB_GRACE)
         if session.logs.problem is not None:
             printer(Notice(level="warning", message=session.logs.problem))
         printer.close()
         say_saved(session.logs.last, options.workspace)
+    if printer.closed:
+        return 141
     # A step the output limit cut off, or a call no one could approve, left work undone even if the turn went on.
     return 1 if failed or session.cut_off_steps or session.unapproved_calls else 0
+
+
+async def _while_read(printer: Printer, work: Coroutine[Any, Any, bool]) -> bool:
+    """`work`'s result; cancelled once stdout's reader goes away, and then True."""
+    task = asyncio.ensure_future(work)
+    printer.on_closed = task.cancel
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not printer.closed or (current is not None and current.cancelling()):
+            raise  # cancelled from outside (Ctrl-C): not ours to swallow
+        return True
 
 
 async def _run_prompts(session: Session, prompts: list[str | Slash]) -> bool:

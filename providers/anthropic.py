@@ -46,19 +46,17 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import CallIds, SdkProvider
+from hotloop.providers.transport import ANTHROPIC_URL, CallIds, SdkProvider
 
-ANTHROPIC_URL = "https://api.anthropic.com"
 BREAKPOINT_LIMIT = 4
 BREAKPOINT_ORDER = ("newest", "system", "previous", "tools")
-DEFAULT_MAX_TOKENS = 8192
 
 _STOP_REASONS = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "tool_use": "tool_calls",
     "max_tokens": "length",
-    "model_context_window_exceeded": "length",
+    "model_context_window_exceeded": "context_window",
     "refusal": "content_filter",
 }
 # The documented minimum cacheable prompt, by model-name prefix; the first match wins.
@@ -87,19 +85,19 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
     protocol = sdk = "anthropic"
     client_class = "AsyncAnthropic"
     path = "/v1/messages"
+    hosted_url = ANTHROPIC_URL
 
     def __init__(
         self,
         options: ProviderOptions,
         *,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
         thinking_budget: int | None = None,
         cache_ttl: str = "5m",
         cache_breakpoints: int = BREAKPOINT_LIMIT,
     ) -> None:
         # Without a URL the SDK would read ANTHROPIC_BASE_URL; hotloop's config decides instead.
-        super().__init__(options if options.base_url else replace(options, base_url=ANTHROPIC_URL))
-        self._max_tokens = max_tokens
+        super().__init__(options if options.base_url else replace(options, base_url=ANTHROPIC_URL), max_tokens)
         self._thinking_budget = thinking_budget
         self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
         self._cache_control = _encode(
@@ -111,8 +109,7 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the messages, breakpoints placed."""
-        head = b'{"model":' + _encode(self.model) + b',"max_tokens":'
-        head += _encode(request.max_tokens or self._max_tokens) + b',"stream":true'
+        head = b'{"model":' + _encode(self.model) + b',"max_tokens":' + _encode(self.cap(request)) + b',"stream":true'
         if self._thinking_budget:
             head += b',"thinking":{"type":"enabled","budget_tokens":' + _encode(self._thinking_budget) + b"}"
         if request.tools:
@@ -324,9 +321,14 @@ class MessageParser:
         return []
 
     def finish(self) -> list[ModelEvent]:
+        """`Finished`, then any tool call whose block never closed: the message's end says it is written (after
+        `Finished`, so that one the output limit cut off is never started early)."""
         if self._stop_reason is None:
             raise StreamInterrupted("the stream ended before the model finished its message")
-        return [Finished(_STOP_REASONS.get(self._stop_reason, self._stop_reason))]
+        events: list[ModelEvent] = [Finished(_STOP_REASONS.get(self._stop_reason, self._stop_reason))]
+        for index in [index for index, block in self._blocks.items() if block.kind == "tool_use"]:
+            events += self._stop(index)
+        return events
 
     def _start(self, index: int, block: Block) -> list[ModelEvent]:
         opened = self._blocks[index] = _OpenBlock(block, self._calls)

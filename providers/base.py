@@ -13,6 +13,22 @@ if TYPE_CHECKING:
     from hotloop.providers.transport import RequestTimeout
     from hotloop.providers.vllm import ServerInfo
 
+# The answer's cap when the config names none, on every protocol (Anthropic requires one): a model that never
+# stops writes until the context is full otherwise. 8,192 holds any tool call or file an agent step writes,
+# and is an eighth of a 64k window; a server whose window is smaller gets a quarter of it (`output_cap`).
+DEFAULT_MAX_TOKENS = 8192
+
+
+def output_cap(configured: int | None, window: int | None) -> int:
+    """The cap a request goes with: the configured one, else the default, within a quarter of a small window.
+
+    vLLM and SGLang refuse a request whose prompt and cap together pass the window, so the default
+    leaves three quarters of it to the prompt; a configured cap is the user's, sent as said.
+    """
+    if configured is not None:
+        return configured
+    return min(DEFAULT_MAX_TOKENS, window // 4) if window else DEFAULT_MAX_TOKENS
+
 
 @dataclass(frozen=True)
 class ProviderOptions:
@@ -34,7 +50,12 @@ class ProviderOptions:
 class Provider(Protocol):
     name: str
     model: str
-    protocol: str  # "openai" or "anthropic"
+    protocol: str  # "openai", "openai-responses" or "anthropic"
+
+    @property
+    def official(self) -> bool:
+        """The vendor's own hosted API (billed per token), not a server someone runs."""
+        ...
 
     @property
     def base_url(self) -> str: ...
@@ -47,6 +68,10 @@ class Provider(Protocol):
     @property
     def server(self) -> ServerInfo | None:
         """What a self-hosted server said of itself when discovered; None for hosted APIs and mute servers."""
+        ...
+
+    def cap(self, request: ChatRequest) -> int | None:
+        """The answer's cap `request` is sent with; None when the API's own limit applies."""
         ...
 
     def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:

@@ -317,9 +317,14 @@ class StreamStarted(Event, frozen=True):
 
 
 class Finished(Event, frozen=True):
-    """The model ended its message: `stop`, `tool_calls`, `length`, `content_filter`…"""
+    """The model ended its message: `stop`, `tool_calls`, `length` (the output cap), `context_window`,
+    `content_filter`, or a reason of the server's own."""
 
     reason: str
+
+
+# The reasons that end an answer before the model did: the output cap, and the context window.
+CUT_SHORT = frozenset({"length", "context_window"})
 
 
 class ServerHint(Event, frozen=True):

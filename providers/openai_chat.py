@@ -50,7 +50,7 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
 from hotloop.providers.server_fixes import fix_for, truncated_prompt
-from hotloop.providers.transport import CallIds, SdkProvider
+from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, room_line
 from hotloop.providers.vllm import MissingDetails
 
 _encode = msgspec.json.Encoder().encode
@@ -62,9 +62,17 @@ class OpenAIChatProvider(SdkProvider[bytes]):
     protocol = sdk = "openai"
     client_class = "AsyncOpenAI"
     path = "/chat/completions"
+    hosted_url = OPENAI_URL
 
-    def __init__(self, options: ProviderOptions, *, prompt_cache_key: bool = False, user: bool = False) -> None:
-        super().__init__(options)
+    def __init__(
+        self,
+        options: ProviderOptions,
+        *,
+        prompt_cache_key: bool = False,
+        user: bool = False,
+        max_tokens: int | None = None,
+    ) -> None:
+        super().__init__(options, max_tokens)
         self._prompt_cache_key = prompt_cache_key
         self._user = user
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
@@ -72,16 +80,11 @@ class OpenAIChatProvider(SdkProvider[bytes]):
         self._details = MissingDetails()
         self._problem_said = False
 
-    @property
-    def official(self) -> bool:
-        """api.openai.com itself: a hosted API, billed per token, not a server someone runs."""
-        return self.base_url.startswith("https://api.openai.com")
-
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the messages, each as first serialized."""
         head = b'{"model":' + _encode(self.model) + b',"stream":true,"stream_options":{"include_usage":true}'
-        if request.max_tokens is not None:
-            head += b',"max_tokens":' + _encode(request.max_tokens)
+        if (cap := self.cap(request)) is not None:
+            head += b',"max_tokens":' + _encode(cap)
         if self._prompt_cache_key and request.cache_key:
             # Routes every request of the session to the same cache shard (OpenAI only).
             head += b',"prompt_cache_key":' + _encode(request.cache_key)
@@ -124,6 +127,11 @@ class OpenAIChatProvider(SdkProvider[bytes]):
                         self._problem_said = True
                         yield ProviderWarning(problem)
         except RequestRejected as rejected:
+            if (capped := self.within_room(request, rejected)) is not None:
+                yield ProviderWarning(room_line(self.where, capped))
+                async for event in self.stream(capped):
+                    yield event
+                return
             if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
                 raise _with_fix(rejected, self._kind) from None
             # Started without priority scheduling: vLLM refuses a non-zero priority. Send none from now on.

@@ -33,13 +33,14 @@ from hotloop.providers.conversation import (
     ToolSpec,
     portable_call_id,
 )
-from hotloop.providers.errors import StreamInterrupted
+from hotloop.providers.errors import RequestRejected, StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
     ProviderWarning,
     ReasoningDelta,
     ReasoningItemDone,
+    ServerTimings,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -47,7 +48,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import CallIds, SdkProvider
+from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, room_line
 
 _encode = msgspec.json.Encoder().encode
 # Reasoning comes back as encrypted items, which a stateless request sends back as they came.
@@ -63,6 +64,7 @@ class OpenAIResponsesProvider(SdkProvider[bytes]):
     sdk = "openai"
     client_class = "AsyncOpenAI"
     path = "/responses"
+    hosted_url = OPENAI_URL
 
     def __init__(
         self,
@@ -72,8 +74,9 @@ class OpenAIResponsesProvider(SdkProvider[bytes]):
         user: bool = False,
         reasoning_summary: bool = False,
         previous_response_id: bool = False,
+        max_tokens: int | None = None,
     ) -> None:
-        super().__init__(options)
+        super().__init__(options, max_tokens)
         self._prompt_cache_key = prompt_cache_key
         self._user = user
         self._reasoning_summary = reasoning_summary
@@ -82,10 +85,6 @@ class OpenAIResponsesProvider(SdkProvider[bytes]):
         # start with those and that answer sends only the rest.
         self._last: tuple[str, tuple[Message, ...]] | None = None
         self._tools: tuple[tuple[ToolSpec, ...], bytes] | None = None
-
-    @property
-    def official(self) -> bool:
-        return self.base_url.startswith("https://api.openai.com")
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the input items, each as first serialized."""
@@ -98,8 +97,8 @@ class OpenAIResponsesProvider(SdkProvider[bytes]):
             if continued is not None:
                 head += b',"previous_response_id":' + _encode(continued[0])
                 messages = continued[1]
-        if request.max_tokens is not None:
-            head += b',"max_output_tokens":' + _encode(request.max_tokens)
+        if (cap := self.cap(request)) is not None:
+            head += b',"max_output_tokens":' + _encode(cap)
         if self._prompt_cache_key and request.cache_key:
             head += b',"prompt_cache_key":' + _encode(request.cache_key)
         if self._user and request.cache_key:
@@ -140,13 +139,21 @@ class OpenAIResponsesProvider(SdkProvider[bytes]):
         parser = ResponsesParser(self._cache_min_tokens, self.where)
         body = self.request_body(request)
         self._last = None  # until this response completes, there is nothing to continue
-        async with aclosing(self.stream_data(body, request.cache_key)) as stream:
-            async for data in stream:
-                if isinstance(data, bytes):
-                    for event in parser.feed(data):
-                        yield event
-                else:
-                    yield data
+        try:
+            async with aclosing(self.stream_data(body, request.cache_key)) as stream:
+                async for data in stream:
+                    if isinstance(data, bytes):
+                        for event in parser.feed(data):
+                            yield event
+                    else:
+                        yield data
+        except RequestRejected as rejected:
+            if (capped := self.within_room(request, rejected)) is None:
+                raise
+            yield ProviderWarning(room_line(self.where, capped))
+            async for event in self.stream(capped):
+                yield event
+            return
         for event in parser.finish():
             yield event
         if self._stored and parser.response_id:
@@ -198,6 +205,7 @@ class StreamEvent(msgspec.Struct, gc=False):
     response: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     message: str = ""  # an `error` event's
     code: str | None = None
+    timings: dict[str, Any] | None = None  # llama.cpp's own measurements, beside `response` in `response.completed`
 
 
 class _Item(msgspec.Struct, gc=False):
@@ -351,7 +359,7 @@ class ResponsesParser:
         if kind == "response.output_item.done":
             return self._item_done(event.item, problems)
         if kind in ("response.completed", "response.incomplete"):
-            return self._ended(kind, self._response(event.response, problems))
+            return self._ended(kind, self._response(event.response, problems), event.timings)
         if kind == "response.failed":
             error = self._response(event.response, problems).error
             raise StreamInterrupted(f"{self._where} response failed: {_reason(error)}")
@@ -416,13 +424,18 @@ class ResponsesParser:
             self._streamed += len(arguments)
         return [ToolCallReady(call.index, call.call_id, call.name, arguments or "".join(call.parts))]
 
-    def _ended(self, kind: str, response: _Response) -> list[ModelEvent]:
+    def _ended(self, kind: str, response: _Response, timings: dict[str, Any] | None) -> list[ModelEvent]:
         self._finished = True
         self.response_id = response.id
         events: list[ModelEvent] = []
         if response.usage is not None:
             ledger = UsageLedger.from_openai_responses(response.usage).checked(self._streamed)
-            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=response.usage))
+            raw, server = (
+                ({**response.usage, "timings": timings}, ServerTimings.from_llama_cpp(timings))
+                if timings
+                else (response.usage, None)
+            )
+            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=raw, timings=server))
         if kind == "response.incomplete" or response.status == "incomplete":
             reason = (response.incomplete_details or {}).get("reason")
             events.append(Finished(_INCOMPLETE.get(str(reason), "length")))

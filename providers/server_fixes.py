@@ -1,10 +1,10 @@
 """The one line that says which launch flag fixes a self-hosted server that refused, or cut, what an agent sent.
 
 Pure functions over what a server answered, for the providers to call: `fix_for` when a request
-is refused, `template_fix` on llama.cpp's /props and `truncated_prompt` on the usage a response
-reports (those two servers fail silently there). Each text matched is quoted below with where it
-comes from; matching is case-insensitive and avoids quotes, so a message read raw or still
-JSON-escaped in an error body matches alike.
+is refused, `room_left` when its output cap was, `template_fix` on llama.cpp's /props and
+`truncated_prompt` on the usage a response reports (those two servers fail silently there). Each
+text matched is quoted below with where it comes from; matching is case-insensitive and avoids
+quotes, so a message read raw or still JSON-escaped in an error body matches alike.
 """
 
 from __future__ import annotations
@@ -44,6 +44,26 @@ _OVER_CONTEXT = re.compile(
 _OLLAMA_OVER_CONTEXT = re.compile(
     r"input length exceeds the context length|prompt is longer than the context length", re.IGNORECASE
 )
+
+# vLLM, vllm/entrypoints/openai/serving_engine.py _validate_input (400): "'max_tokens' or 'max_completion_tokens' is
+# too large: 8192. This model's maximum context length is 4096 tokens and your request has 2778 input tokens
+# (8192 > 4096 - 2778)." SGLang (400): "Requested token count exceeds the model's maximum context length of 4096
+# tokens. You requested a total of 10970 tokens: 2778 tokens from the input messages and 8192 tokens for the
+# completion."
+_VLLM_ROOM = re.compile(r"\((\d+) > (\d+) - (\d+)\)")
+_SGLANG_ROOM = re.compile(r"maximum context length of (\d+) tokens.{0,80}?: (\d+) tokens from the input", re.IGNORECASE)
+
+
+def room_left(message: str) -> int | None:
+    """The output tokens a server that refused a request's cap says its window has left: the window minus
+    the prompt, both as it counted them; None if the refusal is about something else, or nothing is left."""
+    if (found := _VLLM_ROOM.search(message)) is not None:
+        room = int(found[2]) - int(found[3])
+    elif (found := _SGLANG_ROOM.search(message)) is not None:
+        room = int(found[1]) - int(found[2])
+    else:
+        return None
+    return room if room > 0 else None
 
 
 def fix_for(server_kind: str | None, status: int | None, message: str) -> str | None:

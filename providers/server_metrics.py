@@ -3,8 +3,9 @@
 vLLM, SGLang and llama.cpp name the same things differently (`SERIES`); Ollama has no
 /metrics at all. A `MetricsSample` is one scrape in common terms, `None` where the server has
 no such series. `ServerWatch` turns scrapes into the figures the server panel shows: the prefix
-cache's hit rate over the session and over the last minute, KV-cache use, the queue, TTFT
-percentiles from the histogram, and speculative decoding's acceptance.
+cache's hit rate over every request the server served since the first scrape and over the last
+minute (titles and other clients included: the server's figure, not the session's), KV-cache
+use, the queue, TTFT percentiles from the histogram, and speculative decoding's acceptance.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class ServerStats:
     started, none in the last minute (`hit_rate_recent`), or no draft (speculative decoding).
     """
 
-    hit_rate_session: float | None = None
+    hit_rate_since_start: float | None = None  # since the first scrape: the whole server's, not the session's
     hit_rate_recent: float | None = None
     kv_usage: float | None = None
     running: int | None = None
@@ -149,7 +150,7 @@ class ServerStats:
 
 
 class ServerWatch:
-    """Scrapes in, figures out: rates are differences from the first scrape (the session) and within the last minute."""
+    """Scrapes in, figures out: rates are differences from the first scrape and within the last minute."""
 
     def __init__(self) -> None:
         self.first: MetricsSample | None = None
@@ -163,7 +164,7 @@ class ServerWatch:
         minute_ago = self._recent[0] if self._recent else None
         self._recent.append(sample)
         return ServerStats(
-            hit_rate_session=_session_hit_rate(self.first, sample),
+            hit_rate_since_start=_hit_rate_since(self.first, sample),
             hit_rate_recent=_window_hit_rate(minute_ago, sample),
             # Gauges are read as this scrape has them, never held over: a request that ended is gone at once.
             kv_usage=sample.kv_usage,
@@ -188,7 +189,7 @@ def _has_spec_series(sample: MetricsSample) -> bool:
     return any(value is not None for value in series)
 
 
-def _session_hit_rate(first: MetricsSample, now: MetricsSample) -> float | None:
+def _hit_rate_since(first: MetricsSample, now: MetricsSample) -> float | None:
     if now.hits is None or now.queries is None:
         return _positive(now.hit_rate_gauge)  # an older SGLang without the counters keeps its own rate
     rate = _window_hit_rate(first, now)

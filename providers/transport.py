@@ -18,10 +18,14 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from hotloop.providers.conversation import Message
+import msgspec
+
+from hotloop.providers.base import output_cap
+from hotloop.providers.conversation import ChatRequest, Message
 from hotloop.providers.errors import ProviderError, Stalled, StreamInterrupted
 from hotloop.providers.events import ProviderWarning, StreamStarted
 from hotloop.providers.failures import backoff, explain, retry_line, root_cause
+from hotloop.providers.server_fixes import room_left
 
 if TYPE_CHECKING:
     import httpx2
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 Rendered = TypeVar("Rendered")  # what a protocol renders a message into, kept for the next request
 CONNECT_TIMEOUT = 10.0
 MASK = "[redacted]"
+OPENAI_URL = "https://api.openai.com"
+ANTHROPIC_URL = "https://api.anthropic.com"
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,10 @@ def utf8(data: bytes) -> tuple[bytes, bool]:
     return data, False
 
 
+def room_line(where: str, capped: ChatRequest) -> str:
+    return f"{where} has room for {capped.max_tokens:,} more tokens in its window: the answer is capped there"
+
+
 class SdkProvider(Generic[Rendered]):
     """A provider on an official SDK's client: it posts request bytes to `path` and reads the event stream.
 
@@ -162,8 +172,10 @@ class SdkProvider(Generic[Rendered]):
     sdk: str
     client_class: str
     path: str
+    hosted_url: str  # the vendor's own API
+    protocol: str
 
-    def __init__(self, options: ProviderOptions) -> None:
+    def __init__(self, options: ProviderOptions, max_tokens: int | None = None) -> None:
         import httpx2
 
         sdk = importlib.import_module(self.sdk)
@@ -175,10 +187,11 @@ class SdkProvider(Generic[Rendered]):
         self.timeout = options.timeout or RequestTimeout()
         self.affinity_header = options.affinity_header
         self._cache_min_tokens = options.cache_min_tokens
+        self.max_tokens = max_tokens  # the configured cap on the answer; None: the default
         self._rendered: dict[Message, Rendered] = {}
         # The first request to the server opens the connection: when it went out and came back (perf_counter).
         self.warm: tuple[float, float | None] | None = None
-        # What discovery found, for a self-hosted server (only OpenAI-compatible servers are asked).
+        # What discovery found, for a self-hosted server (hosted APIs are not asked).
         self.server: ServerInfo | None = None
         # Gateways, vLLM, Ollama and the simulator take any key; the SDKs refuse to send a request without one.
         # The SDKs' aiohttp transport costs 30–50% less CPU per request than their default (benchmarks/transport.py).
@@ -195,6 +208,32 @@ class SdkProvider(Generic[Rendered]):
     @property
     def base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
+
+    @property
+    def official(self) -> bool:
+        """The vendor's own hosted API (billed per token), not a server someone runs."""
+        return self.base_url.startswith(self.hosted_url)
+
+    def cap(self, request: ChatRequest) -> int | None:
+        """The answer's cap `request` is sent with: its own, the configured one, else the default.
+
+        None on OpenAI's own API unless configured: it caps each model itself, and a reasoning
+        model's thinking counts against a cap, which would cut it short. Anthropic requires one.
+        """
+        if request.max_tokens is not None:
+            return request.max_tokens
+        if self.max_tokens is None and self.official and self.protocol != "anthropic":
+            return None
+        window = self.server.max_model_len(self.model) if self.server is not None else None
+        return output_cap(self.max_tokens, window)
+
+    def within_room(self, request: ChatRequest, refusal: ProviderError) -> ChatRequest | None:
+        """`request` capped at the room a server that refused its cap says its window has left (vLLM, SGLang),
+        by its own count; None if the cap wasn't why."""
+        room, cap = room_left(str(refusal)), self.cap(request)
+        if room is None or cap is None or cap <= room:
+            return None
+        return msgspec.structs.replace(request, max_tokens=room)
 
     @property
     def kept(self) -> int:

@@ -18,6 +18,7 @@ from hotloop.providers.server_fixes import template_fix
 from hotloop.providers.server_metrics import MetricsSample, parse_metrics
 
 if TYPE_CHECKING:
+    from hotloop.providers.anthropic import AnthropicProvider
     from hotloop.providers.base import Provider
     from hotloop.providers.openai_chat import OpenAIChatProvider
     from hotloop.providers.openai_responses import OpenAIResponsesProvider
@@ -31,6 +32,10 @@ LABELS = {
     "ollama": "Ollama",
     "openai-compatible": "server",
 }
+SIMULATOR_LABEL = "hotloop's simulator"
+SIMULATOR_VERSION = (
+    "hotloop-sim"  # how the simulator's /version starts: it speaks vLLM's dialect, so /v1/models can't tell
+)
 _DETAILS_FLAGS = {
     "vllm": "start vLLM with --enable-prompt-tokens-details (and keep prefix caching on)",
     "sglang": "start SGLang with --enable-cache-report",
@@ -51,10 +56,12 @@ class ServerInfo:
     healthy: bool | None  # None: the server has no /health
     has_metrics: bool
     problem: str | None = None  # a launch flag it lacks for agent work, said once at the first request
+    simulated: bool = False  # hotloop's own simulator, in vLLM's dialect (`kind` stays "vllm")
 
     @property
     def label(self) -> str:
-        return LABELS.get(self.kind, "server")
+        """The server's name as the panel shows it."""
+        return SIMULATOR_LABEL if self.simulated else LABELS.get(self.kind, "server")
 
     @property
     def takes_priority(self) -> bool:
@@ -74,7 +81,7 @@ class ServerInfo:
         return served.context if served is not None else None
 
 
-async def discover(provider: OpenAIChatProvider | OpenAIResponsesProvider) -> ServerInfo:
+async def discover(provider: OpenAIChatProvider | OpenAIResponsesProvider | AnthropicProvider) -> ServerInfo:
     """What the server at the provider's base URL is; a ProviderError if it does not answer /v1/models."""
     listing = await provider.fetch_json(provider.base_url + "/models")
     cards = listing.get("data") if isinstance(listing, dict) else None
@@ -92,7 +99,10 @@ async def discover(provider: OpenAIChatProvider | OpenAIResponsesProvider) -> Se
         kind = "ollama"
     props = _dict(await _json(provider, root + "/props")) if kind == "llama.cpp" else {}
     models = await _with_contexts(provider, root, kind, models, props)
-    return ServerInfo(kind, models, healthy, metrics is not None, template_fix(props))
+    simulated = kind == "vllm" and str(_dict(await _json(provider, root + "/version")).get("version")).startswith(
+        SIMULATOR_VERSION
+    )
+    return ServerInfo(kind, models, healthy, metrics is not None, template_fix(props), simulated)
 
 
 async def scrape(provider: Provider) -> MetricsSample | None:
@@ -122,7 +132,7 @@ def _tokens(value: object) -> int | None:
 
 
 async def _with_contexts(
-    provider: OpenAIChatProvider | OpenAIResponsesProvider,
+    provider: OpenAIChatProvider | OpenAIResponsesProvider | AnthropicProvider,
     root: str,
     kind: str,
     models: tuple[ServedModel, ...],
@@ -155,7 +165,7 @@ def _loaded_contexts(listing: object) -> dict[str, int]:
     return contexts
 
 
-async def _json(provider: OpenAIChatProvider | OpenAIResponsesProvider, url: str) -> object:
+async def _json(provider: OpenAIChatProvider | OpenAIResponsesProvider | AnthropicProvider, url: str) -> object:
     try:
         return await provider.fetch_json(url)
     except ProviderError:

@@ -230,6 +230,9 @@ def main() -> None:
         os.environ["HOTLOOP_DATA_DIR"] = str(home / "data")
         asyncio.run(shoot(workspace))
         asyncio.run(shoot_replay(home / "data" / "sessions"))
+        # The bench's own prompts drive the simulator: the screenshots' scenario would answer them instead.
+        (home / "bench.toml").write_text("")
+        os.environ["HOTLOOP_CONFIG"] = str(home / "bench.toml")
         asyncio.run(shoot_bench())
     print(f"screenshots written to {HERE}")
 

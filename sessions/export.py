@@ -25,6 +25,7 @@ from hotloop.agent.text import inert
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.projection import CallRecord, StepRecord, TurnRecord, project
 from hotloop.sessions.store import LoggedSession
+from hotloop.sessions.summary import own_spending_since
 
 RESULT_LINES = 20
 # JSON must escape only C0 controls; DEL and the C1 controls (a terminal may read `\x9b` as CSI) are escaped too.
@@ -58,11 +59,19 @@ def _costs(session: LoggedSession, turns: list[TurnRecord]) -> Costs:
     }
 
 
-def _total(costs: Costs) -> CostTotals:
-    totals = CostTotals()
-    for cost in costs.values():
-        totals.add(cost)
-    return totals
+def _spent(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> tuple[CostTotals, CostTotals]:
+    """The session's own spend, and a fork's parent's, whose turns the fork's log begins with (stamped earlier)."""
+    since = own_spending_since(session.header)
+    own, parents = CostTotals(), CostTotals()
+    for step in (step for turn in turns for step in turn.steps if id(step) in costs):
+        (own if step.started >= since else parents).add(costs[id(step)])
+    return own, parents
+
+
+def _spent_line(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> str:
+    own, parents = _spent(session, turns, costs)
+    inherited = parents.priced + parents.unknown
+    return f" · {own}" + (f" (the parent's turns, before the fork: {parents})" if inherited else "")
 
 
 def _started(session: LoggedSession) -> str:
@@ -88,7 +97,7 @@ def _quoted(note: str) -> str:
 
 def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRecord], costs: Costs) -> str:
     header = session.header
-    spent = f" · {_total(costs)}" if costs else ""
+    spent = _spent_line(session, turns, costs) if costs else ""
     lines = [
         f"# {_title(turns)}",
         "",
@@ -146,7 +155,7 @@ def _cost_json(cost: Cost | None) -> dict[str, Any] | None:
 
 def _as_json(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> dict[str, Any]:
     header = session.header
-    totals = _total(costs)
+    totals, parents = _spent(session, turns, costs)
     return {
         "id": header.id,
         "started": datetime.fromtimestamp(header.started).isoformat(timespec="seconds"),
@@ -154,6 +163,8 @@ def _as_json(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> d
         **({"parent": header.parent, "forked_at_turn": header.forked_at_turn} if header.parent else {}),
         # The priced steps' dollars, and how many steps had no price (their cost is unknown, not 0).
         "cost": {"total": str(totals.known), "priced_steps": totals.priced, "unpriced_steps": totals.unknown},
+        # A fork's log begins with its parent's turns: their spend is the parent's, apart.
+        **({"parent_cost": {"total": str(parents.known), "priced_steps": parents.priced}} if header.parent else {}),
         "turns": [
             {
                 "turn": turn.turn,

@@ -12,7 +12,7 @@ import os
 from contextlib import nullcontext
 from decimal import Decimal
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import msgspec
 
@@ -26,6 +26,9 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.pricing import CostTotals, StepPricer
+
+if TYPE_CHECKING:
+    from hotloop.sessions.log import SessionHeader
 
 TITLE_LENGTH = 60
 # The encoder writes the tag first, so a line's kind can be told from its first bytes.
@@ -58,6 +61,11 @@ class _Header(_Server, gc=False):
 
     started: float = 0.0
     parent: str = ""
+
+
+def own_spending_since(header: SessionHeader) -> float:
+    """When the session's own spending starts: a fork's log begins with its parent's steps, the parent's spend."""
+    return header.started if header.parent else 0.0
 
 
 _turn = msgspec.json.Decoder(TurnStarted)

@@ -1,23 +1,23 @@
 """The simulator's deterministic "model".
 
 Given the conversation and the tools offered, it either follows a scenario file (one step
-per assistant message) or plans from the user's words: each clause of the task ("read
-README.md and pyproject.toml, then grep for TODO") becomes one batch of parallel tool
-calls, and once every batch has its results it writes a Markdown answer built from them.
-The same request always gets the same reply.
+per assistant message) or plans from the user's words (`planner.py`): the batches of calls the
+task asks for, one a step, then a Markdown answer built from their results (`answers.py`).
+It answers hotloop's side jobs here. The same request always gets the same reply, whatever the
+protocol or the server it reaches.
 
 A scenario file, and the faults a reply can carry, are `scenario.py`'s.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
+from hotloop.sim.answers import answer, headline, preface
+from hotloop.sim.planner import clauses, plan, resolved
 from hotloop.sim.scenario import Reply, scenario_step
-from hotloop.sim.template import Call, Turn
+from hotloop.sim.template import Turn
 
 
 def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply, ...] = ()) -> Reply:
@@ -35,10 +35,12 @@ def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply,
     last_user = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=-1)
     task, earlier = _task_of(turns[last_user].text if last_user >= 0 else "")
     since = turns[last_user + 1 :]
-    batches = plan(task, _tool_names(tools), _tool_schemas(tools))
+    batches = plan(task, tools)
     done = earlier + sum(1 for turn in since if turn.role == "assistant")
-    if done < len(batches):
-        return Reply(text=_preface(batches[done]), calls=tuple(batches[done]))
+    # A batch with nothing left to call (an edit of a file that couldn't be read) ends the work: the answer says so.
+    calls = resolved(batches[done], since) if done < len(batches) else []
+    if calls:
+        return Reply(text=preface(calls), calls=tuple(calls))
     return Reply(text=answer(task, since))
 
 
@@ -136,7 +138,7 @@ def classify(task: str) -> str:
 def title_for(transcript: str) -> str:
     """The first request's first clause, in at most six words."""
     first = next((line[6:] for line in transcript.splitlines() if line.startswith("User: ")), transcript)
-    clause = _CLAUSE_SPLIT.split(_strip_context(first))[0]
+    clause = clauses(_strip_context(first))[0]
     words = _POLITE.sub("", clause.strip()).rstrip(" ,.?!").split()[:6]
     title = " ".join(words).rstrip(",")
     return title[:1].upper() + title[1:] if title else "Untitled session"
@@ -154,249 +156,20 @@ def summary_of(text: str, words: int) -> str:
     return "\n".join(kept) + f"\n… ({len(lines):,} lines, {len(result or text):,} characters in all)"
 
 
-def thinking_for(task_turns: list[Turn], answer: Reply) -> str:
+def thinking_for(task_turns: list[Turn], planned: Reply) -> str:
     """What the model "thinks" before a reply, for a client that asked for reasoning but got none planned."""
     last_user = next((turn.text for turn in reversed(task_turns) if turn.role == "user"), "")
-    task = _headline(_strip_context(last_user))
-    if answer.calls:
-        names = ", ".join(sorted({call.name for call in answer.calls}))
+    task = headline(_strip_context(last_user))
+    if planned.calls:
+        names = ", ".join(sorted({call.name for call in planned.calls}))
         return (
-            f"The task is: {task}. I need {len(answer.calls)} tool call(s) first ({names}); they can run in parallel."
+            f"The task is: {task}. I need {len(planned.calls)} tool call(s) first ({names}); they can run in parallel."
         )
     return f"The task is: {task}. I have what I need to answer."
 
 
-def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
-    return [name for name, _ in _iter_tools(tools)]
-
-
-def _tool_schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return dict(_iter_tools(tools))
-
-
-def _iter_tools(tools: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    found = []
-    for tool in tools:
-        # OpenAI nests under "function" with "parameters"; Anthropic is flat with "input_schema".
-        spec = tool.get("function", tool)
-        schema = spec.get("parameters") or spec.get("input_schema") or {}
-        if isinstance(spec.get("name"), str):
-            found.append((spec["name"], schema if isinstance(schema, dict) else {}))
-    return found
-
-
 _CONTEXT_BLOCK = re.compile(r"<context>.*?</context>", re.DOTALL)
-_CLAUSE_SPLIT = re.compile(r"\b(?:and then|then|after that|afterwards|next)\b|;", re.IGNORECASE)
-_QUOTED = re.compile(r"\"([^\"]+)\"|'([^']+)'|`([^`]+)`")
-_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w/])")
-_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w])")
-_BUILTIN_WORDS = {"read_file", "list_dir", "grep"}
-_READ_WORDS = re.compile(r"\b(read|open|show|cat|view|look at|read_file)\b", re.IGNORECASE)
-_LIST_WORDS = re.compile(r"\b(list|ls|directory|directories|folder|tree|list_dir)\b", re.IGNORECASE)
-_LIST_TARGET = re.compile(r"\b(?:in|of|under)\s+([\w./-]+/?)", re.IGNORECASE)
-_SEARCH_WORDS = re.compile(r"\b(grep|search|find|look for|occurrences)\b", re.IGNORECASE)
-_SEARCH_TARGET = re.compile(r"\b(?:for|of)\s+([\w.:-]+)", re.IGNORECASE)
 
 
 def _strip_context(text: str) -> str:
     return _CONTEXT_BLOCK.sub("", text).strip()
-
-
-def plan(task: str, names: list[str], schemas: dict[str, dict[str, Any]]) -> list[list[Call]]:
-    """Batches of parallel calls for the task: one batch per clause that asks for tools."""
-    batches: list[list[Call]] = []
-    seen: set[tuple[str, str]] = set()
-    for clause in _CLAUSE_SPLIT.split(task):
-        batch = []
-        for name, arguments in _calls_for(clause, names, schemas):
-            if (name, arguments) not in seen:
-                seen.add((name, arguments))
-                batch.append(Call(id="", name=name, arguments=arguments))
-        if batch:
-            batches.append(batch)
-    return batches
-
-
-def _calls_for(clause: str, names: list[str], schemas: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
-    quoted = [next(group for group in match.groups() if group) for match in _QUOTED.finditer(clause)]
-    unquoted = _QUOTED.sub(" ", clause)
-    calls: list[tuple[str, str]] = []
-    for name in names:
-        if name not in _BUILTIN_WORDS and re.search(rf"\b{re.escape(name)}\b", clause):
-            calls.extend((name, json.dumps(args)) for args in _arguments_for(schemas[name], quoted, unquoted))
-    searching = "grep" in names and _SEARCH_WORDS.search(unquoted)
-    if "read_file" in names and (_READ_WORDS.search(unquoted) or not searching):
-        calls.extend(("read_file", json.dumps({"path": path})) for path in _PATH.findall(unquoted))
-    if "list_dir" in names and _LIST_WORDS.search(unquoted):
-        listed = _LIST_TARGET.search(unquoted)
-        calls.append(("list_dir", json.dumps({"path": listed.group(1).rstrip(".") if listed else "."})))
-    if searching:
-        target = quoted[0] if quoted else _search_target(unquoted)
-        if target:
-            calls.append(("grep", json.dumps({"pattern": target})))
-    return calls
-
-
-def _search_target(text: str) -> str | None:
-    match = _SEARCH_TARGET.search(text)
-    return match.group(1) if match else None
-
-
-def _arguments_for(schema: dict[str, Any], quoted: list[str], text: str) -> list[dict[str, Any]]:
-    """One argument object per value of the first required parameter found in the text."""
-    properties = schema.get("properties") or {}
-    required = [name for name in schema.get("required") or [] if name in properties] or list(properties)[:1]
-    if not required:
-        return [{}]
-    candidates = {name: _candidates(properties[name], quoted, text) for name in required}
-    first = required[0]
-    return [
-        {name: (value if name == first else candidates[name][0]) for name in required} for value in candidates[first]
-    ]
-
-
-def _candidates(prop: Any, quoted: list[str], text: str) -> list[Any]:
-    kind = prop.get("type") if isinstance(prop, dict) else None
-    if kind in ("number", "integer"):
-        numbers = [float(n) if kind == "number" else int(float(n)) for n in _NUMBER.findall(text)]
-        return numbers or [1]
-    if kind == "boolean":
-        return [False]
-    if kind == "string" or kind is None:
-        return quoted or _PATH.findall(text) or [text.split()[-1].strip(".,!?") if text.split() else "x"]
-    return [None]
-
-
-def _preface(batch: list[Call]) -> str:
-    names = sorted({call.name for call in batch})
-    return f"Running {len(batch)} tool call{'s' if len(batch) != 1 else ''} ({', '.join(names)}).\n"
-
-
-def answer(task: str, since: list[Turn]) -> str:
-    """The final Markdown answer, built from the tool results gathered for this task."""
-    calls = {call.id: call for turn in since if turn.role == "assistant" for call in turn.calls}
-    results = [turn for turn in since if turn.role == "tool"]
-    if not results:
-        return _direct_answer(task)
-    lines = [f"## Results for: {_headline(task)}", ""]
-    lines.extend(_result_line(calls.get(result.call_id), result.text) for result in results)
-    excerpt = _first_excerpt(calls, results)
-    if excerpt:
-        lines += ["", excerpt]
-    steps = sum(1 for turn in since if turn.role == "assistant")
-    lines += [
-        "",
-        f"{len(results)} tool result{'s' if len(results) != 1 else ''} from {steps} step{'s' if steps != 1 else ''}.",
-    ]
-    return "\n".join(lines)
-
-
-def _headline(task: str) -> str:
-    line = task.strip().splitlines()[0] if task.strip() else "(empty task)"
-    return line if len(line) <= 80 else line[:77] + "..."
-
-
-def _result_line(call: Call | None, text: str) -> str:
-    label = f"`{call.name}` {call.arguments}" if call else "`tool`"
-    body = text.strip()
-    first = body.splitlines()[0] if body else "(no output)"
-    if len(first) > 100:
-        first = first[:97] + "..."
-    lines = len(body.splitlines())
-    return f"- {label}: {lines} line{'' if lines == 1 else 's'}; first: {first}"
-
-
-_FENCE_LANGUAGE = {
-    ".py": "python",
-    ".toml": "toml",
-    ".md": "markdown",
-    ".json": "json",
-    ".js": "javascript",
-    ".ts": "typescript",
-    ".rs": "rust",
-    ".go": "go",
-    ".sh": "bash",
-    ".yaml": "yaml",
-    ".yml": "yaml",
-}
-
-
-def _first_excerpt(calls: dict[str, Call], results: list[Turn]) -> str:
-    for result in results:
-        call = calls.get(result.call_id)
-        if call is None or call.name != "read_file" or result.text.lower().startswith("error"):
-            continue
-        path = json.loads(call.arguments).get("path", "") if call.arguments.startswith("{") else ""
-        language = _FENCE_LANGUAGE.get(Path(str(path)).suffix, "text")
-        excerpt = "\n".join(result.text.splitlines()[:6]).replace("```", "'''")
-        return f"First lines of `{path}`:\n\n```{language}\n{excerpt}\n```"
-    return ""
-
-
-_WORD_COUNT = re.compile(r"\b(\d{2,6})\s+(?:words|tokens)\b", re.IGNORECASE)
-_FILLER = [
-    "Prefix",
-    "caching",
-    "keeps",
-    "the",
-    "static",
-    "part",
-    "of",
-    "every",
-    "request",
-    "warm,",
-    "so",
-    "each",
-    "step",
-    "pays",
-    "only",
-    "for",
-    "the",
-    "tokens",
-    "it",
-    "adds.",
-    "Parallel",
-    "tool",
-    "calls",
-    "overlap",
-    "their",
-    "waits.",
-    "Streaming",
-    "shows",
-    "the",
-    "first",
-    "token",
-    "as",
-    "soon",
-    "as",
-    "the",
-    "server",
-    "has",
-    "it.",
-]
-
-
-def _direct_answer(task: str) -> str:
-    wanted = _WORD_COUNT.search(task)
-    if wanted:
-        return _long_answer(task, int(wanted.group(1)))
-    return (
-        f"## {_headline(task)}\n\n"
-        "This answer comes from **hotloop's embedded simulator**, a deterministic stand-in for a "
-        "vLLM server. It streams like one, caches prefixes like one and reports usage like one.\n\n"
-        "- Ask it to *read* files by name, *list* a folder or *grep* for a word, and it calls tools.\n"
-        "- Chain clauses with *then* to get several steps of parallel calls.\n"
-        "- Ask for *N words* to get a long answer.\n"
-    )
-
-
-def _long_answer(task: str, words: int) -> str:
-    paragraphs, sentence = [f"## {_headline(task)}", ""], []
-    for n in range(words):
-        sentence.append(_FILLER[n % len(_FILLER)])
-        if len(sentence) >= 60:
-            paragraphs += [" ".join(sentence), ""]
-            sentence = []
-    if sentence:
-        paragraphs.append(" ".join(sentence))
-    return "\n".join(paragraphs).rstrip() + "\n"

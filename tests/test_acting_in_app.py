@@ -39,7 +39,9 @@ async def test_an_edit_shows_its_diff_and_waits_for_approval(isolated_home: Path
         assert pane.preview is not None
         diff = pane.preview.code
         await wait_until(lambda: "+fast, and it says why" in drawn(app))  # the diff shows in the pane
-        assert diff.startswith("--- a/README.md\n+++ b/README.md\n") and "-fast\n+fast, and it says why" in diff
+        # From its first hunk: the pane's title names the file, as the question does.
+        assert diff.startswith("@@ -1,3 +1,3 @@\n") and "-fast\n+fast, and it says why" in diff
+        assert pane.title() == "edit_file README.md"
         assert readme.read_text() == "# hotloop\n\nfast\n"  # nothing written before the answer
         await answer(app, "y")  # the answer's keys are the bar's
         await idle(app, pilot)

@@ -75,12 +75,8 @@ def test_a_scenario_file_sets_the_task(isolated_home: Path, tmp_path: Path, caps
     write_config(isolated_home)
     task = {
         "system": "You check links.",
-        "prompts": ["Check the docs' links."],
+        "prompts": ['Call probe on "https://docs.example/a", then say whether the link answers.'],
         "tools": {"probe": 0.01},
-        "steps": [
-            {"tool_calls": [{"name": "probe", "arguments": {"url": "https://docs.example/a"}}]},
-            {"text": "All links answer."},
-        ],
     }
     scenario = tmp_path / "links.json"
     scenario.write_text(json.dumps(task))
@@ -137,14 +133,21 @@ def test_a_slow_server_s_figures_keep_the_table_in_80_columns() -> None:
         "cache_hit": 0.39,
         "uncached_prefill_tokens": 1_234_567,
         "errors": 0,
+        "steps": 160,
+        "steps_per_turn": 2.5,
+        "tool_calls": {"fetch": 128, "search": 256},
+        "cut_off": 0,
     }
-    result = {"provider": "local", "model": "/models/Qwen3-8B-Q4_K_M.gguf", "scenario": "built-in", "levels": [level]}
+    task = {"turns": 2, "steps": 5, "tool_calls": 6}
+    model = "/models/Qwen3-8B-Q4_K_M.gguf"
+    result = {"provider": "local", "model": model, "scenario": "built-in", "task": task, "levels": [level]}
     console = Console(width=80, record=True)
     console.print(table(result))
     lines = console.export_text().splitlines()
-    assert lines[0] == "hotloop bench · local · Qwen3-8B-Q4_K_M.gguf · built-in"  # a path names its file
+    # A path names its file; the task says what each agent is asked for.
+    assert lines[0] == "hotloop bench · local · Qwen3-8B-Q4_K_M.gguf · built-in (5 steps, 6 calls)"
     row = next(line for line in lines if line.lstrip().startswith("64"))
-    assert row.split() == ["64", "12.5", "261", "1,262", "261", "12.5", "261", "8", "12,346", "39%", "1,234,567"]
+    assert row.split() == ["64", "12.5", "261", "1,262", "261", "12.5", "261", "8.4", "12,346", "39%", "1,234,567"]
     assert max(len(line.rstrip()) for line in lines) <= 80
 
 
@@ -180,14 +183,10 @@ async def test_the_bench_builds_its_agents_as_the_app_does(isolated_home: Path, 
     (isolated_home / "config.toml").write_text(f"tool_timeout = 0.3\n[latency]\nmemo_ttl = 7\n{FAST_SIM}")
     config = load_config()
     probe = {"name": "probe", "arguments": {"url": "https://docs.example/a"}}
-    scenario = Scenario(
-        system="You check links.",
-        prompts=["Check the docs."],
-        tools={"probe": 0.01, "slow": 30.0},
-        steps=[{"tool_calls": [probe]}, {"tool_calls": [probe]}, {"tool_calls": [{"name": "slow"}]}, {"text": "ok"}],
-    )
+    scenario = Scenario(system="You check links.", prompts=["Check the docs."], tools={"probe": 0.01, "slow": 30.0})
     script = tmp_path / "steps.json"
-    script.write_text(json.dumps(scenario.steps))
+    steps = [{"tool_calls": [probe]}, {"tool_calls": [probe]}, {"tool_calls": [{"name": "slow"}]}, {"text": "ok"}]
+    script.write_text(json.dumps(steps))
     runtime = Runtime(structs.replace(config, sim=structs.replace(config.sim, scenario=script)))
     events: list[AgentEvent] = []
     try:

@@ -242,6 +242,7 @@ async def test_a_huge_tool_argument_is_refused_and_the_log_stays_small(
     log = SessionLog.create(tmp_path / "sessions", provider="sim", model="sim-balanced", workspace=workspace)
     # The simulator takes a while to build 33 MB of stream at zero latency: more than QUICK's idle limit.
     agent, recorder = agent_on(sim, "openai", workspace, RequestTimeout(first_byte=10, idle=10), log=log)
+    agent.options = AgentOptions(max_tokens=1_000_000)  # a cap the argument fits: the server writes it whole
     finished = await agent.run_turn("go")
     log.close()
     await agent.provider.aclose()

@@ -126,7 +126,7 @@ async def test_a_recorded_llama_cpp_server_reads_as_it_reported() -> None:
     # prompt_tokens_total counts only what was computed: a prompt is that plus what came from the cache.
     cached, computed = recorded("llamacpp:prompt_tokens_cached_total"), recorded("llamacpp:prompt_tokens_total")
     assert (cached, computed) == (2499, 2551)
-    assert stats is not None and stats.hit_rate_session == cached / (cached + computed)
+    assert stats is not None and stats.hit_rate_since_start == cached / (cached + computed)
     # One scrape: the session's figure is the server's whole life, and the last minute has nothing to compare.
     assert stats.hit_rate_recent is None
     # `running` is requests_processing (0), never n_busy_slots_per_decode (an average, recorded as 1).
@@ -141,8 +141,9 @@ async def test_a_recorded_llama_cpp_server_reads_as_it_reported() -> None:
     assert not any("_bucket" in line for line in METRICS.splitlines())
     assert recorded("llamacpp:spec_decode_num_draft_tokens_total") == 0
     assert rows(panel) == {
-        "hit rate, session": f"{cached / (cached + computed):.0%}",
-        "hit rate, 1 min": "–",
+        "server hit rate": "",
+        "last 1 min": "–",
+        "since start": f"{cached / (cached + computed):.0%}",
         "KV cache used": "not reported",
         "running": "0",
         "waiting": "0",
@@ -150,7 +151,7 @@ async def test_a_recorded_llama_cpp_server_reads_as_it_reported() -> None:
         "TTFT p95": "not reported",
         "spec decoding": "no drafts",
     }
-    assert rows(panel)["hit rate, session"] == "49%"
+    assert rows(panel)["since start"] == "49%"
 
 
 async def test_llama_cpp_speculative_decoding_is_read_from_its_counters() -> None:
@@ -176,8 +177,8 @@ async def test_a_llama_cpp_slot_holds_its_share_of_the_context() -> None:
 async def test_a_fresh_llama_cpp_server_has_the_series_but_no_requests() -> None:
     fresh = with_values(prompt_tokens_total=0, prompt_tokens_cached_total=0)
     _, stats, panel = await read_server(llama_cpp(fresh), MODELS["data"][0]["id"])
-    assert stats is not None and stats.cache_reported and stats.hit_rate_session is None
-    assert rows(panel)["hit rate, session"] == rows(panel)["hit rate, 1 min"] == "no requests yet"
+    assert stats is not None and stats.cache_reported and stats.hit_rate_since_start is None
+    assert rows(panel)["since start"] == rows(panel)["last 1 min"] == "no requests yet"
 
 
 def test_running_is_the_scrape_s_own_reading() -> None:
@@ -199,16 +200,16 @@ def test_the_last_minute_is_a_real_minute() -> None:
     watch = ServerWatch()
     assert at(0, 0, 0).hit_rate_recent is None  # nothing to compare with yet
     busy = at(30, 900, 100)  # 1,000 prompt tokens, 900 of them cached
-    assert busy.hit_rate_recent == busy.hit_rate_session == 900 / 1000
+    assert busy.hit_rate_recent == busy.hit_rate_since_start == 900 / 1000
     assert at(50, 900, 100).hit_rate_recent == 900 / 1000  # the requests at 0–30 s are still within the minute
     quiet = at(95, 900, 100)  # the minute since 35 s holds scrapes but no request
-    assert quiet.hit_rate_recent is None and quiet.hit_rate_session == 900 / 1000
+    assert quiet.hit_rate_recent is None and quiet.hit_rate_since_start == 900 / 1000
     again = at(100, 1000, 200)  # 200 more tokens since the 50 s scrape, 100 cached
-    assert again.hit_rate_recent == 100 / 200 and again.hit_rate_session == 1000 / 1200
+    assert again.hit_rate_recent == 100 / 200 and again.hit_rate_since_start == 1000 / 1200
     late = at(400, 1500, 300)  # requests came, but no scrape shows when: the last one was 300 s ago
-    assert late.hit_rate_recent is None and late.hit_rate_session == 1500 / 1800
+    assert late.hit_rate_recent is None and late.hit_rate_since_start == 1500 / 1800
     info = ServerInfo("llama.cpp", (), None, True)
-    assert rows(drawn(ServerReport(info, "http://h/v1", "m", late)))["hit rate, 1 min"] == "–"
+    assert rows(drawn(ServerReport(info, "http://h/v1", "m", late)))["last 1 min"] == "–"
 
 
 async def test_discovery_and_the_panel_figures_come_from_the_vllm_servers_own_endpoints() -> None:
@@ -231,13 +232,14 @@ async def test_discovery_and_the_panel_figures_come_from_the_vllm_servers_own_en
         sim.stop()
     panel = rows(drawn(ServerReport(info, sim.base_url, "sim-balanced", stats)))
     hits, queries = recorded("vllm:prefix_cache_hits_total", text), recorded("vllm:prefix_cache_queries_total", text)
-    assert stats.hit_rate_session == stats.hit_rate_recent == hits / queries
-    assert panel["hit rate, session"] == panel["hit rate, 1 min"] == f"{hits / queries:.0%}"
+    assert stats.hit_rate_since_start == stats.hit_rate_recent == hits / queries
+    assert panel["since start"] == panel["last 1 min"] == f"{hits / queries:.0%}"
     assert panel["KV cache used"] == f"{max(readings('vllm:kv_cache_usage_perc', text)):.0%}"  # a ratio: not summed
     assert (panel["running"], panel["waiting"]) == ("0", "0")
     assert panel["TTFT p50"].endswith(" s") and panel["TTFT p95"].endswith(" s")
     assert not stats.spec_reported and not any(label.startswith("spec") for label in panel)  # none: not 0
-    assert (info.kind, info.label, info.healthy, info.has_metrics) == ("vllm", "vLLM", True, True)
+    # The simulator speaks vLLM's dialect (kind "vllm": it reads `priority`), and its /version says what it is.
+    assert (info.kind, info.label, info.healthy, info.has_metrics) == ("vllm", "hotloop's simulator", True, True)
     assert info.max_model_len("sim-balanced") == 32_768
 
 
@@ -263,18 +265,16 @@ def sglang_exposition(prompt: int = 0, cached: int = 0) -> str:
 def test_sglang_reports_what_it_has() -> None:
     fresh = ServerWatch().observe(parse_metrics(sglang_exposition(), at=0))
     # Declared but not yet incremented is still the server's series: no requests yet, not "not reported".
-    assert fresh.cache_reported and fresh.ttft_reported and fresh.hit_rate_session is None
+    assert fresh.cache_reported and fresh.ttft_reported and fresh.hit_rate_since_start is None
     assert (fresh.running, fresh.waiting, fresh.kv_usage) == (0, 0, 0.0)
     # An accept length of 0 is speculative decoding that drafted nothing (or is off), never a mean length.
     assert fresh.spec_reported and fresh.spec_length is None
     panel = rows(drawn(ServerReport(ServerInfo("sglang", (), None, True), "http://h/v1", "q", fresh)))
-    assert (
-        panel["hit rate, session"] == panel["TTFT p50"] == "no requests yet" and panel["spec decoding"] == "no drafts"
-    )
+    assert panel["since start"] == panel["TTFT p50"] == "no requests yet" and panel["spec decoding"] == "no drafts"
     missed = ServerWatch().observe(parse_metrics(sglang_exposition(prompt=300), at=0))
-    assert missed.hit_rate_session == 0.0  # 300 prompt tokens, none cached: the counter never appeared
+    assert missed.hit_rate_since_start == 0.0  # 300 prompt tokens, none cached: the counter never appeared
     hit = ServerWatch().observe(parse_metrics(sglang_exposition(prompt=300, cached=240), at=0))
-    assert hit.hit_rate_session == 240 / 300  # SGLang's prompt_tokens counts the cached ones too
+    assert hit.hit_rate_since_start == 240 / 300  # SGLang's prompt_tokens counts the cached ones too
 
 
 async def test_ollama_has_no_metrics_and_says_so() -> None:

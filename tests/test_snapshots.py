@@ -228,8 +228,8 @@ def test_a_switch_to_anthropic_and_its_cache(snap_compare: SnapCompare, isolated
     prompt (900) is under the minimum cacheable length: "below cache minimum (1,024): not cached,
     not a miss", no bar. Step 2 writes: the bar is amber, read 0 · write 1,496 · uncached 4. Step 3
     reads the previous step's prefix: a mostly green bar, read 1,496 · write 210 · uncached 4. The
-    status bar follows the switch (sim-anthropic · sim-balanced, no tier) and its cache hit is 47%
-    (1,496 ÷ 3,210: the step below the minimum is left out)."""
+    status bar follows the switch (sim-anthropic · sim-balanced; at 100 columns its tier and the totals give
+    way) and its cache hit is 47% (1,496 ÷ 3,210: the step below the minimum is left out)."""
     from hotloop.agent.events import ProviderSwitched
 
     def anthropic(prompt: int, read: int, write: int, output: int) -> UsageLedger:
@@ -301,7 +301,8 @@ def test_a_queued_prompt_under_the_input(snap_compare: SnapCompare, isolated_hom
 
 def test_new_output_below_the_view_shows_the_marker(snap_compare: SnapCompare, isolated_home: Path) -> None:
     """The user scrolled to the top of a long answer while it streams: the view stays on its
-    first lines, and a bold "↓ new output · ctrl+end" marker sits at the foot of the transcript."""
+    first lines, and a bold "↓ new output · ctrl+end" marker sits at the foot of the transcript, on a
+    line of its own: no text under it."""
     long = "".join(f"Paragraph {n} of a long answer.\n\n" for n in range(40))
     events: list[AgentEvent] = [
         TurnStarted(turn=1, prompt="Explain it at length", ts=T),

@@ -139,7 +139,8 @@ async def test_a_title_on_the_conversations_model_extends_its_request_and_evicts
     assert [titled.title for titled in recorder.of(SessionTitled)] == ["Read README.md"]
     # The conversation's request, byte for byte, then its answer and one user message with the ask.
     prompt = without(title.body, b',"max_tokens":24,"priority":10')
-    assert prompt.startswith(answered.body[:-2] + b",")
+    conversation_body = without(answered.body, b',"max_tokens":8192')  # the default cap, every step's
+    assert prompt.startswith(conversation_body[:-2] + b",")
     sent, before = json.loads(prompt)["messages"], json.loads(answered.body)["messages"]
     answer = conversation[-1]
     assert isinstance(answer, AssistantMessage)
@@ -164,7 +165,8 @@ async def test_a_summary_on_the_conversations_model_extends_the_request_that_ask
     finally:
         await router.runtime.aclose()
     assert b"Summarize this tool result" in summary.body
-    assert without(summary.body, b',"max_tokens":200,"priority":10').startswith(asked.body[:-2] + b",")
+    asked_body = without(asked.body, b',"max_tokens":8192')  # the default cap, every step's
+    assert without(summary.body, b',"max_tokens":200,"priority":10').startswith(asked_body[:-2] + b",")
     ask = json.loads(summary.body)["messages"][-1]["content"]
     assert ask.startswith('read_file({"path": "big.log"}) returned:\nline 0:') and ask.endswith("summary only.")
     assert summary.cached_tokens >= asked.prompt_tokens - 16
@@ -316,7 +318,7 @@ def test_sglang_and_llama_cpp_report_what_they_have() -> None:
         at=0,
     )
     stats = ServerWatch().observe(sglang)
-    assert (stats.running, stats.waiting, stats.kv_usage, stats.hit_rate_session, stats.spec_length) == (
+    assert (stats.running, stats.waiting, stats.kv_usage, stats.hit_rate_since_start, stats.spec_length) == (
         3,
         2,
         0.25,
@@ -331,7 +333,7 @@ def test_sglang_and_llama_cpp_report_what_they_have() -> None:
             at=0,
         )
     )
-    assert (llama.running, llama.kv_usage, llama.hit_rate_session, llama.waiting) == (1, 0.5, None, None)
+    assert (llama.running, llama.kv_usage, llama.hit_rate_since_start, llama.waiting) == (1, 0.5, None, None)
 
 
 def test_ttft_percentiles_and_speculative_decoding_follow_prometheus_arithmetic() -> None:

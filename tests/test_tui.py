@@ -448,7 +448,7 @@ async def test_the_server_panel_shows_the_simulators_own_hit_rate(isolated_home:
         expected = totals["vllm:prefix_cache_hits_total"] / totals["vllm:prefix_cache_queries_total"]
         assert expected > 0
         # The session scrapes again as the turn ends; the panel draws what that scrape said.
-        await wait_until(lambda: present(stats_of(panel)).hit_rate_session == expected)
+        await wait_until(lambda: present(stats_of(panel)).hit_rate_since_start == expected)
         assert f"{expected:.0%}" in str(panel.render())
         await pilot.press("f2")
         assert not panel.display

@@ -61,6 +61,19 @@ def _import_engine() -> None:
     warm_up()
 
 
+def _screenshots_folder() -> Path:
+    from platformdirs import user_downloads_path
+
+    from hotloop import paths
+
+    downloads = user_downloads_path()
+    if downloads.is_dir():
+        return downloads
+    folder = paths.data_dir() / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 class HotloopApp(App[None]):
     TITLE = "hotloop"
     COMMANDS = App.COMMANDS | {SwitchCommands}
@@ -201,6 +214,15 @@ class HotloopApp(App[None]):
         from hotloop.tui.screens.help import HelpScreen
 
         self.push_screen(HelpScreen())
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """The palette's Screenshot: into the Downloads folder, or hotloop's data folder where there is none.
+
+        Textual saves into Downloads only, and fails where that folder doesn't exist (a server, a container).
+        """
+        return super().deliver_screenshot(filename, path or str(_screenshots_folder()), time_format)
 
     async def on_unmount(self) -> None:
         await self.session.close()

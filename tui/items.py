@@ -45,6 +45,10 @@ class Item:
         """What copying this item puts on the clipboard, or None if it has nothing to copy."""
         return None
 
+    def copied(self) -> str:
+        """What a copy of it holds, in the user's words: `copied {this}`."""
+        return "the item"
+
     def estimate_height(self, width: int) -> int:
         """A guess at the rendered height, before the item is rendered at this width."""
         return 1
@@ -69,6 +73,9 @@ class UserItem(Item):
 
     def copy_text(self) -> str:
         return self.prompt
+
+    def copied(self) -> str:
+        return "your prompt"
 
     def estimate_height(self, width: int) -> int:
         return sum(len(line) // max(width - 2, 10) + 1 for line in self.prompt.splitlines() or [""])
@@ -111,6 +118,9 @@ class AnswerItem(Item):
     def copy_text(self) -> str:
         return self.text
 
+    def copied(self) -> str:
+        return "the answer"
+
     def estimate_height(self, width: int) -> int:
         return max(len(self.text) // max(width, 10) + self.text.count("\n") + 1, 1)
 
@@ -119,10 +129,17 @@ CHANGES = frozenset({"edit_file", "write_file"})  # their collapsed line says wh
 
 
 def call_head(call: CallRecord, width: int = 80) -> str:
-    """`read_file {"path": "README.md"}`, the arguments cut to fit `width`; a change, `edit README.md +3 −1`."""
+    """`read_file {"path": "README.md"}`, the arguments cut to fit `width`; a change, `edit README.md +3 −1`.
+
+    A change that was not made says so first, then why: `create notes.txt +1 −0 · not written, denied by you`.
+    """
     if call.name in CHANGES and is_diff(call.preview):
         with contextlib.suppress(ValueError, AttributeError):
-            return change_summary(str(json.loads(call.arguments).get("path")), call.preview)
+            change = change_summary(str(json.loads(call.arguments).get("path")), call.preview)
+            if call.status not in ("error", "cancelled"):
+                return change
+            denied = f", {call.decision}" if call.decision.startswith("denied") else ""
+            return f"{change} · not written{denied}"
     args = " ".join(call.arguments.split())
     room = max(width - len(call.name) - 16, 8)
     return f"{call.name} {args if len(args) <= room else args[: room - 1] + '…'}"
@@ -181,6 +198,9 @@ class ToolCallsItem(Item):
     def copy_text(self) -> str:
         return "\n\n".join(f"{call.name} {call.arguments}\n{call.full_text()}" for call in self.calls)
 
+    def copied(self) -> str:
+        return f"{'the tool call' if len(self.calls) == 1 else f'the {len(self.calls)} tool calls'} and the output"
+
     def estimate_height(self, width: int) -> int:
         return len(self.calls) + 1
 
@@ -213,6 +233,9 @@ class NoticeItem(Item):
     def copy_text(self) -> str:
         return self.message
 
+    def copied(self) -> str:
+        return {"error": "the error message", "warning": "the warning"}.get(self.level, "the note")
+
 
 @dataclass
 class CompactionItem(Item):
@@ -238,6 +261,9 @@ class CompactionItem(Item):
 
     def copy_text(self) -> str:
         return self.compacted.summary
+
+    def copied(self) -> str:
+        return "the summary that replaced the compacted turns"
 
     def estimate_height(self, width: int) -> int:
         return 3

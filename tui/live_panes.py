@@ -8,6 +8,8 @@ call that would change something shows what it would do (a diff, a command), hig
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 SPINNER = "◐◓◑◒"
 COLUMNS = 3
 ROW_HEIGHT = 9
-DIFF_ROW_HEIGHT = 16  # a diff waiting for approval (or just applied) needs room to be read
+DIFF_ROW_HEIGHT = 16  # the most a row showing a diff grows to: it gets the rows its diff needs, if the view has them
 ARGUMENT_LINES = 2
 OUTPUT_LINES_KEPT = DIFF_ROW_HEIGHT  # more than a pane ever shows
 
@@ -88,6 +90,14 @@ class LivePane:
         self.output += inert(text).rstrip("\n").expandtabs().splitlines()
         del self.output[:-OUTPUT_LINES_KEPT]
 
+    def title(self) -> str:
+        """The tool's name; a change's path too, as its diff is shown from the first hunk on."""
+        name = self.call.name or "…"
+        if self.diff:
+            with contextlib.suppress(ValueError, AttributeError):
+                return f"{name} {json.loads(self.call.arguments).get('path')}"
+        return name
+
     def subtitle(self) -> str:
         call = self.call
         if call.duration is not None:
@@ -117,7 +127,7 @@ class LivePane:
         body = self._body(inner, height - 2, ctx)
         side, pad = Segment(border.vertical, edge), Segment(" ")
         rows = [Strip([side, pad, *line.crop_extend(0, inner, None), pad, side]) for line in body]
-        name = inert(self.call.name or "…")
+        name = inert(self.title())
         top = _edge(border.top_left, border.horizontal, border.top_right, width, edge, name, None)
         foot = _edge(border.bottom_left, border.horizontal, border.bottom_right, width, edge, self.subtitle(), palette)
         return [top, *rows, foot]
@@ -127,7 +137,8 @@ class LivePane:
         waiting = self.status == "waiting"
         lines: list[Strip] = []
         if self.preview is not None and (waiting or self.diff):
-            lines += self._preview(width, ctx)[:height]
+            preview = self._preview(width, ctx)
+            lines += preview if len(preview) <= height else _cut(preview, height, ctx)
         else:
             arguments = Text(inert(" ".join(self.call.arguments.split())) or "…", ctx.palette.text_muted)
             lines += replace(ctx, width=width).lines(arguments)[:ARGUMENT_LINES]
@@ -146,6 +157,16 @@ class LivePane:
             assert self.preview is not None
             self._preview_lines = (key, replace(ctx, width=width).lines(self.preview))
         return self._preview_lines[1]
+
+    def needs(self, width: int, ctx: RenderContext) -> int:
+        """The rows the pane needs to show all of its preview, border included (0 without one)."""
+        return len(self._preview(max(width - 4, 1), ctx)) + 2 if self.preview is not None else 0
+
+
+def _cut(lines: list[Strip], height: int, ctx: RenderContext) -> list[Strip]:
+    """The first of `lines` that fit `height`, the last row saying how many more there are."""
+    more = Text(f"… {len(lines) - height + 1:,} more lines", ctx.palette.text_muted)
+    return [*lines[: height - 1], *ctx.lines(more)[:1]]
 
 
 def _edge(left: str, fill: str, right: str, width: int, edge: Style, label: str, subtitle: Palette | None) -> Strip:
@@ -186,8 +207,12 @@ class LivePanes:
         self.panes.clear()
         self.diffs = False
 
-    def lines(self, ctx: RenderContext) -> list[Strip]:
-        """Every pane, up to three side by side a row, one column apart."""
+    def lines(self, ctx: RenderContext, rows: int = DIFF_ROW_HEIGHT) -> list[Strip]:
+        """Every pane, up to three side by side a row, one column apart.
+
+        A row showing a diff is as tall as its longest diff needs, within `rows` (what the view has
+        room for beside the rest of the step), so the diff being approved and the question both fit.
+        """
         panes = list(self.panes.values())
         if not panes:
             return []
@@ -196,7 +221,10 @@ class LivePanes:
         # As a grid of fractions splits it: the remainder goes to the later columns.
         edges = [room * n // columns for n in range(columns + 1)]
         widths = [b - a for a, b in pairwise(edges)]
-        height = DIFF_ROW_HEIGHT if self.diffs else ROW_HEIGHT
+        height = ROW_HEIGHT
+        if self.diffs:
+            needed = max(pane.needs(widths[n % columns], ctx) for n, pane in enumerate(panes))
+            height = max(ROW_HEIGHT, min(needed, rows, DIFF_ROW_HEIGHT))
         gap = Strip.blank(1)
         lines: list[Strip] = []
         for first in range(0, len(panes), columns):
@@ -213,7 +241,10 @@ class LivePanes:
 
 
 def preview_of(preview: str) -> Syntax:
-    """What a call would do, highlighted: a diff as a diff, a command as shell."""
+    """What a call would do, highlighted: a diff as a diff (from its first hunk: the question names the file), a
+    command as shell."""
     from rich.syntax import Syntax  # Pygments: ~9 ms, paid at the first preview, not before the first paint
 
-    return Syntax(inert(preview), "diff" if is_diff(preview) else "bash", word_wrap=True, background_color="default")
+    diff = is_diff(preview)
+    shown = "".join(preview.splitlines(keepends=True)[2:]).rstrip("\n") if diff else preview
+    return Syntax(inert(shown), "diff" if diff else "bash", word_wrap=True, background_color="default")

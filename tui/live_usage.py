@@ -7,7 +7,7 @@ from collections.abc import Callable
 from rich.text import Text
 
 from hotloop.agent.events import ResponseFinished, StepStarted
-from hotloop.agent.figures import seconds, short_model
+from hotloop.agent.figures import counted, seconds, short_model
 from hotloop.agent.text import inert
 from hotloop.tui.render import Palette, response_text
 
@@ -19,6 +19,7 @@ class LiveUsage:
 
     def clear(self) -> None:
         self.step: StepStarted | None = None
+        self._first_byte: float | None = None
         self._first_token: float | None = None
         self._tokens = 0
         self._response: ResponseFinished | None = None
@@ -27,6 +28,11 @@ class LiveUsage:
     def start(self, step: StepStarted) -> None:
         self.clear()
         self.step = step
+
+    def first_byte(self, ts: float) -> None:
+        """The response's first byte: TTFT ends here, live as once finished (a held-back tool call streams later)."""
+        if self._first_byte is None:
+            self._first_byte = ts
 
     def token(self, ts: float) -> None:
         if self._first_token is None:
@@ -50,9 +56,10 @@ class LiveUsage:
             if self._tools_running:
                 line.append(f" · {self._tools_running} tool{'s' if self._tools_running != 1 else ''} running")
             return line
-        if self._first_token is None:
+        first = self._first_byte if self._first_byte is not None else self._first_token
+        if first is None:
             waited = seconds(max(self.clock() - step.ts, 0))
             line.append(f"{inert(short_model(step.model))} · waiting for the first token · {waited}")
         else:
-            line.append(f"ttft {seconds(self._first_token - step.ts)} · streaming · {self._tokens:,} chunks")
+            line.append(f"ttft {seconds(first - step.ts)} · streaming · {counted(self._tokens, 'chunk')}")
         return line

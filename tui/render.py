@@ -19,7 +19,7 @@ from textual.color import Color
 from textual.strip import Strip
 
 from hotloop.agent.events import ResponseFinished, StepFinished
-from hotloop.agent.figures import CUT_OFF, NOT_REPORTED, iterations, timing, tokens
+from hotloop.agent.figures import NOT_REPORTED, iterations, stop_words, timing, tokens
 from hotloop.agent.text import inert
 from hotloop.core.markdown_blocks import block_starts, parser
 from hotloop.providers.events import UsageLedger
@@ -256,7 +256,9 @@ def response_text(response: ResponseFinished | StepFinished, palette: Palette) -
     if response.ttft is None:
         line.append(f" · ttft {NOT_REPORTED}")
     for part in timing(response):
-        warned = part == CUT_OFF or (isinstance(response, StepFinished) and part == response.cut)
+        warned = part == stop_words(response.finish_reason) or (
+            isinstance(response, StepFinished) and part == response.cut
+        )
         line.append(f" · {part}", Style.parse(palette.warning) if warned else "")
     if response.cache_note:
         line.append(f" · {response.cache_note}", palette.warning)

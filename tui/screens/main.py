@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from textual import events, work
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.binding import ActiveBinding, Binding
 from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Input, OptionList, TextArea
 from textual.worker import Worker, WorkerState
@@ -70,7 +70,7 @@ class MainScreen(SlashCommands, SessionsBrowsing):
         Binding("ctrl+o", "copy_answer", "Copy answer", tooltip="Copy the last answer's Markdown"),
         Binding("f2", "toggle_server", "Server", tooltip="The server panel (vLLM, SGLang, llama.cpp, the simulator)"),
         Binding("f3", "waterfall", "Waterfall", tooltip="Where each turn's time went, for the session on screen"),
-        # The app binds F1 on every screen; here too, so the footer shows it among this screen's keys.
+        # The app binds F1 on every screen; here too, so the footer shows it among this screen's keys, first.
         Binding("f1", "app.help", "Help", tooltip="This help"),
         Binding("ctrl+r", "answer_question", "Answer", tooltip="Go to the question about a call waiting for you"),
         Binding("pageup", "scroll_transcript('page_up')", "Page up", show=False, priority=True),
@@ -110,6 +110,13 @@ class MainScreen(SlashCommands, SessionsBrowsing):
         yield QueuedPrompts(id="queued")
         yield StatusBar(id="status")
         yield Footer()
+
+    @property
+    def active_bindings(self) -> dict[str, ActiveBinding]:
+        """The keys in force, F1 first: the footer shows them in this order and drops those past its width."""
+        bindings = super().active_bindings
+        help_key = bindings.pop("f1", None)
+        return {"f1": help_key, **bindings} if help_key is not None else bindings
 
     @property
     def transcript(self) -> Transcript:
@@ -153,17 +160,24 @@ class MainScreen(SlashCommands, SessionsBrowsing):
             gc.freeze()
 
     def restored(self, session: LoggedSession) -> None:
-        """A saved session is being continued: its history on screen, its totals in the status bar."""
+        """A saved session is being continued: its history on screen, its own totals in the status bar.
+
+        A fork's history starts with its parent's turns, whose steps were the parent's spend: not counted again.
+        """
+        from hotloop.sessions.summary import own_spending_since
+
         self.transcript.fast_forward(session.events)
-        steps = [event for event in session.events if isinstance(event, (StepStarted, StepFinished, Compacted))]
-        for event in steps:
-            self.totals.add(event)
+        since = own_spending_since(session.header)
+        for event in session.events:
+            if isinstance(event, StepStarted) or (isinstance(event, (StepFinished, Compacted)) and event.ts >= since):
+                self.totals.add(event)
         self.status.totals = self.totals
         self._measure_context()
         self.say(f"continuing session {session.header.id}")
 
     def _measure_context(self) -> None:
         """The meter after a step or a compaction; a warning once the context nears full and nothing will compact it."""
+        self.status.context_estimated = self.session.meter.estimated
         self.status.context = measured = self.session.context()
         if measured is None or self._context_warned:
             return
@@ -357,7 +371,7 @@ class MainScreen(SlashCommands, SessionsBrowsing):
             self.say("the last answer has no code block", severity="warning")
 
     def on_history_view_copied(self, message: HistoryView.Copied) -> None:
-        self.say(f"copied the {message.what}")
+        self.say(f"copied {message.what}")
 
     def system_commands(self) -> list[SystemCommand]:
         """This screen's commands in the palette."""

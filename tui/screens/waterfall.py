@@ -18,7 +18,7 @@ class WaterfallScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     WaterfallScreen { align: center middle; }
     WaterfallScreen > VerticalScroll {
-        width: 95%; height: 90%; background: $panel; border: round $accent; padding: 0 1;
+        width: 95%; height: 90%; background: $panel; border: round $accent; padding: 0 1; scrollbar-gutter: stable;
     }
     """
     BINDINGS = [Binding("escape,f3,q", "app.pop_screen", "Close")]
@@ -33,7 +33,8 @@ class WaterfallScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         from hotloop.sessions.waterfall import prefill_cost, render, waterfalls
 
-        width = max(self.app.size.width * 95 // 100 - 4, 40)
+        # Inside the border, the padding and the scrollbar's gutter: lines drawn wider would wrap.
+        width = max(self.app.size.width * 95 // 100 - 6, 40)
         cost = prefill_cost(self.events)
         # Prompts, model and tool names label the bars.
         drawn = [inert_text(render(turn, width, cost)) for turn in waterfalls(self.events, self.pricer)]

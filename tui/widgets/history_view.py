@@ -8,6 +8,10 @@ lazily, visible first, then the rest in idle time.
 
 The view follows its end whenever it is at the bottom; scrolling up by any means (keys, wheel,
 scrollbar, the cursor) stops following, and scrolling back to the bottom follows again.
+
+The cursor (the selected item, for Enter and the copy keys) stays with the view: following puts
+it on the last item, and a scroll that leaves it out of sight brings it to the nearest item in
+sight, so a key starts from what is on screen, never from an item far above.
 """
 
 from __future__ import annotations
@@ -17,17 +21,15 @@ from collections.abc import Callable
 
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
-from textual.reactive import reactive, var
-from textual.scroll_view import ScrollView
+from textual.reactive import var
 from textual.selection import Selection
 from textual.strip import Strip
 
-from hotloop.core.markdown_blocks import code_blocks
 from hotloop.tui.items import Item
 from hotloop.tui.render import RenderContext
+from hotloop.tui.widgets.history_cursor import HistoryCursor
 from hotloop.tui.widgets.history_slots import Slot, SlotLayout
 from hotloop.tui.widgets.selectable import selected_text, with_selection
 
@@ -36,7 +38,7 @@ FILL_BUDGET = 0.012  # seconds of rendering per idle tick, to keep input respons
 LIVE_PARTS = ("reasoning", "answer", "panes", "usage")
 
 
-class HistoryView(ScrollView, can_focus=True):
+class HistoryView(HistoryCursor, can_focus=True):
     """The transcript's lines. Click or Enter expands an entry; ctrl+c copies the item under the cursor.
 
     Its keys are never printable: a letter typed here goes to the prompt.
@@ -58,25 +60,7 @@ class HistoryView(ScrollView, can_focus=True):
     """
     COMPONENT_CLASSES = {"history-view--cursor"}
     ALLOW_SELECT = True
-    BINDINGS = [
-        Binding("up", "cursor(-1)", "Previous", show=False),
-        Binding("down", "cursor(1)", "Next", show=False),
-        Binding("home", "start", "First", show=False, tooltip="The transcript's start"),
-        Binding("end", "follow", "Follow", show=False, tooltip="The bottom, following again"),
-        Binding("enter", "toggle_entry", "Expand", show=True, tooltip="Expand or fold the tool call or reasoning"),
-        Binding("ctrl+c", "copy_item", "Copy", show=True, tooltip="Copy the selected text, else the item"),
-        Binding("ctrl+y", "copy_code", "Copy code", show=True, tooltip="Copy the item's last code block"),
-    ]
-
-    cursor: reactive[int] = reactive(-1, layout=False)
     following: var[bool] = var(True)
-
-    class Copied(Message):
-        """Text was copied from the history (the app shows a notice)."""
-
-        def __init__(self, what: str) -> None:
-            super().__init__()
-            self.what = what
 
     class WidthChanged(Message):
         """Lines are now rendered for another width: what is drawn from outside must be rendered again."""
@@ -212,6 +196,7 @@ class HistoryView(ScrollView, can_focus=True):
     def _render_slot(self, slot: Slot) -> bool:
         """Render a slot at the current width; True if its height changed."""
         slot.rendered = slot.item.render(self._render_context(self._width))
+        self._layout.rendered()
         changed = len(slot.rendered.lines) != slot.height
         slot.height = len(slot.rendered.lines)
         return changed
@@ -257,13 +242,18 @@ class HistoryView(ScrollView, can_focus=True):
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if new_value >= self.max_scroll_y:
+            if not self.following and not self._moving_cursor:
+                self._put_cursor(-1)  # following resumed: the cursor goes with the view
             self.following = True
         elif new_value < old_value:
             self.following = False
+        if not self._moving_cursor:
+            self._cursor_into_view()
 
     def follow(self) -> None:
-        """Go to the bottom and stay there as the transcript grows."""
+        """Go to the bottom and stay there as the transcript grows; the cursor goes to the last item."""
         self.following = True
+        self._put_cursor(-1)
         self.scroll_to(y=self.max_scroll_y, animate=False)
 
     def action_start(self) -> None:
@@ -337,99 +327,3 @@ class HistoryView(ScrollView, can_focus=True):
     def selection_updated(self, selection: Selection | None) -> None:
         self._drawn.clear()
         self.refresh()
-
-    # -- cursor, clicks and copying ----------------------------------------------------
-
-    def _cursor_line(self) -> int | None:
-        places = self._layout.places()
-        if not 0 <= self.cursor < len(places):
-            return None
-        place = places[self.cursor]
-        return self._layout.starts[place.slot] + place.line
-
-    def watch_cursor(self) -> None:
-        line = self._cursor_line()
-        if line is not None:
-            self.scroll_visible_line(line)
-        self._drawn.clear()
-        self.refresh()
-
-    def scroll_visible_line(self, line: int) -> None:
-        height = self.scrollable_content_region.height
-        if not self.scroll_y <= line < self.scroll_y + height:
-            self.scroll_to(y=max(line - height // 2, 0), animate=False)
-
-    def on_focus(self) -> None:
-        places = self._layout.places()
-        if self.cursor < 0:
-            self.set_reactive(HistoryView.cursor, len(places) - 1)  # not watched: that would show its first line
-        if 0 <= self.cursor < len(places):
-            # The view stays where it is if the cursor's item shows in it at all.
-            slot = places[self.cursor].slot
-            top = self._layout.starts[slot]
-            if not self.scroll_y - self._layout.slots[slot].height < top < self.scroll_y + self.size.height:
-                self.scroll_visible_line(top + places[self.cursor].line)
-        self._drawn.clear()
-        self.refresh()
-
-    def on_blur(self) -> None:
-        self._drawn.clear()
-        self.refresh()
-
-    def action_cursor(self, step: int) -> None:
-        count = len(self._layout.places())
-        if count:
-            self.cursor = min(max(self.cursor + step, 0), count - 1)
-
-    def action_toggle_entry(self) -> None:
-        places = self._layout.places()
-        if not 0 <= self.cursor < len(places):
-            return
-        place = places[self.cursor]
-        if place.key is not None:
-            self._toggle(self._layout.slots[place.slot], place.key)
-
-    def _toggle(self, slot: Slot, key: str) -> None:
-        slot.item.toggle(key)
-        self._render_slot(slot)
-        self._relayout()
-
-    def on_click(self, event: events.Click) -> None:
-        link = event.style.link if event.style else None
-        if link:
-            self.app.open_url(link)
-            return
-        y = self.scroll_offset.y + event.y - self._pad
-        place = self._layout.locate(y) if len(self._lead) <= y < self._layout.end else None
-        if place is None:
-            return
-        index, line = place
-        slot = self._layout.slots[index]
-        key = slot.rendered.targets.get(line) if slot.rendered is not None else None
-        if key is not None:
-            self._toggle(slot, key)
-            positions = self._layout.places()
-            self.cursor = next((n for n, p in enumerate(positions) if p.slot == index and p.key == key), self.cursor)
-
-    def action_copy_item(self) -> None:
-        if self.screen.get_selected_text():
-            self.screen.action_copy_text()
-            return
-        places = self._layout.places()
-        if not 0 <= self.cursor < len(places):
-            return
-        place = places[self.cursor]
-        item = self._layout.slots[place.slot].item
-        text = item.copy_text()
-        if text:
-            self.app.copy_to_clipboard(text)
-            self.post_message(self.Copied(type(item).__name__.removesuffix("Item").lower()))
-
-    def action_copy_code(self) -> None:
-        places = self._layout.places()
-        if not 0 <= self.cursor < len(places):
-            return
-        blocks = code_blocks(self._layout.slots[places[self.cursor].slot].item.copy_text() or "")
-        if blocks:
-            self.app.copy_to_clipboard(blocks[-1])
-            self.post_message(self.Copied("code block"))

@@ -1,4 +1,8 @@
-"""`NewOutput`: "↓ new output", shown over the transcript's foot while it grows below the view."""
+"""`NewOutput`: "↓ new output", shown at the transcript's foot while it grows below the view.
+
+Docked beside the view, not over it, it takes the view's last line instead of covering it: the
+view's top stays where it was, and no text is drawn over.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ class NewOutput(Static):
     DEFAULT_CSS = """
     NewOutput {
         dock: bottom;
-        layer: marker;
         width: auto;
         height: 1;
         margin-left: 3;  /* under the transcript's text, which starts a column in */

@@ -1,10 +1,13 @@
 """`ServerPanel`: what a self-hosted server says about itself, beside the transcript.
 
-It draws the `ServerReport`s the session sends (the session scrapes `/metrics`): the model and
-its context size, the prefix cache's hit rate (this session's and the last minute's), KV-cache
-use, the queue, TTFT percentiles and speculative decoding's acceptance. A figure reads "not
-reported" only when the server has no such series, "no requests yet" when it has one but
-nothing was asked, and the last minute's hit rate "–" when that minute holds no request.
+It draws the `ServerReport`s the session sends (the session scrapes `/metrics`): which server it
+is, the model and its context size, the prefix cache's hit rate, KV-cache use, the queue, TTFT
+percentiles and speculative decoding's acceptance. Every figure is the whole server's: the hit
+rate counts every request it served (titles, other clients), over the last minute and since
+hotloop started watching, so it is labelled the server's; the session's own rate is the status
+bar's. A figure reads "not reported" only when the server has no such series, "no requests yet"
+when it has one but nothing was asked, and the last minute's hit rate "–" when that minute holds
+no request.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ NOT_REPORTED = "not reported"
 NONE_YET = "no requests yet"
 QUIET = "–"  # the last minute's hit rate, with no request (or no scrape) in that minute
 NO_DRAFTS = "no drafts"
+# Not "session": the rates count every request the server served, the session's among them.
+SERVER_HIT_RATE = "server hit rate"
 EMPTY = (NOT_REPORTED, NONE_YET, QUIET, NO_DRAFTS)
 # The flag that turns a server's /metrics on, where it is off by default.
 _METRICS_FLAGS = {"llama.cpp": "llama-server --metrics", "sglang": "--enable-metrics"}
@@ -48,13 +53,16 @@ class ServerPanel(Static):
         info = report.info
         text = Text()
         text.append(f"{info.label}", "bold")
+        width = self.content_size.width or PANEL_TEXT
         # The address is the config's, and the model the server's name for it.
-        text.append(inert(f" · {report.base_url.split('//')[-1].removesuffix('/v1')}\n"), "dim")
+        address = report.base_url.split("//")[-1].removesuffix("/v1")
+        text.append(
+            inert(f" · {address}\n" if len(info.label) + len(address) + 3 <= width else f"\n{address}\n"), "dim"
+        )
         served = info.served(report.model)
         name = short_model(served.id if served is not None else report.model)
         context = f"{served.context:,} ctx" if served is not None and served.context else ""
         # A long name (a .gguf file's) gets its own line, cut in the middle to fit: its end says the quantization.
-        width = self.content_size.width or PANEL_TEXT
         if len(name) + len(context) + 3 <= width:
             text.append(inert(name) + (f" · {context}" if context else "") + "\n\n")
         else:
@@ -71,8 +79,9 @@ class ServerPanel(Static):
             return text
         cache_empty = NONE_YET if stats.cache_reported else NOT_REPORTED
         ttft_empty = NONE_YET if stats.ttft_reported else NOT_REPORTED
-        _row(text, "hit rate, session", _percent(stats.hit_rate_session, cache_empty))
-        _row(text, "hit rate, 1 min", _percent(stats.hit_rate_recent, _quiet_minute(stats)))
+        text.append(f"{SERVER_HIT_RATE}\n", "dim")
+        _row(text, "  last 1 min", _percent(stats.hit_rate_recent, _quiet_minute(stats)))
+        _row(text, "  since start", _percent(stats.hit_rate_since_start, cache_empty))
         _row(text, "KV cache used", _percent(stats.kv_usage))
         _row(text, "running", _number(stats.running))
         _row(text, "waiting", _number(stats.waiting))
@@ -86,7 +95,7 @@ def _quiet_minute(stats: ServerStats) -> str:
     """Why the last minute has no hit rate: no such series, no request ever, or none within the minute."""
     if not stats.cache_reported:
         return NOT_REPORTED
-    return NONE_YET if stats.hit_rate_session is None else QUIET
+    return NONE_YET if stats.hit_rate_since_start is None else QUIET
 
 
 def _spec_rows(text: Text, stats: ServerStats) -> None:

@@ -11,8 +11,9 @@ from hotloop.agent.text import inert
 
 SEPARATOR = "  │  "
 # What the status bar gives up as it narrows, first to last: the cost's count of unpriced steps (`≥$0.0094`
-# stays), then whole parts; the state and the cache figure always stay.
-NARROWING = ("unpriced", "tier", "cost", "model", "provider", "totals", "context")
+# stays), then whole parts, the totals before the provider and model (what answers is what a glance at an
+# 80-column terminal looks for); the state and the cache figure always stay.
+NARROWING = ("unpriced", "tier", "cost", "totals", "model", "provider", "context")
 CONTEXT_WARNING = 0.8  # of the window: the meter turns to a warning
 
 
@@ -27,12 +28,13 @@ class StatusBar(Static):
     state: reactive[str] = reactive("connecting…")
     totals: reactive[SessionTotals] = reactive(SessionTotals, always_update=True)
     context: reactive[tuple[int, int] | None] = reactive(None)  # tokens the conversation holds, of the window
+    context_estimated: reactive[bool] = reactive(False)  # partly an estimate: a compaction's, until a step reports
 
     def render(self) -> Text:
         """`● ready  │  sim · sim-balanced · balanced  │  prompt 1,927 · out 143 · cache hit 92%`.
 
-        Where the width is short, the tier goes first, then the model, the provider and the
-        prompt and output totals: the state and the cache figure are what a glance looks for.
+        Where the width is short, the tier goes first, then the cost, the prompt and output totals,
+        the model and the provider: the state and the cache figure are what a glance looks for.
         """
         width = self.content_size.width
         for dropped in range(len(NARROWING) + 1):
@@ -75,7 +77,8 @@ class StatusBar(Static):
         if self.context is None:
             return Text()
         used, window = self.context
-        return Text(context_use(used, window), "bold yellow" if used >= CONTEXT_WARNING * window else "")
+        meter = context_use(used, window, self.context_estimated)
+        return Text(meter, "bold yellow" if used >= CONTEXT_WARNING * window else "")
 
 
 def _joined(parts: dict[str, Text]) -> Text:

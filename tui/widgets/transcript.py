@@ -38,7 +38,14 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.edit import is_diff
-from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta, ToolCallReady, ToolCallStarted
+from hotloop.providers.events import (
+    ReasoningDelta,
+    StreamStarted,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+    ToolCallStarted,
+)
 from hotloop.tui.fold import TranscriptFold
 from hotloop.tui.items import AnswerItem
 from hotloop.tui.live_answer import MIN_DELAY, LiveAnswer
@@ -59,7 +66,7 @@ TICK = 0.1  # the usage strip's waits and the panes' timers
 
 
 class Transcript(Widget, can_focus=False):
-    DEFAULT_CSS = "Transcript { layers: default marker; height: 1fr; }"
+    DEFAULT_CSS = "Transcript { height: 1fr; }"
 
     def __init__(
         self,
@@ -84,6 +91,7 @@ class Transcript(Widget, can_focus=False):
         self._panes = LivePanes(clock)
         self._usage = LiveUsage(clock)
         self._stale: set[str] = set()  # live parts to draw again
+        self._usage_rows = 0  # the live usage strip's height, as last drawn
         self._drawing: Timer | None = None
         self._next_draw = 0.0
         self._ticker: Timer | None = None
@@ -91,6 +99,7 @@ class Transcript(Widget, can_focus=False):
         self._handlers: dict[type, Callable[..., None]] = {
             TurnStarted: self._turn_started,
             StepStarted: self._step_started,
+            StreamStarted: self._stream_started,
             ReasoningDelta: self._reasoning_delta,
             TextDelta: self._text_delta,
             ToolCallStarted: self._tool_call_started,
@@ -167,6 +176,9 @@ class Transcript(Widget, can_focus=False):
         self._history.rerender()
         self._redraw_live()
 
+    def on_resize(self) -> None:
+        self._mark("panes")  # a bar above the prompt came or went: the panes fit the view's new height
+
     def on_history_view_width_changed(self, message: HistoryView.WidthChanged) -> None:
         message.stop()
         self._redraw_live()
@@ -228,6 +240,10 @@ class Transcript(Widget, can_focus=False):
         self._usage.start(event)
         if self._ticker is None:
             self._ticker = self.set_interval(TICK, self._tick)
+        self._mark("usage")
+
+    def _stream_started(self, event: StreamStarted) -> None:
+        self._usage.first_byte(event.ts)
         self._mark("usage")
 
     def _reasoning_delta(self, event: ReasoningDelta) -> None:
@@ -340,8 +356,12 @@ class Transcript(Widget, can_focus=False):
             words = len(reasoning.split())
             line = Text(f"▸ reasoning · {words:,} words…", ctx.palette.text_muted)
             self._history.set_live("reasoning", ctx.lines(line) if reasoning else [])
-        if "panes" in stale:
-            self._history.set_live("panes", self._panes.lines(ctx))
         if "usage" in stale:
             usage = self._usage.text(ctx.palette)
-            self._history.set_live("usage", ctx.lines(usage) if usage is not None else [])
+            lines = ctx.lines(usage) if usage is not None else []
+            self._usage_rows = len(lines)
+            self._history.set_live("usage", lines)
+        if "panes" in stale:
+            # The panes share the view with the usage strip under them: a diff being approved shows whole.
+            rows = self._history.scrollable_content_region.height - self._usage_rows
+            self._history.set_live("panes", self._panes.lines(ctx, rows))
