@@ -1,7 +1,9 @@
 """Why a step read less from the provider's cache than its unchanged prefix should have given.
 
 Every request is fingerprinted by segment: the system prompt, the project instructions at its
-end (AGENTS.md), each tool schema, each message.
+end (AGENTS.md), each tool schema, each message. A request hotloop didn't build (`hotloop watch`
+reads other agents' traffic) is fingerprinted from its wire segments (`WireSegments`), and its
+verdict adds the byte at which the two request bodies diverged.
 The fingerprint goes into the session log with its step. When a step's cache read falls short
 of what the previous request left in the cache (allowing for block granularity and the last
 token a server always recomputes), the explainer compares the two requests and names the first
@@ -14,6 +16,8 @@ provider's cache minimum is never cached, so neither it nor the step after it is
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import msgspec
 
@@ -56,6 +60,30 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
+@dataclass(frozen=True)
+class WireSegments:
+    """A request as another client sent it, by segment: each segment's bytes as it would be compared (a cache
+    marker, which is not content, left out), the message roles, and the body as sent."""
+
+    system: str
+    tools: Mapping[str, bytes]
+    messages: Sequence[bytes]
+    roles: Sequence[str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """A fingerprinted request, with what naming its changes needs."""
+
+    fingerprint: Fingerprint
+    system: str
+    digests: list[str]
+    sent: float
+    roles: Sequence[str] | None = None  # a wire request's; hotloop's own are read from its messages
+    body: bytes = b""  # a wire request's, to say where two bodies diverged
+
+
 class CacheReads:
     """A step's cache read, as far as it is known, by the provider and model that answered it.
 
@@ -87,8 +115,8 @@ class CacheExplainer:
     def __init__(self) -> None:
         self._digests: dict[Message, str] = {}
         self._tool_digests: tuple[tuple[ToolSpec, ...], dict[str, str]] = ((), {})  # the registry reuses its tuple
-        self._previous: tuple[Fingerprint, str, list[str], float] | None = None  # fingerprint, system, digests, time
-        self._current: tuple[Fingerprint, str, list[str], float] | None = None
+        self._previous: _Sent | None = None
+        self._current: _Sent | None = None
         self._previous_usage: UsageLedger | None = None
         self._reads = CacheReads()
         self._compacted = False  # the conversation was replaced by its summary since the last request
@@ -110,7 +138,22 @@ class CacheExplainer:
             history=_digest("".join(digests).encode()),
             instructions=_digest("".join(sections.values()).encode()) if sections else "",
         )
-        self._previous, self._current = self._current, (fingerprint, request.system, digests, now)
+        self._previous, self._current = self._current, _Sent(fingerprint, request.system, digests, now)
+        return fingerprint
+
+    def fingerprint_wire(self, request: WireSegments, provider: str, model: str, now: float) -> Fingerprint:
+        """Fingerprint a request another client sent, from its segments; the last one becomes the previous."""
+        digests = [_digest(message) for message in request.messages]
+        fingerprint = Fingerprint(
+            provider=provider,
+            model=model,
+            system=_digest(request.system.encode()),
+            tools={name: _digest(spec) for name, spec in request.tools.items()},
+            messages=len(digests),
+            history=_digest("".join(digests).encode()),
+        )
+        sent = _Sent(fingerprint, request.system, digests, now, request.roles, request.body)
+        self._previous, self._current = self._current, sent
         return fingerprint
 
     def explain(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool, block: int = BLOCK) -> str:
@@ -121,7 +164,8 @@ class CacheExplainer:
         """
         previous_usage, self._previous_usage = self._previous_usage, usage
         compacted, self._compacted = self._compacted, False
-        using = (self._current[0].provider, self._current[0].model) if self._current is not None else ("", "")
+        current = self._current.fingerprint if self._current is not None else None
+        using = (current.provider, current.model) if current is not None else ("", "")
         read = self._reads.read(usage, using)
         if self._previous is None or usage is None or usage.prompt_total is None or read is None:
             return ""
@@ -141,27 +185,36 @@ class CacheExplainer:
 
     def _cause(self, messages: list[Message], anthropic: bool, compacted: bool) -> str:
         assert self._previous is not None and self._current is not None
-        before, system_before, digests_before, sent_before = self._previous
-        now, system_now, digests_now, sent_now = self._current
+        cause = self._segment(messages, anthropic, compacted)
+        before, now = self._previous.body, self._current.body
+        return f"{cause}; the request differs from byte {_diverged(before, now):,}" if before and now else cause
+
+    def _segment(self, messages: list[Message], anthropic: bool, compacted: bool) -> str:
+        assert self._previous is not None and self._current is not None
+        previous, current = self._previous, self._current
+        before, now = previous.fingerprint, current.fingerprint
         static = (before.provider, before.model, before.system, before.instructions, before.tools)
         if compacted and static == (now.provider, now.model, now.system, now.instructions, now.tools):
             return "the conversation was compacted into its summary, which is new to the cache (as expected)"
         if (before.provider, before.model) != (now.provider, now.model):
             return f"switched from {before.provider} · {before.model}, whose cache this was"
         if before.system != now.system:
-            return f"system prompt changed at line {_first_changed_line(system_before, system_now)}"
+            return f"system prompt changed at line {_first_changed_line(previous.system, current.system)}"
         if before.instructions != now.instructions:
-            return _instructions_changed(system_before, system_now)
+            return _instructions_changed(previous.system, current.system)
         changed_tool = _first_changed_tool(before.tools, now.tools)
         if changed_tool:
             return changed_tool
-        for index, (old, new) in enumerate(zip(digests_before, digests_now, strict=False)):
+        for index, (old, new) in enumerate(zip(previous.digests, current.digests, strict=False)):
             if old != new:
-                return f"message {index + 1} ({_role(messages[index]) if index < len(messages) else 'message'}) changed"
-        if anthropic and sent_now - sent_before > ANTHROPIC_TTL:
-            return (
-                f"the cached prefix expired ({sent_now - sent_before:,.0f} s since the last request; the TTL is 5 min)"
-            )
+                if current.roles is not None:
+                    role = current.roles[index]
+                else:
+                    role = _role(messages[index]) if index < len(messages) else "message"
+                return f"message {index + 1} ({role}) changed"
+        if anthropic and current.sent - previous.sent > ANTHROPIC_TTL:
+            elapsed = current.sent - previous.sent
+            return f"the cached prefix expired ({elapsed:,.0f} s since the last request; the TTL is 5 min)"
         return "evicted: nothing changed, yet the server no longer had the prefix"
 
     def _tools_digest(self, tools: tuple[ToolSpec, ...]) -> dict[str, str]:
@@ -174,6 +227,19 @@ class CacheExplainer:
         if digest is None:
             digest = self._digests[message] = _digest(_encode(message))
         return digest
+
+
+def _diverged(before: bytes, now: bytes) -> int:
+    """The first byte at which two bodies differ: halving the span with slice comparisons (memcmp), not a
+    Python loop over up to megabytes."""
+    low, high = 0, min(len(before), len(now))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if before[low:middle] == now[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _first_changed_line(before: str, now: str) -> int:

@@ -24,6 +24,7 @@ from hotloop.cli.run import add_run
 from hotloop.cli.session_options import add_session_options
 from hotloop.cli.sessions import add_replay, add_sessions
 from hotloop.cli.sim import add_sim
+from hotloop.cli.watch import add_watch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_options(parser, prefix="app_")
     parser.set_defaults(handler=open_app)  # each command sets its own
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (add_run, add_bench, add_replay, add_sim, add_recipes, add_config, add_mcp, add_sessions):
+    for add in (add_run, add_bench, add_replay, add_sim, add_recipes, add_config, add_mcp, add_sessions, add_watch):
         add(commands)
     return parser
 

@@ -160,19 +160,12 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         async with aclosing(self.stream_data(body, request.cache_key)) as stream:
             async for data in stream:
                 if isinstance(data, bytes):
-                    for event in parser.feed(self._event(data)):
+                    for event in parser.feed(read_event(data, self.where)):
                         yield event
                 else:
                     yield data
         for event in parser.finish():
             yield event
-
-    def _event(self, data: bytes) -> StreamEvent:
-        try:
-            return _decode_event(data)
-        except msgspec.DecodeError as error:
-            shown = data[:120].decode(errors="replace")
-            raise StreamInterrupted(f"{self.where} sent a malformed event ({error}): {shown}") from None
 
 
 def render_blocks(message: Message) -> list[dict[str, Any]]:
@@ -272,6 +265,15 @@ class StreamEvent(msgspec.Struct, gc=False):
 
 
 _decode_event = msgspec.json.Decoder(StreamEvent).decode
+
+
+def read_event(data: bytes, where: str) -> StreamEvent:
+    """One event's data; a StreamInterrupted naming `where` if it is malformed."""
+    try:
+        return _decode_event(data)
+    except msgspec.DecodeError as error:
+        shown = data[:120].decode(errors="replace")
+        raise StreamInterrupted(f"{where} sent a malformed event ({error}): {shown}") from None
 
 
 class _OpenBlock:

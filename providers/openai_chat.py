@@ -118,7 +118,7 @@ class OpenAIChatProvider(SdkProvider[bytes]):
                 async for data in stream:
                     if isinstance(data, bytes):
                         if data != b"[DONE]":
-                            for event in parser.feed(self._chunk(data)):
+                            for event in parser.feed(read_chunk(data, self.where)):
                                 yield event
                         continue
                     yield data
@@ -154,17 +154,6 @@ class OpenAIChatProvider(SdkProvider[bytes]):
     @property
     def _kind(self) -> str | None:
         return self.server.kind if self.server is not None else None
-
-    def _chunk(self, data: bytes) -> Chunk:
-        try:
-            chunk = _decode_chunk(data)
-        except msgspec.DecodeError as error:
-            shown = data[:120].decode(errors="replace")
-            raise StreamInterrupted(f"{self.where} sent a malformed chunk ({error}): {shown}") from None
-        if chunk.error is not None:
-            message = chunk.error.get("message") if isinstance(chunk.error, dict) else chunk.error
-            raise StreamInterrupted(f"{self.where} stream failed: {message}")
-        return chunk
 
 
 def _with_fix(error: ProviderError, kind: str | None) -> ProviderError:
@@ -241,6 +230,19 @@ class Chunk(msgspec.Struct, gc=False):
 
 
 _decode_chunk = msgspec.json.Decoder(Chunk).decode
+
+
+def read_chunk(data: bytes, where: str) -> Chunk:
+    """One event's data as a chunk; a StreamInterrupted naming `where` if it is malformed or an error."""
+    try:
+        chunk = _decode_chunk(data)
+    except msgspec.DecodeError as error:
+        shown = data[:120].decode(errors="replace")
+        raise StreamInterrupted(f"{where} sent a malformed chunk ({error}): {shown}") from None
+    if chunk.error is not None:
+        message = chunk.error.get("message") if isinstance(chunk.error, dict) else chunk.error
+        raise StreamInterrupted(f"{where} stream failed: {message}")
+    return chunk
 
 
 class _OpenCall:

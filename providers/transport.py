@@ -91,37 +91,59 @@ class _Watchdog:
             self._handle = self.loop.call_at(due, self._check)
 
 
-async def server_sent_data(
-    response: httpx2.Response, received: Callable[[], None] = lambda: None
-) -> AsyncGenerator[bytes, None]:
-    """The `data` of each server-sent event in an HTTP response, as bytes (multi-line data joined by newlines).
+class SseSplitter:
+    """Cuts server-sent events out of blocks of bytes as they arrive: the `data` of each event, as bytes
+    (multi-line data joined by newlines).
 
     Working on bytes skips text decoding and line objects: msgspec decodes JSON from bytes
     directly. Lines end in LF, CRLF or CR, as the spec allows (a CR ending a block is held: its
-    LF may come with the next). A last event not ended by a blank line is still delivered.
-    `received` is called for every block read from the network.
+    LF may come with the next). `end` delivers a last event not ended by a blank line.
     """
-    pending = b""
-    data: list[bytes] = []
-    async for block in response.aiter_bytes():
-        received()
-        text = pending + block
+
+    __slots__ = ("_data", "_pending")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._data: list[bytes] = []
+
+    def feed(self, block: bytes) -> list[bytes]:
+        text = self._pending + block
         if b"\r" in text:
             held = b"\r" if text.endswith(b"\r") else b""
             text = text[: len(text) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
-        *lines, pending = text.split(b"\n")
+        *lines, self._pending = text.split(b"\n")
+        events = []
+        data = self._data
         for line in lines:
             if not line:
                 if data:
-                    yield b"\n".join(data)
-                    data = []
+                    events.append(b"\n".join(data))
+                    data.clear()
             elif line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
-    pending = pending.removesuffix(b"\r")
-    if pending.startswith(b"data:"):
-        data.append(pending[6:] if pending.startswith(b"data: ") else pending[5:])
-    if data:
-        yield b"\n".join(data)
+        return events
+
+    def end(self) -> list[bytes]:
+        pending, self._pending = self._pending.removesuffix(b"\r"), b""
+        if pending.startswith(b"data:"):
+            self._data.append(pending[6:] if pending.startswith(b"data: ") else pending[5:])
+        last = [b"\n".join(self._data)] if self._data else []
+        self._data = []
+        return last
+
+
+async def server_sent_data(
+    response: httpx2.Response, received: Callable[[], None] = lambda: None
+) -> AsyncGenerator[bytes, None]:
+    """The `data` of each server-sent event in an HTTP response (`SseSplitter`); `received` is called for every
+    block read from the network."""
+    splitter = SseSplitter()
+    async for block in response.aiter_bytes():
+        received()
+        for data in splitter.feed(block):
+            yield data
+    for data in splitter.end():
+        yield data
 
 
 class CallIds:

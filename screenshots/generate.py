@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
+AGENTS = Path("/work/agents/node_modules/.bin")  # where the tests find the agent CLIs from npm, too
 ANSWER = """## What the cache did
 
 Each step resends the whole conversation, so **the prefix cache** decides what a step costs:
@@ -200,6 +201,68 @@ async def shoot_replay(sessions: Path) -> None:
         app.save_screenshot("replay.svg", str(HERE))
 
 
+async def shoot_watch(workspace: Path) -> None:
+    """A real `claude -p` (Claude Code from npm) through `hotloop watch` to the simulator, in the watch app."""
+    import shutil
+    import time
+
+    from hotloop.agent.events import AgentEvent, StepFinished
+    from hotloop.config.settings import SimSettings
+    from hotloop.core.runtime import simulator_config
+    from hotloop.sim.embedded import EmbeddedSimulator
+    from hotloop.tui.watch_app import WatchApp
+    from hotloop.watch import Watch, upstream_at
+
+    claude = shutil.which("claude", path=f"{os.environ.get('HOTLOOP_AGENTS_DIR', AGENTS)}:{os.environ['PATH']}")
+    if claude is None:
+        print(f"watch-claude-code.svg kept as it was: no claude here (npm install --prefix {AGENTS.parent.parent} …)")
+        return
+    simulator = EmbeddedSimulator(simulator_config(SimSettings())).start()
+    watch = Watch(
+        upstream_at(simulator.url, "sim"), lambda _c, _e: None, folder=workspace.parent / "watched", workspace=workspace
+    )
+    app = WatchApp(watch, "127.0.0.1", 0)
+    try:
+        async with app.run_test(size=(120, 32)) as pilot:
+            await pilot.pause()
+            steps: list[AgentEvent] = []
+            drawn = watch.sink
+            watch.sink = lambda c, e: (drawn(c, e), steps.append(e) if isinstance(e, StepFinished) else None)
+            env = {
+                **os.environ,
+                "HOME": str(workspace.parent),
+                "ANTHROPIC_BASE_URL": app.url,
+                "ANTHROPIC_API_KEY": "sk-ant-not-a-key",
+                "ANTHROPIC_DEFAULT_HAIKU_MODEL": "sim-fast",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_TELEMETRY": "1",
+                "DISABLE_AUTOUPDATER": "1",
+            }
+            task = "read README.md and list the files here"
+            process = await asyncio.create_subprocess_exec(
+                claude,
+                "-p",
+                task,
+                "--model",
+                "sim-fast",
+                "--allowedTools",
+                "Read,Bash",
+                cwd=workspace,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await asyncio.wait_for(process.wait(), 120)
+            deadline = time.monotonic() + 10
+            while len(steps) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await pilot.pause(0.5)
+            app.save_screenshot("watch-claude-code.svg", str(HERE))
+    finally:
+        simulator.stop()
+
+
 async def shoot_bench() -> None:
     """`hotloop bench --agents 1,8,32` against the simulator: its final table and chart, as the terminal shows them."""
     from rich.console import Console
@@ -230,6 +293,7 @@ def main() -> None:
         os.environ["HOTLOOP_DATA_DIR"] = str(home / "data")
         asyncio.run(shoot(workspace))
         asyncio.run(shoot_replay(home / "data" / "sessions"))
+        asyncio.run(shoot_watch(workspace))
         # The bench's own prompts drive the simulator: the screenshots' scenario would answer them instead.
         (home / "bench.toml").write_text("")
         os.environ["HOTLOOP_CONFIG"] = str(home / "bench.toml")

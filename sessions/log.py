@@ -44,7 +44,10 @@ class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"
     """`system` is the system prompt the session ran with, so a resumed session sends the same bytes.
 
     A fork names its `parent` and the turn it was forked at, and keeps the parent's `cache_key`;
-    fields at their default are left out, so a log that isn't a fork doesn't mention forks.
+    fields at their default are left out, so a log that isn't a fork doesn't mention forks. A session
+    `hotloop watch` recorded from another agent's traffic names its `origin` (`watch:claude-cli/2.1.332`)
+    and, for a side request's conversation (a title, a sub-agent), the conversation it branched from
+    (`side_of`).
     """
 
     id: str
@@ -60,6 +63,8 @@ class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type"
     forked_at_turn: int = 0
     cache_key: str = ""  # the key its requests are routed to a cache by, when it isn't the id (a fork's)
     cost_per_hour: float | None = None  # the config's price of the provider's server, when it has one
+    origin: str = ""  # who made the requests, when not hotloop's own agent: `watch:<the client's user-agent>`
+    side_of: str = ""  # a watched side request's conversation: the session it branched from
 
     def pricer(self) -> StepPricer:
         """Prices the session's steps by the log alone: its provider's server here, a switch's as it comes."""
@@ -112,8 +117,11 @@ class SessionLog:
         secrets_to_mask: Iterable[str] = (),
         forked_from: SessionHeader | None = None,
         forked_at_turn: int = 0,
+        origin: str = "",
+        side_of: str = "",
     ) -> SessionLog:
-        """A new log; `forked_from` (a parent's header) makes it a fork of that session at `forked_at_turn`."""
+        """A new log; `forked_from` (a parent's header) makes it a fork of that session at `forked_at_turn`;
+        `origin` and `side_of` mark a watched session (`SessionHeader`)."""
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
         session_id = new_session_id()
@@ -136,6 +144,8 @@ class SessionLog:
             system,
             base_url,
             cost_per_hour=cost_per_hour,
+            origin=origin,
+            side_of=side_of,
         )
         if forked_from is not None:
             header = msgspec.structs.replace(

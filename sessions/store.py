@@ -44,11 +44,13 @@ class SessionSummary:
     prompts: tuple[str, ...]
     costs: CostTotals | None = None  # None: its summary is older than costs
     parent: str = ""  # the session it was forked from, if it is a fork
+    origin: str = ""  # a watched session's (`watch:claude-cli/2.1.332`); "" for hotloop's own
 
     def matches(self, text: str) -> bool:
-        """Whether `text` appears, ignoring case, in the session's id, model, title or any of its prompts."""
+        """Whether `text` appears, ignoring case, in the session's id, model, title, origin or any of its prompts."""
         needle = text.casefold()
-        return any(needle in field.casefold() for field in (self.id, self.model, self.title, *self.prompts))
+        fields = (self.id, self.model, self.title, self.origin, *self.prompts)
+        return any(needle in field.casefold() for field in fields)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def summarize(path: Path) -> SessionSummary:
         tuple(summary.prompts),
         summary.costs,
         header.parent,
+        header.origin,
     )
 
 

@@ -4,7 +4,9 @@ Validation follows the API's documented rules, with its error texts where it has
 every `tool_use` is answered by a `tool_result` in the next user message, results before
 any text; at most 4 `cache_control` breakpoints; thinking blocks come back with the
 signature they were given, and with thinking on, the assistant message of an open tool
-loop starts with one. Consecutive messages of one role are combined, as the API does.
+loop starts with one. Consecutive messages of one role are combined, as the API does. A top-level field the API
+doesn't take is refused ("Extra inputs are not permitted"); a `system` message mid-conversation is taken where the
+API takes it (after a user's message, before an assistant's or at the end), as Claude Code sends its environment.
 
 Longer than the 450 lines other modules keep to, on purpose: one protocol's strictness in one
 place, so its rules, its error texts and the bytes it sends are read and changed together.
@@ -36,6 +38,19 @@ _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 _SIGNING_KEY = b"hotloop-sim-thinking"
 _ROLE_MARKS = {"user": "\n\nHuman: ", "assistant": "\n\nAssistant: "}
 _GENERATION_PROMPT = "\n\nAssistant:"
+# messages.create's parameters in the SDK (its beta ones included, but `betas`, which travels as a header), as
+# tests/test_sim_parameters.py checks; kept here for responses_api.PARAMETERS' reasons.
+PARAMETERS = frozenset(
+    {
+        *("billing_policy", "cache_control", "compaction", "container", "context_management", "diagnostics"),
+        *("fallback_credit_token", "fallbacks", "inference_geo", "max_tokens", "mcp_servers", "messages"),
+        *("metadata", "model", "output_config", "service_tier", "speed", "stop_sequences", "system", "thinking"),
+        *("thread", "tool_choice", "tools", "user_profile_id", "workspace_id"),
+    }
+)
+# What the API takes beyond the SDK's types: `stream` (the SDK's streaming variant adds it), and the sampling
+# parameters SDK 1.0 dropped from its types, which the API still takes from older clients.
+BEYOND_THE_SDK = frozenset({"stream", "temperature", "top_k", "top_p"})
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 _ERROR_KINDS = {
     400: "invalid_request_error",
@@ -84,6 +99,9 @@ class MessagesCall:
 def parse_messages(body: Any) -> MessagesCall:
     if not isinstance(body, dict):
         raise AnthropicError(400, "the request body must be a JSON object")
+    extra = next((key for key in body if key not in PARAMETERS | BEYOND_THE_SDK), None)
+    if extra is not None:
+        raise AnthropicError(400, f"{extra}: Extra inputs are not permitted")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise AnthropicError(400, "model: Field required")
@@ -111,7 +129,7 @@ def parse_messages(body: Any) -> MessagesCall:
     request = SimRequest(
         model=model,
         turns=[Turn("system", system), *turns] if system else turns,
-        tools=tools,
+        tools=[tool for tool in tools if tool["name"] in reader.loaded],
         max_tokens=max_tokens,
         blocks=tuple(reader.blocks),
         thinking=thinking,
@@ -151,6 +169,8 @@ class _PromptReader:
     def __init__(self) -> None:
         self.blocks: list[CacheBlock] = []
         self.breakpoints = 0
+        self.declared: set[str] = set()  # the tools the request names
+        self.loaded: set[str] = set()  # those the model may call: not deferred, or added since, and not removed
 
     def add(self, text: str, cache_control: Any = None, where: str = "") -> None:
         ids = encode(text)
@@ -189,6 +209,9 @@ class _PromptReader:
             if not isinstance(tool.get("input_schema"), dict):
                 raise AnthropicError(400, f"tools.{n}.custom.input_schema: Field required")
             spec = {key: value for key, value in tool.items() if key != "cache_control"}
+            self.declared.add(tool["name"])
+            if not tool.get("defer_loading"):  # a deferred tool is known, but callable only once a block adds it
+                self.loaded.add(tool["name"])
             preamble = TOOLS_PREAMBLE if n == 0 else ""
             self.add(preamble + json.dumps(spec, ensure_ascii=False), tool.get("cache_control"), f"tools.{n}")
             tools.append(spec)
@@ -212,17 +235,50 @@ class _PromptReader:
         turns: list[Turn] = []
         pending: dict[str, int] = {}  # tool_use ids awaiting a result -> the message that made them
         for n, role, blocks in groups:
-            if role == "user":
+            if role == "system":
+                turns.append(self._system(n, blocks))
+            elif role == "user":
+                _no_tool_changes(blocks, n)
                 turns.extend(self._user(n, blocks, pending))
             else:
+                _no_tool_changes(blocks, n)
                 _require_results(pending)
                 turn = self._assistant(n, blocks)
                 pending = {call.id: n for call in turn.calls}
                 turns.append(turn)
         _require_results(pending)
         if thinking:
-            _require_leading_thinking(groups)
+            _require_leading_thinking([group for group in groups if group[1] != "system"])
         return turns
+
+    def _system(self, n: int, blocks: list[dict[str, Any]]) -> Turn:
+        texts = []
+        for k, block in enumerate(blocks):
+            where = f"messages.{n}.content.{k}"
+            if block.get("type") in _TOOL_CHANGES:
+                self.add(("\n\nSystem: " if k == 0 else "") + self._tool_change(block, where), None, where)
+                continue
+            if block.get("type") != "text":
+                raise AnthropicError(
+                    400,
+                    f"{where}.type: the simulator reads text blocks from a system message (got {block.get('type')!r})",
+                )
+            texts.append(_text(block, where))
+            self.add(("\n\nSystem: " if k == 0 else "") + texts[-1], block.get("cache_control"), where)
+        return Turn("system", "".join(texts))
+
+    def _tool_change(self, block: dict[str, Any], where: str) -> str:
+        """A tool brought in or taken out mid-conversation (the `mid-conversation-tool-changes` beta): the tool must
+        be one the request declares; the model may call it from here on, or no longer."""
+        tool = block.get("tool")
+        name = tool.get("name") if isinstance(tool, dict) and tool.get("type") == "tool_reference" else None
+        if not isinstance(name, str) or name not in self.declared:
+            raise AnthropicError(400, f"{where}.tool: a tool_reference to a tool declared in `tools` is required")
+        if block["type"] == "tool_addition":
+            self.loaded.add(name)
+        else:
+            self.loaded.discard(name)
+        return f"{block['type']}: {name}"
 
     def _user(self, n: int, blocks: list[dict[str, Any]], pending: dict[str, int]) -> list[Turn]:
         turns, results_done = [], False
@@ -291,8 +347,10 @@ def _combined(raw: list[Any]) -> list[tuple[int, str, list[dict[str, Any]]]]:
     """Messages as `(index of the first, role, blocks)`, consecutive messages of one role combined."""
     groups: list[tuple[int, str, list[dict[str, Any]]]] = []
     for n, message in enumerate(raw):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise AnthropicError(400, f"messages.{n}.role: Input should be 'user' or 'assistant'")
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            raise AnthropicError(400, f"messages.{n}.role: Input should be 'user', 'assistant' or 'system'")
+        if message["role"] == "system":
+            _check_system_place(raw, n)
         content = message.get("content")
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
@@ -311,6 +369,29 @@ def _combined(raw: list[Any]) -> list[tuple[int, str, list[dict[str, Any]]]]:
         else:
             groups.append((n, message["role"], list(content)))
     return groups
+
+
+def _no_tool_changes(blocks: list[dict[str, Any]], n: int) -> None:
+    if any(block.get("type") in _TOOL_CHANGES for block in blocks):
+        raise AnthropicError(
+            400,
+            f"messages.{n}.content: 'tool_addition'/'tool_removal' blocks are only permitted within role: "
+            '"system" messages',
+        )
+
+
+def _check_system_place(raw: list[Any], n: int) -> None:
+    """A system message follows a user's (a tool result's included) and precedes an assistant's or ends the array."""
+    before = raw[n - 1].get("role") if n > 0 and isinstance(raw[n - 1], dict) else None
+    after = raw[n + 1].get("role") if n + 1 < len(raw) and isinstance(raw[n + 1], dict) else None
+    if before != "user":
+        raise AnthropicError(
+            400,
+            f"messages.{n}: a message with role 'system' must follow a 'user' message; "
+            "use the top-level `system` parameter for instructions from the start",
+        )
+    if after not in (None, "assistant"):
+        raise AnthropicError(400, f"messages.{n}: role 'system' must precede an 'assistant' message or end the array")
 
 
 def _require_results(pending: dict[str, int]) -> None:
@@ -383,6 +464,7 @@ def _event(payload: dict[str, Any]) -> bytes:
     return f"event: {payload['type']}\ndata: {_dumps(payload)}\n\n".encode()
 
 
+_TOOL_CHANGES = ("tool_addition", "tool_removal")
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 _TEXT_KEYS = {"text": "text", "reasoning": "thinking", "call_args": "partial_json"}
 _BLOCK_KINDS = {"reasoning": "thinking", "text": "text", "call_start": "tool_use"}

@@ -18,6 +18,7 @@ from hotloop.sim.answers import answer, headline, preface
 from hotloop.sim.planner import clauses, plan, resolved
 from hotloop.sim.scenario import Reply, scenario_step
 from hotloop.sim.template import Turn
+from hotloop.sim.toolbox import Toolbox
 
 
 def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply, ...] = ()) -> Reply:
@@ -32,13 +33,16 @@ def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply,
     step = scenario_step(turns)
     if step < len(scenario):
         return scenario[step]
-    last_user = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=-1)
+    # An agent's reminders and context come as user messages too (Claude Code's <system-reminder>): not the task.
+    asked = [i for i, turn in enumerate(turns) if turn.role == "user" and _strip_context(turn.text)]
+    last_user = asked[-1] if asked else max((i for i, turn in enumerate(turns) if turn.role == "user"), default=-1)
     task, earlier = _task_of(turns[last_user].text if last_user >= 0 else "")
     since = turns[last_user + 1 :]
-    batches = plan(task, tools)
+    toolbox = Toolbox(tools, working_directory(turns))
+    batches = plan(task, toolbox)
     done = earlier + sum(1 for turn in since if turn.role == "assistant")
     # A batch with nothing left to call (an edit of a file that couldn't be read) ends the work: the answer says so.
-    calls = resolved(batches[done], since) if done < len(batches) else []
+    calls = resolved(batches[done], since, toolbox) if done < len(batches) else []
     if calls:
         return Reply(text=preface(calls), calls=tuple(calls))
     return Reply(text=answer(task, since))
@@ -168,7 +172,19 @@ def thinking_for(task_turns: list[Turn], planned: Reply) -> str:
     return f"The task is: {task}. I have what I need to answer."
 
 
-_CONTEXT_BLOCK = re.compile(r"<context>.*?</context>", re.DOTALL)
+# hotloop's <context>, Claude Code's <system-reminder>, Codex's <environment_context>: what the agent adds, not asks.
+_CONTEXT_BLOCK = re.compile(r"<(context|system-reminder|environment_context)>.*?</\1>", re.DOTALL)
+# Where the agent works, as Claude Code (its environment block) and Codex (its environment_context) say it.
+_WORKING_DIRECTORY = re.compile(r"Primary working directory: (/\S*)|<cwd>(/[^<]*)</cwd>")
+
+
+def working_directory(turns: list[Turn]) -> str | None:
+    """The folder the agent says it works in, for tools that want absolute paths; None if it says none."""
+    for turn in turns:
+        found = _WORKING_DIRECTORY.search(turn.text)
+        if found is not None:
+            return found.group(1) or found.group(2)
+    return None
 
 
 def _strip_context(text: str) -> str:

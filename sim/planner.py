@@ -5,7 +5,9 @@ batches: first the calls that only look (reads, listings, searches, any tool nam
 the ones that act, in the order the clause asks for them: an edit, a write, a command. An edit
 whose text isn't quoted is planned on the file as read: the batch that reads it comes first, and
 the edit is made from the read's result (`resolved`), as a model edits what it has seen. A
-quoted span is one value: its `;` or `then` splits nothing.
+quoted span is one value: its `;` or `then` splits nothing. It plans in hotloop's tools' words, and
+the request's `Toolbox` (`toolbox.py`) makes each call with the tool offered for the job: Claude Code's `Read`, Codex's
+`exec_command`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hotloop.sim.template import Call, Turn
+from hotloop.sim.toolbox import ROLES, Toolbox
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,6 @@ _CLAUSE_SPLIT = re.compile(r"\b(?:and then|then|after that|afterwards|next)\b|;"
 _QUOTED = re.compile(r"\"([^\"]+)\"|(?<!\w)'([^']+)'(?!\w)|`([^`]+)`")
 _PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w/])")
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w])")
-# Tools the planner calls from the words of a task; any other is called when the task names it.
-_BY_WORDS = {"read_file", "list_dir", "grep", "edit_file", "write_file", "run_shell"}
 _READ_WORDS = re.compile(r"\b(read|open|show|cat|view|look at|read_file)\b", re.IGNORECASE)
 _LIST_WORDS = re.compile(r"\b(list|ls|directory|directories|folder|tree|list_dir)\b", re.IGNORECASE)
 _LIST_TARGET = re.compile(r"\b(?:in|of|under)\s+([\w./-]+/?)", re.IGNORECASE)
@@ -80,43 +81,43 @@ def clauses(task: str) -> list[str]:
     return [*parts, task[start:]]
 
 
-def plan(task: str, tools: list[dict[str, Any]]) -> list[list[Planned]]:
+def plan(task: str, tools: Toolbox) -> list[list[Planned]]:
     """Batches of parallel calls for the task, each clause's in order; a call made already is not made again."""
-    schemas = dict(_iter_tools(tools))
     batches: list[list[Planned]] = []
     seen: set[tuple[str, str]] = set()
     for clause in clauses(task):
-        for batch in _clause_batches(clause, schemas):
+        for batch in _clause_batches(clause, tools):
             kept = [item for item in batch if isinstance(item, Edit) or (item.name, item.arguments) not in seen]
             seen.update((item.name, item.arguments) for item in kept if isinstance(item, Call))
             if kept:
-                batches.append(kept)
+                batches.append([item if isinstance(item, Edit) else tools.call(item) for item in kept])
     return batches
 
 
-def resolved(batch: list[Planned], since: list[Turn]) -> list[Call]:
+def resolved(batch: list[Planned], since: list[Turn], tools: Toolbox) -> list[Call]:
     """The batch's calls, its edits made from what the reads since the task began returned; an edit of a file
     that could not be read is dropped."""
-    read = _read_results(since)
+    read = _read_results(since, [item.path for item in batch if isinstance(item, Edit)], tools)
     calls = [item if isinstance(item, Call) else _edit_call(item, read.get(item.path)) for item in batch]
-    return [call for call in calls if call is not None]
+    return [tools.call(call) for call in calls if call is not None]
 
 
-def _clause_batches(clause: str, schemas: dict[str, dict[str, Any]]) -> list[list[Planned]]:
+def _clause_batches(clause: str, tools: Toolbox) -> list[list[Planned]]:
     # Verbs are looked for outside quotes: `write "run fast" to notes.txt` runs nothing.
     masked = _QUOTED.sub(lambda match: "x" * len(match.group(0)), clause)
     quoted = [(next(group for group in match.groups() if group), match.start()) for match in _QUOTED.finditer(clause)]
     text = _QUOTED.sub(" ", clause)
     acts: list[tuple[int, list[Planned]]] = []
-    run = _RUN_WORDS.search(masked) if "run_shell" in schemas else None
+    available = tools.available
+    run = _RUN_WORDS.search(masked) if "run_shell" in available else None
     command = _command(clause, run, quoted) if run is not None else None
     if run is not None and command is not None:
         acts.append((run.start(), [_call("run_shell", {"command": command})]))
         text = text.replace(command, " ", 1)  # an unquoted command's words name no file to read
     paths = list(dict.fromkeys([*_PATH.findall(text), *(value for value, _ in quoted if _PATH.fullmatch(value))]))
     values = [value for value, _ in quoted if value != command and value not in paths]
-    write = _WRITE_WORDS.search(masked) if "write_file" in schemas else None
-    edit = _EDIT_WORDS.search(masked) if {"edit_file", "read_file"} <= set(schemas) else None
+    write = _WRITE_WORDS.search(masked) if "write_file" in available else None
+    edit = _EDIT_WORDS.search(masked) if {"edit_file", "read_file"} <= available else None
     if write is not None and paths and values:
         contents = values.pop(0) + "\n"
         acts.append((write.start(), [_call("write_file", {"path": path, "content": contents}) for path in paths]))
@@ -129,7 +130,7 @@ def _clause_batches(clause: str, schemas: dict[str, dict[str, Any]]) -> list[lis
         said = _TRAILING.sub("", " ".join(ask.split()))
         subject = tuple(word for word in words if not _PLAIN_WORDS.fullmatch(word))
         acts.append((edit.start(), [Edit(path, said, subject, old, new) for path in paths]))
-    looking = _looking(clause, values, text, schemas, acting=bool(acts))
+    looking = _looking(clause, values, text, tools, acting=bool(acts))
     looking += [
         _call("read_file", {"path": item.path}) for _, items in acts for item in items if isinstance(item, Edit)
     ]
@@ -153,16 +154,17 @@ def _command(clause: str, run: re.Match[str], quoted: list[tuple[str, int]]) -> 
     return next((_TEST_COMMANDS[suffix] for suffix in suffixes if suffix in _TEST_COMMANDS), _TEST_COMMAND)
 
 
-def _looking(clause: str, quoted: list[str], text: str, schemas: dict[str, dict[str, Any]], acting: bool) -> list[Call]:
+def _looking(clause: str, quoted: list[str], text: str, tools: Toolbox, acting: bool) -> list[Call]:
     """The calls that only look: tools the clause names, reads of the files it names, a listing, a search."""
     calls: list[Call] = []
-    for name, schema in schemas.items():
-        if name not in _BY_WORDS and re.search(rf"\b{re.escape(name)}\b", clause):
+    for name, schema in tools.unbound.items():
+        if name not in ROLES and re.search(rf"\b{re.escape(name)}\b", clause):
             calls.extend(_call(name, args) for args in _arguments_for(schema, quoted, text))
-    searching = "grep" in schemas and _SEARCH_WORDS.search(text)
-    if "read_file" in schemas and (_READ_WORDS.search(text) or not (searching or acting)):
+    available = tools.available
+    searching = "grep" in available and _SEARCH_WORDS.search(text)
+    if "read_file" in available and (_READ_WORDS.search(text) or not (searching or acting)):
         calls.extend(_call("read_file", {"path": path}) for path in _PATH.findall(text))
-    if "list_dir" in schemas and _LIST_WORDS.search(text):
+    if "list_dir" in available and _LIST_WORDS.search(text):
         listed = _LIST_TARGET.search(text)
         calls.append(_call("list_dir", {"path": listed.group(1).rstrip(".") if listed else "."}))
     if searching:
@@ -181,19 +183,24 @@ def _search_target(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _read_results(since: list[Turn]) -> dict[str, str]:
-    """What each file read since the task began held, by path (the last read of it); failed reads left out."""
-    paths = {
-        call.id: json.loads(call.arguments).get("path")
-        for turn in since
-        for call in turn.calls
-        if call.name == "read_file" and call.arguments.startswith("{")
-    }
+def _read_results(since: list[Turn], wanted: list[str], tools: Toolbox) -> dict[str, str]:
+    """What each `wanted` file read since the task began held, by path (the last read of it); failed reads left
+    out. A read is known by the call the toolbox makes for it."""
+    reads = {_key(tools.call(_call("read_file", {"path": path}))): path for path in wanted}
+    paths = {call.id: reads[_key(call)] for turn in since for call in turn.calls if _key(call) in reads}
     return {
         paths[turn.call_id]: turn.text
         for turn in since
         if turn.role == "tool" and turn.call_id in paths and not turn.text.startswith("error")
     }
+
+
+def _key(call: Call) -> tuple[str, str]:
+    """A call by its tool and its arguments, whatever their order and spacing."""
+    try:
+        return call.name, json.dumps(json.loads(call.arguments), sort_keys=True)
+    except json.JSONDecodeError:
+        return call.name, call.arguments
 
 
 def _edit_call(edit: Edit, content: str | None) -> Call | None:
@@ -226,17 +233,6 @@ def _best_line(lines: list[str], edit: Edit) -> int | None:
         candidates = [n for n in candidates if edit.old in lines[n]]
     stems = [word[:5] for word in edit.words]
     return max(candidates, key=lambda n: (sum(stem in lines[n].lower() for stem in stems), -n), default=None)
-
-
-def _iter_tools(tools: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    found = []
-    for tool in tools:
-        # OpenAI nests under "function" with "parameters"; Anthropic is flat with "input_schema".
-        spec = tool.get("function", tool)
-        schema = spec.get("parameters") or spec.get("input_schema") or {}
-        if isinstance(spec.get("name"), str):
-            found.append((spec["name"], schema if isinstance(schema, dict) else {}))
-    return found
 
 
 def _arguments_for(schema: dict[str, Any], quoted: list[str], text: str) -> list[dict[str, Any]]:

@@ -35,11 +35,14 @@ from hotloop.sim.template import Call, Turn
 
 _STRING, _INTEGER, _NUMBER, _BOOLEAN = (str,), (int,), (int, float), (bool,)
 _OBJECT, _ARRAY = (dict,), (list,)
-# responses.create's parameters in the openai SDK, with the JSON types the API takes; it refuses any other.
+# responses.create's parameters in the openai SDK, with the JSON types the API takes; it refuses any other. Kept here,
+# not read from the SDK: a server's contract doesn't move with the client library installed, and the SDK's types take
+# a second to import. tests/test_sim_parameters.py holds it to the SDK's list, and to `BEYOND_THE_SDK`.
 PARAMETERS: dict[str, tuple[tuple[type, ...], str]] = {
     "access_programs": (_OBJECT, "an object"),
     "background": (_BOOLEAN, "a boolean"),
     "background_options": (_OBJECT, "an object"),
+    "client_metadata": (_OBJECT, "an object"),
     "context_management": (_ARRAY, "an array"),
     "conversation": ((str, dict), "one of a string or object"),
     "image": (_OBJECT, "an object"),
@@ -72,6 +75,9 @@ PARAMETERS: dict[str, tuple[tuple[type, ...], str]] = {
     "truncation": (_STRING, "a string"),
     "user": (_STRING, "a string"),
 }
+# Parameters the hosted API takes that the SDK's create params don't name: `stream` (the SDK's streaming variant adds
+# it) and `client_metadata` (string pairs Codex sends with every request to OpenAI's backends, which take them).
+BEYOND_THE_SDK = frozenset({"stream", "client_metadata"})
 # Parameters the hosted API honours with state the simulator does not keep: refused rather than ignored.
 _UNSUPPORTED = {
     "background": "the simulator does not run background responses",
@@ -246,16 +252,18 @@ def _reasoning_asked(body: dict[str, Any]) -> bool:
 
 
 def _tools(raw: list[Any]) -> list[dict[str, Any]]:
-    """Function tools, flat as this API has them; the Chat shape (`function: {name, …}`) has no `name` here."""
+    """Function tools, flat as this API has them; the Chat shape (`function: {name, …}`) has no `name` here.
+
+    Tools of other types (Codex offers `web_search`, `namespace` and `custom` ones) are taken and never called: the
+    planner calls function tools only.
+    """
     for n, tool in enumerate(raw):
         where = f"tools[{n}]"
         if not isinstance(tool, dict):
             raise _wrong_type(where, "an object", tool)
         kind = _required(tool, "type", _STRING, "a string", where)
         if kind != "function":
-            raise ResponsesError(
-                400, f"{where}.type: the simulator runs function tools only (got '{kind}')", f"{where}.type"
-            )
+            continue
         _required(tool, "name", _STRING, "a string", where)
         if "parameters" not in tool:
             raise _missing(f"{where}.parameters")

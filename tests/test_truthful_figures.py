@@ -158,8 +158,8 @@ def test_a_missing_cache_figure_is_a_miss_only_from_a_server_that_has_reported_r
 # -- 2. a cancelled turn's bars end at the cancel --------------------------------------------------
 
 
-async def cancelled_turn(tmp_path: Path, steps: list[dict[str, Any]], when: type) -> list[AgentEvent]:
-    """The events of a turn cancelled as soon as an event of type `when` arrives."""
+async def cancelled_turn(tmp_path: Path, steps: list[dict[str, Any]], *when: type) -> list[AgentEvent]:
+    """The events of a turn cancelled as soon as an event of each type in `when` has arrived."""
     gate = asyncio.Event()  # never set: the tool runs until it is cancelled
 
     async def hang(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -170,7 +170,7 @@ async def cancelled_turn(tmp_path: Path, steps: list[dict[str, Any]], when: type
     try:
         agent, recorder = make_agent(sim, tmp_path, [Tool("hang", "Hangs.", {"type": "object"}, hang)])
         turn = asyncio.create_task(agent.run_turn("go"))
-        await wait_until(lambda: bool(recorder.of(when)))
+        await wait_until(lambda: all(recorder.of(kind) for kind in when))
         turn.cancel()
         with pytest.raises(asyncio.CancelledError):
             await turn
@@ -194,7 +194,9 @@ async def test_a_turn_cancelled_mid_answer_ends_its_bar_at_the_cancel(tmp_path: 
 
 
 async def test_a_turn_cancelled_while_a_tool_runs_says_the_tool_was_cancelled(tmp_path: Path) -> None:
-    events = await cancelled_turn(tmp_path, [{"tool_calls": [{"name": "hang", "arguments": {}}]}], ToolStarted)
+    # The tool starts as soon as its call is whole, before the message ends (early dispatch): wait for both.
+    calls = [{"tool_calls": [{"name": "hang", "arguments": {}}]}]
+    events = await cancelled_turn(tmp_path, calls, ToolStarted, ResponseFinished)
     (turn,) = waterfalls(events)
     model, tool = turn.bars
     assert model.done and not model.cut  # the answer was complete before the cancel

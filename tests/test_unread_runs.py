@@ -29,7 +29,15 @@ def home(isolated_home: Path) -> Path:
 def hotloop(home: Path, *args: str, stdout: int | None = None, stderr: int | None = None) -> subprocess.Popen[bytes]:
     environment = {**os.environ, "HOTLOOP_CONFIG": str(home / "config.toml"), "HOTLOOP_DATA_DIR": str(home / "data")}
     command = [sys.executable, "-m", "hotloop", *args]
-    return subprocess.Popen(command, cwd=home, env=environment, stdout=stdout, stderr=stderr)
+    # Ctrl-C as a terminal sends it: a runner started in the background (`cmd &` in a script) ignores SIGINT, and
+    # its children inherit that, so Python would never turn the signal into a cancel.
+    return subprocess.Popen(
+        command, cwd=home, env=environment, stdout=stdout, stderr=stderr, preexec_fn=_sigint_as_in_a_terminal
+    )
+
+
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def sessions(home: Path) -> list[Path]:

@@ -1,0 +1,147 @@
+"""`hotloop watch` in the app: the real pass-through on the embedded simulator, driven by the official SDK, drawn
+by the real screen (Pilot)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import openai
+import pytest
+
+from hotloop import paths
+from hotloop.agent.events import AgentEvent, StepFinished
+from hotloop.sim.embedded import EmbeddedSimulator
+from hotloop.tui.screens.watch import WatchScreen
+from hotloop.tui.screens.watch_help import WatchHelp
+from hotloop.tui.screens.waterfall import WaterfallScreen
+from hotloop.tui.watch_app import WatchApp
+from hotloop.tui.widgets.status_bar import StatusBar
+from hotloop.tui.widgets.transcript import Transcript
+from hotloop.tui.widgets.watched_list import WatchedList
+from hotloop.watch import Watch, upstream_at
+
+from support import present
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _app(sim: EmbeddedSimulator) -> WatchApp:
+    watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
+    return WatchApp(watch, "127.0.0.1", 0)
+
+
+def _finished_steps(app: WatchApp) -> asyncio.Queue[AgentEvent]:
+    """The watch's steps as they finish, once the app has drawn them: the app's own sink, then the queue."""
+    finished: asyncio.Queue[AgentEvent] = asyncio.Queue()
+    drawn = app.watch_.sink
+
+    def sink(conversation: str, event: AgentEvent) -> None:
+        drawn(conversation, event)
+        if isinstance(event, StepFinished):
+            finished.put_nowait(event)
+
+    app.watch_.sink = sink
+    return finished
+
+
+def _text(transcript: Transcript) -> str:
+    """What the transcript's entries say, as drawn at 120 columns."""
+    context = transcript.context(120)
+    return "\n".join(strip.text for item in transcript.history.items for strip in item.render(context).lines)
+
+
+async def _ask(url: str, prompt: str) -> str:
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-not-a-key", max_retries=0) as client:
+        stream = await client.chat.completions.create(
+            model="sim-balanced",
+            messages=[{"role": "user", "content": prompt}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        return "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+
+
+async def test_a_watched_request_is_a_conversation_with_its_step(sim: EmbeddedSimulator) -> None:
+    """An SDK's request through the watch: listed as a conversation, its answer and usage strip in the transcript,
+    the status bar on its provider and model with its totals, the address line counting it."""
+    app = _app(sim)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, WatchScreen)
+        finished = _finished_steps(app)
+        answer = await _ask(app.url, "say hello to the watcher")
+        await asyncio.wait_for(finished.get(), 10)
+        await pilot.pause()
+        listed = screen.query_one(WatchedList)
+        assert listed.option_count == 1
+        line = str(listed.get_option_at_index(0).prompt)
+        assert "say hello to the watcher" in line and "1 request" in line
+        shown = _text(screen.query_one(Transcript))
+        first_line = answer.strip().splitlines()[0].strip("#*` ")
+        assert shown.startswith("▌ say hello to the watcher") and shown.count(first_line) == 2  # prompt, answer
+        (request,) = [r for r in sim.server.requests if r.path.endswith("/chat/completions")]
+        assert f"step 1 · prompt {request.prompt_tokens:,} · cache not reported" in shown
+        status = screen.query_one(StatusBar)
+        assert (status.provider, status.model, status.totals.steps) == ("sim", "sim-balanced", 1)
+        address = str(screen.query_one("#address").render())
+        assert app.url in address and "1 conversation · 1 request" in address
+
+
+async def test_each_conversation_keeps_its_own_transcript_and_totals(sim: EmbeddedSimulator) -> None:
+    """Two unrelated prompts are two conversations; moving down the list puts the second one's on screen."""
+    app = _app(sim)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, WatchScreen)
+        finished = _finished_steps(app)
+        await _ask(app.url, "first conversation here")
+        await _ask(app.url, "second conversation there")
+        for _ in range(2):
+            await asyncio.wait_for(finished.get(), 10)
+        await pilot.pause()
+        assert screen.query_one(WatchedList).option_count == 2
+        first = present(screen.visible_transcript())
+        assert "first conversation" in _text(first)
+        screen.query_one(WatchedList).focus()
+        await pilot.press("down")
+        await pilot.pause()
+        second = present(screen.visible_transcript())
+        assert second is not first and "second conversation" in _text(second)
+        assert screen.query_one(StatusBar).totals.steps == 1  # the conversation on screen, not the whole traffic
+
+
+async def test_f3_draws_the_waterfall_and_f1_says_how_to_point_an_agent_here(sim: EmbeddedSimulator) -> None:
+    app = _app(sim)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("f3")
+        await pilot.pause()
+        assert not isinstance(app.screen, WaterfallScreen)  # nothing watched yet: said, not drawn empty
+        finished = _finished_steps(app)
+        await _ask(app.url, "time me")
+        await asyncio.wait_for(finished.get(), 10)
+        await pilot.press("f3")
+        await pilot.pause()
+        assert isinstance(app.screen, WaterfallScreen) and "time me" in app.screen.plain
+        await pilot.press("escape", "f1")
+        await pilot.pause()
+        assert isinstance(app.screen, WatchHelp)
+        assert f"ANTHROPIC_BASE_URL={app.url}" in "".join(str(s.render()) for s in app.screen.query("Static"))
+
+
+async def test_a_request_the_watch_cannot_read_is_one_line_and_the_app_goes_on(sim: EmbeddedSimulator) -> None:
+    """A body that isn't JSON goes on to the server unread; the app says so once and keeps watching."""
+    app = _app(sim)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        async with openai.AsyncOpenAI(base_url=f"{app.url}/v1", api_key="k", max_retries=0) as client:
+            with pytest.raises(openai.APIStatusError):
+                await client.post("/chat/completions", cast_to=object, content=b"\xff{not json")
+        await pilot.pause()
+        assert any("not JSON" in n.message or "not UTF-8" in n.message for n in app._notifications)
+        finished = _finished_steps(app)
+        await _ask(app.url, "still watching?")
+        await asyncio.wait_for(finished.get(), 10)

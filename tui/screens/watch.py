@@ -1,0 +1,151 @@
+"""`WatchScreen`: other agents' traffic through `hotloop watch`, drawn as hotloop draws its own sessions.
+
+The pass-through hands every event of every watched conversation to `deliver`. Each
+conversation gets its own `Transcript` (the same widget a live session and a replay use: the
+answer streams, calls show as calls, usage strips fill); the list on the left picks which one is
+on screen, side requests (titles, summaries, sub-agents) under their parent. The status bar
+counts the conversation on screen, as it counts a session; the line at the top names the
+address to point agents at and the whole traffic's totals. F3 draws the conversation's waterfall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import ContentSwitcher, Footer, OptionList, Static
+
+from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, TurnFinished, TurnStarted
+from hotloop.agent.figures import SessionTotals, counted
+from hotloop.agent.pricing import CostTotals, StepPricer
+from hotloop.tui.render import Palette
+from hotloop.tui.widgets.status_bar import StatusBar
+from hotloop.tui.widgets.transcript import Transcript
+from hotloop.tui.widgets.watched_list import WatchedList
+
+if TYPE_CHECKING:
+    from hotloop.watch import ConversationInfo
+
+WAITING = "waiting for requests: point an agent at the address above (F1 shows how)"
+
+
+class WatchScreen(Screen[None]):
+    DEFAULT_CSS = """
+    WatchScreen > #address { dock: top; height: 1; background: $panel; padding: 0 1; }
+    WatchScreen #body { height: 1fr; }
+    WatchScreen #waiting { padding: 1 2; color: $text-muted; }
+    """
+    BINDINGS = [
+        Binding("f3", "waterfall", "Waterfall", tooltip="Where the time of the conversation on screen went"),
+        Binding("f1", "app.help", "Help", tooltip="How to point agents at hotloop watch"),
+        Binding("tab", "focus_list", "Conversations", show=False),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, address: tuple[str, str], clock: Callable[[], float], palette: Callable[[], Palette]) -> None:
+        super().__init__()
+        self.address, self.upstream = address  # where agents point, and where their requests go on to
+        self.clock = clock
+        self.palette = palette
+        self.events: dict[str, list[AgentEvent]] = {}
+        self.totals: dict[str, SessionTotals] = {}
+        self._shown: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"watching {self.address}  │  → {self.upstream}", id="address", markup=False)
+        with Horizontal(id="body"):
+            yield WatchedList(id="conversations")
+            with ContentSwitcher(id="transcripts"):
+                yield Static(WAITING, id="waiting", markup=False)
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.status.state = "watching"
+        self.query_one(ContentSwitcher).current = "waiting"
+
+    @property
+    def status(self) -> StatusBar:
+        return self.query_one(StatusBar)
+
+    @property
+    def conversations(self) -> WatchedList:
+        return self.query_one(WatchedList)
+
+    def deliver(self, conversation: ConversationInfo, event: AgentEvent) -> None:
+        """One event of a watched conversation, in order: to its transcript, its totals and the list."""
+        events = self.events.setdefault(conversation.id, [])
+        if not events:
+            self._open(conversation)
+        events.append(event)
+        self.query_one(f"#{_widget_id(conversation.id)}", Transcript).apply(event)
+        totals = self.totals[conversation.id]
+        if isinstance(event, (StepStarted, StepFinished)):
+            totals.add(event)
+        if isinstance(event, StepStarted) and conversation.id == self._shown:
+            self.status.provider, self.status.model = event.provider, event.model
+        if isinstance(event, (TurnStarted, StepFinished, TurnFinished)):
+            self.conversations.update(conversation, totals)
+            self._count()
+        if conversation.id == self._shown:
+            self.status.totals = totals
+
+    def _open(self, conversation: ConversationInfo) -> None:
+        self.totals[conversation.id] = SessionTotals(StepPricer())
+        transcript = Transcript(self.clock, self.palette, StepPricer, id=_widget_id(conversation.id))
+        self.query_one(ContentSwitcher).mount(transcript)
+        self.conversations.update(conversation, self.totals[conversation.id])
+        if self._shown is None:
+            self.show(conversation.id)
+
+    def show(self, conversation: str) -> None:
+        """Put a conversation's transcript on screen, and its totals in the status bar."""
+        self._shown = conversation
+        self.query_one(ContentSwitcher).current = _widget_id(conversation)
+        self.status.totals = self.totals[conversation]
+        started = next((e for e in reversed(self.events[conversation]) if isinstance(e, StepStarted)), None)
+        if started is not None:
+            self.status.provider, self.status.model = started.provider, started.model
+
+    def visible_transcript(self) -> Transcript | None:
+        """The transcript on screen; None until a conversation is seen."""
+        return self.query_one(f"#{_widget_id(self._shown)}", Transcript) if self._shown is not None else None
+
+    def on_option_list_option_highlighted(self, message: OptionList.OptionHighlighted) -> None:
+        if message.option.id is not None and message.option.id in self.events:
+            self.show(message.option.id)
+
+    def _count(self) -> None:
+        """The whole traffic's counts and dollars, beside the address: each conversation's totals, summed."""
+        costs = [totals.cost for totals in self.totals.values()]
+        cost = CostTotals(
+            known=sum((c.known for c in costs), Decimal(0)),
+            priced=sum(c.priced for c in costs),
+            unknown=sum(c.unknown for c in costs),
+            estimated=any(c.estimated for c in costs),
+        )
+        steps = sum(totals.steps for totals in self.totals.values())
+        counts = f"{counted(len(costs), 'conversation')} · {counted(steps, 'request')} · {cost}"
+        line = f"watching {self.address}  │  {counts}  │  → {self.upstream}"  # narrowed, the upstream goes first
+        self.query_one("#address", Static).update(line)
+
+    def action_focus_list(self) -> None:
+        self.conversations.focus()
+
+    def action_waterfall(self) -> None:
+        from hotloop.tui.screens.waterfall import WaterfallScreen
+
+        if self._shown is None:
+            self.notify("no requests yet", severity="warning")
+            return
+        self.app.push_screen(WaterfallScreen(self.events[self._shown], self.totals[self._shown].pricer))
+
+
+def _widget_id(conversation: str) -> str:
+    """A conversation's id as a widget id: session ids are safe characters, but may start with a digit."""
+    return "c-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in conversation)

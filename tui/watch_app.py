@@ -1,0 +1,60 @@
+"""`hotloop watch` in the terminal: an app on the pass-through's traffic; it runs no agent and no tool itself.
+
+The pass-through is started inside the app's event loop (its handlers call the screen's
+`deliver` directly, no thread in between) once the first frame is up, and closed when the app ends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from textual.app import App
+from textual.binding import Binding
+
+from hotloop.agent.events import AgentEvent, Notice
+from hotloop.agent.text import inert
+from hotloop.tui.render import Palette, theme_palette
+from hotloop.tui.screens.watch import WatchScreen
+
+if TYPE_CHECKING:
+    from hotloop.watch import Watch
+
+
+class WatchApp(App[None]):
+    TITLE = "hotloop watch"
+
+    def __init__(self, watch: Watch, host: str, port: int) -> None:
+        super().__init__()
+        self.watch_ = watch
+        self.host, self.port = host, port
+        self._palette: Palette | None = None
+        self.url = ""
+
+    def palette(self) -> Palette:
+        if self._palette is None:
+            self._palette = theme_palette(self)
+        return self._palette
+
+    async def on_mount(self) -> None:
+        self.url = await self.watch_.start(self.host, self.port)
+        screen = WatchScreen((self.url, str(self.watch_.upstream)), time.perf_counter, self.palette)
+        await self.push_screen(screen)
+        self.watch_.sink = lambda conversation, event: self._deliver(screen, conversation, event)
+
+    def _deliver(self, screen: WatchScreen, conversation: str, event: AgentEvent) -> None:
+        """A conversation's event to the screen; the pass-through's own lines (no conversation) as toasts."""
+        info = self.watch_.conversations.get(conversation)
+        if info is not None:
+            screen.deliver(info, event)
+        elif isinstance(event, Notice):
+            self.notify(inert(event.message), severity="error" if event.level == "error" else "warning", markup=False)
+
+    def action_help(self) -> None:
+        from hotloop.tui.screens.watch_help import WatchHelp
+
+        keys = [(b.key, b.tooltip or b.description) for b in WatchScreen.BINDINGS if isinstance(b, Binding)]
+        self.push_screen(WatchHelp(self.url, [*keys, ("↑ ↓", "Another conversation (in the list)")]))
+
+    async def on_unmount(self) -> None:
+        await self.watch_.aclose()

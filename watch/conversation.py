@@ -1,0 +1,212 @@
+"""One watched conversation as a hotloop session: each request a step, emitted as the agent's own events.
+
+A request that ends with a new user prompt starts a turn (`TurnStarted`); each request is a step
+(`StepStarted` with its wire fingerprint, the model events as they stream, `ResponseFinished`
+with the usage, TTFT, decode rate and the cache explainer's verdict against the conversation's
+previous request). The calls the model made are shown (`ToolCallReady`), never run. The agent
+runs them between this response and its next request, so a step with calls stays open until that
+request arrives: its tool results become `ToolStarted`/`ToolFinished` (each call's duration is the
+observed gap, since how the agent spent it is not visible on the wire), then `StepFinished` with
+the tool phase, exactly as hotloop's loop finishes a step after its tools. An answer without calls
+ends its step and turn at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from hotloop.agent.cache_explainer import CacheExplainer, cache_block
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    ResponseFinished,
+    StepStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnEnd,
+    TurnFinished,
+    TurnStarted,
+)
+from hotloop.agent.loop import step_finished
+from hotloop.agent.step import CANCELLED_RESULT
+from hotloop.agent.tool_runner import ToolPhase
+from hotloop.providers.events import CUT_SHORT, ModelEvent, ProviderWarning, ServerHint, ToolCallReady
+from hotloop.sessions.log import SessionLog
+from hotloop.watch.reading import ResponseReader
+from hotloop.watch.wire import WatchedRequest
+
+Sink = Callable[[str, AgentEvent], None]
+
+
+@dataclass
+class ConversationInfo:
+    """What a frontend shows of a watched conversation beside its events."""
+
+    id: str  # its session's id
+    agent: str  # the client, from its user-agent: `claude-cli/2.1.332`
+    origin: str  # as the session header says it: `watch:claude-cli/2.1.332`
+    parent: str  # the conversation a side request branched from, or ""
+    title: str  # its first prompt's first line
+    provider: str
+    model: str
+    base_url: str  # the upstream's, to price its steps by
+    cost_per_hour: float | None  # the configured provider's, for a self-hosted upstream
+    path: str  # the session log
+
+
+@dataclass
+class _Open:
+    """A step whose response has ended but whose tool calls the agent is still running."""
+
+    response: ResponseFinished
+    reader: ResponseReader
+    calls: list[ToolCallReady]
+    ended: float  # perf_counter at the response's end
+    ended_at: float  # the same, wall clock
+
+
+@dataclass
+class _Turn:
+    number: int = 0
+    steps: int = 0
+    started: float = 0.0
+    open: bool = False
+    pending: _Open | None = None
+
+
+class Conversation:
+    """Emits a conversation's events to its session log, then to the sink, in order."""
+
+    def __init__(self, info: ConversationInfo, log: SessionLog, sink: Sink) -> None:
+        self.info = info
+        self.log = log
+        self._sink = sink
+        self._explainer = CacheExplainer()
+        self._turn = _Turn()
+
+    def emit(self, event: AgentEvent) -> None:
+        self.log.write(event)
+        self._sink(self.info.id, event)
+
+    def begin(self, request: WatchedRequest, started: float, started_at: float) -> None:
+        """The request was answered: close what it settles (the last step's tools, a turn), open its step."""
+        turn = self._turn
+        if turn.pending is not None:
+            self._close_step(turn.pending, request, started, started_at)
+        if request.prompt is not None or not turn.open:
+            if turn.open:
+                self._end_turn("cancelled" if turn.pending is not None else "answer", started)
+            turn.number, turn.steps, turn.started, turn.open = turn.number + 1, 0, started, True
+            self.emit(TurnStarted(turn=turn.number, prompt=request.prompt or "", ts=started_at))
+        turn.pending = None
+        turn.steps += 1
+        fingerprint = self._explainer.fingerprint_wire(request.segments, self.info.provider, request.model, started_at)
+        self.emit(
+            StepStarted(
+                turn=turn.number,
+                step=turn.steps,
+                provider=self.info.provider,
+                model=request.model,
+                fingerprint=fingerprint,
+                ts=started_at,
+            )
+        )
+
+    def model_events(self, events: list[ModelEvent]) -> None:
+        for event in events:
+            if isinstance(event, (ProviderWarning, ServerHint)):
+                self.emit(
+                    Notice(level="warning" if isinstance(event, ProviderWarning) else "info", message=event.message)
+                )
+            else:
+                self.emit(event)
+
+    def finish(self, reader: ResponseReader, cut: str = "") -> ResponseFinished:
+        """The response ended (`cut`: "cancelled" if the client left before its end): its figures, and the step's end
+        unless the agent has calls to run."""
+        turn, stream = self._turn, reader.step
+        if cut and stream.finish_reason:
+            # The answer had ended (Codex hangs up once it reads `response.completed`, before the stream's own
+            # end): the step is whole, and the agent runs its calls.
+            cut = ""
+        if reader.problem:
+            self.emit(Notice(level="error", message=reader.problem))
+        anthropic, timings = reader.protocol == "anthropic", stream.timings
+        note = self._explainer.explain(
+            stream.usage, [], anthropic, cache_block(None, timings.source if timings else "")
+        )
+        if reader.cache_miss_reason:
+            note = (
+                f"{note}; Anthropic's diagnostics: {reader.cache_miss_reason}"
+                if note
+                else (f"Anthropic's diagnostics: {reader.cache_miss_reason}")
+            )
+        now = time.perf_counter()
+        response = ResponseFinished(
+            turn=turn.number,
+            step=turn.steps,
+            usage=stream.usage,
+            ttft=stream.ttft(),
+            decode_tps=stream.decode_tps(per_delta=not anthropic),
+            model_time=now - stream.started,
+            finish_reason=stream.finish_reason or ("error" if reader.problem else ""),
+            cache_note=note,
+            figures_by=timings.source if timings is not None else "",
+            server_prefill=timings.prefill if timings is not None else None,
+        )
+        self.emit(response)
+        calls = [ToolCallReady(n, call.id, call.name, call.arguments) for n, call in enumerate(stream.calls)]
+        if calls and not cut and not reader.problem:
+            turn.pending = _Open(response, reader, calls, now, time.time())
+            return response
+        self.emit(step_finished(response, stream, ToolPhase(), cut=cut))
+        if cut:
+            self._end_turn("cancelled", now)
+        elif reader.problem:
+            self._end_turn("error", now)
+        else:
+            self._end_turn("cut_off" if stream.finish_reason in CUT_SHORT else "answer", now)
+        return response
+
+    def close(self) -> None:
+        """The watch ends: a step still waiting for its tools ends without them, its turn interrupted."""
+        turn = self._turn
+        if turn.pending is not None:
+            pending, turn.pending = turn.pending, None
+            self.emit(step_finished(pending.response, pending.reader.step, ToolPhase()))
+            self._end_turn("interrupted", time.perf_counter())
+        self.log.close()
+
+    def _close_step(self, pending: _Open, request: WatchedRequest, started: float, started_at: float) -> None:
+        """The calls of the last step ran between its response and this request: their results, then its end."""
+        results = {result.call_id: result for result in request.results}
+        phase = ToolPhase()
+        for call in pending.calls:
+            result = results.get(call.call_id)
+            if result is None and request.prompt is None:
+                continue  # a call this request doesn't answer: not one the wire shows an end for
+            self.emit(ToolStarted(call_id=call.call_id, name=call.name, arguments=call.arguments, ts=pending.ended_at))
+            phase.count += 1
+            phase.spans.append((pending.ended, started))
+            self.emit(
+                ToolFinished(
+                    call_id=call.call_id,
+                    name=call.name,
+                    status="cancelled" if result is None else "error" if result.is_error else "ok",
+                    duration=started - pending.ended,
+                    result=CANCELLED_RESULT if result is None else result.content,
+                    ts=started_at,
+                )
+            )
+        finished = step_finished(pending.response, pending.reader.step, phase)
+        # The step's wall ends where the next request began, not when this one was read.
+        self.emit(msgspec.structs.replace(finished, wall=started - pending.reader.step.started))
+
+    def _end_turn(self, reason: TurnEnd, now: float) -> None:
+        turn = self._turn
+        turn.open = False
+        self.emit(TurnFinished(turn=turn.number, reason=reason, steps=turn.steps, wall=now - turn.started))

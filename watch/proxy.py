@@ -1,0 +1,314 @@
+"""The pass-through: an aiohttp server on loopback that forwards every request to the upstream and streams the
+answer back as it arrives, while hotloop reads a copy.
+
+Byte for byte both ways: the request body is sent as received, with the client's own headers (its
+key among them: forwarded, never logged); the answer's status, headers and body come back unchanged,
+compressed or not (the client session doesn't inflate; the reader inflates its own copy). Each block
+is written to the client before hotloop reads it, so reading never delays a byte. The request is
+read while the upstream works on it. Whatever goes wrong (a body that isn't JSON, an upstream that
+refuses or breaks off, a client that leaves mid-stream) is one line, and the pass-through goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from hotloop.agent.events import Notice
+from hotloop.providers.transport import ANTHROPIC_URL, OPENAI_URL
+from hotloop.sessions.log import SessionLog
+from hotloop.watch.conversation import Conversation, ConversationInfo, Sink
+from hotloop.watch.lineage import Lineage
+from hotloop.watch.reading import ResponseReader
+from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, headline, read_request
+
+# Per connection, not per message: never forwarded (RFC 9110 §7.6.1), nor the client's Host.
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+_AUTH = ("authorization", "x-api-key", "api-key")
+_KEPT_ERROR = 4096  # bytes of a refusal's body kept to say what it was
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # the provider's name in the logs
+    url: str  # the server's root: the request's path is appended
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where requests go: Anthropic Messages to one target, the OpenAI protocols to another."""
+
+    anthropic: Target
+    openai: Target
+    cost_per_hour: float | None = None
+
+    def __str__(self) -> str:
+        """`anthropic (https://api.anthropic.com) and openai (https://api.openai.com)`, or the one server."""
+        targets = dict.fromkeys(f"{target.name} ({target.url})" for target in (self.anthropic, self.openai))
+        return " and ".join(targets)
+
+    def of(self, path: str, headers: Mapping[str, str]) -> Target:
+        anthropic = path.startswith("/v1/messages") or (path == "/v1/models" and "anthropic-version" in headers)
+        return self.anthropic if anthropic else self.openai
+
+
+HOSTED = Upstream(Target("anthropic", ANTHROPIC_URL), Target("openai", OPENAI_URL))
+
+
+def upstream_at(url: str, name: str, cost_per_hour: float | None = None) -> Upstream:
+    """Every protocol to one server; an OpenAI-style base URL (`…/v1`) is taken at its root."""
+    target = Target(name, url.rstrip("/").removesuffix("/v1"))
+    return Upstream(target, target, cost_per_hour)
+
+
+class Watch:
+    """The pass-through and the conversations it has seen.
+
+    `sink(conversation_id, event)` gets every event in order, after the conversation's session log
+    has it; the id is "" for a line about the pass-through itself (a request it couldn't read, an
+    upstream it couldn't reach). `conversations` holds each conversation's `ConversationInfo`
+    from before its first event. A frontend may set `sink` before `start`.
+    """
+
+    def __init__(
+        self, upstream: Upstream, sink: Sink, *, folder: Path, workspace: Path, secrets: Sequence[str] = ()
+    ) -> None:
+        self.upstream = upstream
+        self.conversations: dict[str, ConversationInfo] = {}
+        self.sink = sink
+        self._folder = folder
+        self._workspace = workspace
+        self._secrets = list(secrets)
+        self._open: dict[str, Conversation] = {}
+        self._lineage = Lineage()
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on `host:port` (0: a free port); the pass-through's root URL, which Anthropic clients take as
+        their base URL (OpenAI clients add `/v1`)."""
+        # One pool, kept alive: a request after the first goes out on a warm connection, no handshake. No cookie
+        # jar: one agent's cookies are not another's, and a pass-through keeps none.
+        self._client = aiohttp.ClientSession(
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            connector=aiohttp.TCPConnector(limit=0),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
+        )
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        # A client that leaves cancels its handler, which closes the upstream request.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+        await self._runner.setup()
+        sock = socket.create_server((host, port))
+        await web.SockSite(self._runner, sock).start()
+        bound = sock.getsockname()
+        return f"http://{bound[0]}:{bound[1]}"
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._client is not None:
+            await self._client.close()
+        for conversation in self._open.values():
+            conversation.close()
+        self._open.clear()
+
+    def _notice(self, message: str, level: str = "warning") -> None:
+        self.sink("", Notice(level="error" if level == "error" else "warning", message=message))
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        started, started_at = time.perf_counter(), time.time()
+        assert self._client is not None
+        body = await request.read()
+        target = self.upstream.of(request.path, request.headers)
+        headers = {name: value for name, value in request.headers.items() if name.lower() not in _HOP}
+        protocol = PROTOCOLS.get(request.path) if request.method == "POST" else None
+        # Hotloop reads its copy once the request is on the wire: a large body parsed first would delay the upstream
+        # by the parse. The reading is queued ahead of the request's body writer (on Python < 3.12 aiohttp writes the
+        # body from a task of its own) and yields once, so it runs after the write, while the upstream works.
+        reading = asyncio.ensure_future(self._read(protocol, request, body)) if protocol is not None else None
+        try:
+            # A redirect is the client's to follow (it would carry the key to wherever the upstream points).
+            upstream = await self._client.request(
+                request.method, target.url + request.path_qs, data=body, headers=headers, allow_redirects=False
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            line = f"cannot reach {target.name} ({target.url}): {_cause(error)}"
+            self._notice(line, "error")
+            failure = {"type": "error", "error": {"type": "api_error", "message": f"hotloop watch: {line}"}}
+            return web.json_response(failure, status=502)
+        except asyncio.CancelledError:
+            self._notice(f"the client left after {time.perf_counter() - started:.1f} s, before {target.name} answered")
+            raise
+        async with upstream:
+            watched = await reading if reading is not None else None
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in _HOP or name.lower() == "content-length":
+                    response.headers.add(name, value)
+            await response.prepare(request)
+            if watched is not None and 200 <= upstream.status < 300:
+                encoding = upstream.headers.get("content-encoding", "")
+                streamed = upstream.content_type == "text/event-stream"
+
+                def opening() -> tuple[Conversation, ResponseReader]:
+                    conversation = self._conversation(watched, request.headers, target)
+                    conversation.begin(watched, started, started_at)
+                    where = f"{target.name} ({target.url})"
+                    return conversation, ResponseReader(
+                        watched.protocol, watched.model, where, started, streamed, encoding
+                    )
+
+                await self._relay(upstream, response, opening)
+            else:
+                kept = await self._relay_refusal(upstream, response)
+                if not 200 <= upstream.status < 400:
+                    self._notice(f"{target.name} answered {upstream.status} to {request.path}: {_said(kept)}")
+        return response
+
+    async def _read(self, protocol: str, request: web.Request, body: bytes) -> WatchedRequest | None:
+        await asyncio.sleep(0)  # behind the body's writer
+        try:
+            return read_request(protocol, body, request.headers)
+        except WireError as error:
+            self._notice(f"{request.method} {request.path}: {error}; forwarded unread")
+            return None
+
+    async def _relay(
+        self,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        opening: Callable[[], tuple[Conversation, ResponseReader]],
+    ) -> None:
+        """Each block to the client, then to the reader; the step finished however the stream ends.
+
+        The conversation is found (its log made, for a new one) once the first block is on its way:
+        the client never waits for hotloop's books.
+        """
+        watching = None
+        try:
+            async for block in upstream.content.iter_any():
+                arrived = time.perf_counter()
+                await response.write(block)
+                conversation, reader = watching = watching or opening()
+                conversation.model_events(reader.feed(block, arrived))
+        except asyncio.CancelledError:
+            self._left(*(watching or opening()))
+            raise
+        except ConnectionResetError:
+            self._left(*(watching or opening()))
+            return
+        except aiohttp.ClientError as error:
+            conversation, reader = watching or opening()
+            reader.problem = reader.problem or f"{reader.where} broke off mid-stream: {_cause(error)}"
+            conversation.finish(reader)
+            raise ConnectionResetError(reader.problem) from None  # the client must see the stream cut too
+        conversation, reader = watching or opening()
+        conversation.model_events(reader.end(time.perf_counter()))
+        # The answer's end goes to the client before the step is finished (the cache verdict, the log's summary
+        # rewritten): an agent waits for it before going on. A client that leaves at the very end had the whole answer.
+        try:
+            await response.write_eof()
+        except ConnectionResetError:
+            pass
+        finally:
+            conversation.finish(reader)
+
+    def _left(self, conversation: Conversation, reader: ResponseReader) -> None:
+        if not reader.step.finish_reason:  # Codex hangs up once the answer has ended: nothing was lost then
+            conversation.emit(Notice(level="warning", message="the client disconnected mid-stream"))
+        conversation.finish(reader, cut="cancelled")
+
+    async def _relay_refusal(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> bytes:
+        """Pass an answer hotloop doesn't read (a refusal, a model listing) through; the start of its body, to say
+        what a refusal was."""
+        kept = b""
+        async for block in upstream.content.iter_any():
+            await response.write(block)
+            if len(kept) < _KEPT_ERROR:
+                kept += block[: _KEPT_ERROR - len(kept)]
+        await response.write_eof()
+        return kept
+
+    def _conversation(self, request: WatchedRequest, headers: Mapping[str, str], target: Target) -> Conversation:
+        segments = request.segments
+        placed = self._lineage.place(request.session_key, segments.system, segments.messages, segments.roles)
+        conversation = self._open.get(placed.continues)
+        if conversation is None:
+            conversation = self._new(request, headers, target, placed.side_of)
+        self._lineage.record(conversation.info.id, request.session_key, segments.system, segments.messages)
+        return conversation
+
+    def _new(self, request: WatchedRequest, headers: Mapping[str, str], target: Target, side_of: str) -> Conversation:
+        agent = agent_of(headers.get("user-agent", ""))
+        keys = [value.removeprefix("Bearer ") for name in _AUTH if (value := headers.get(name))]
+        log = SessionLog.create(
+            self._folder,
+            provider=target.name,
+            model=request.model,
+            workspace=self._workspace,
+            base_url=target.url,
+            cost_per_hour=self.upstream.cost_per_hour,
+            secrets_to_mask=[*self._secrets, *keys],
+            origin=f"watch:{agent}",
+            side_of=side_of,
+        )
+        title = headline(request.prompt or "")
+        info = ConversationInfo(
+            log.id,
+            agent,
+            f"watch:{agent}",
+            side_of,
+            title,
+            target.name,
+            request.model,
+            target.url,
+            self.upstream.cost_per_hour,
+            str(log.path),
+        )
+        self.conversations[log.id] = info
+        conversation = self._open[log.id] = Conversation(
+            info, log, lambda conversation, event: self.sink(conversation, event)
+        )
+        return conversation
+
+
+def _cause(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "timed out connecting"
+    text = str(error.__cause__ or error) or type(error).__name__
+    return text.split("\n", 1)[0][:200]
+
+
+def _said(body: bytes) -> str:
+    """A refusal's message: the JSON error's `message` if it has one, else the start of the body."""
+    try:
+        document = msgspec.json.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return body[:200].decode(errors="replace").strip() or "(no body)"
+    error = document.get("error") if isinstance(document, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error if isinstance(error, str) else None
+    return str(message)[:200] if message else body[:200].decode(errors="replace")

@@ -1,0 +1,208 @@
+"""A copy of a watched response, read with the providers' own parsers as its bytes arrive.
+
+A stream is cut into server-sent events (`SseSplitter`) and each event goes to the protocol's
+parser (`ChunkParser`, `ResponsesParser`, `MessageParser`), so a watched step's text, calls and
+usage are read exactly as hotloop reads its own. A whole (non-streamed) JSON answer is handed to
+the same parsers as the events it would have streamed. What can't be read ends the reading with
+one line (`problem`); the bytes the client gets are never touched.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgspec
+
+from hotloop.agent.step import StepAccumulator
+from hotloop.providers.anthropic import MessageParser, min_cacheable_tokens, read_event
+from hotloop.providers.anthropic import StreamEvent as AnthropicEvent
+from hotloop.providers.errors import StreamInterrupted
+from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
+from hotloop.providers.openai_chat import Chunk, ChunkParser, read_chunk
+from hotloop.providers.openai_responses import ResponsesParser
+from hotloop.providers.transport import SseSplitter, utf8
+
+MAX_WHOLE = 64 * 1024 * 1024  # bytes of a non-streamed answer kept to read it
+_encode = msgspec.json.Encoder().encode
+
+
+class _Diagnostics(msgspec.Struct, gc=False):
+    cache_miss_reason: dict[str, Any] | None = None
+
+
+class _WithDiagnostics(msgspec.Struct, gc=False):
+    diagnostics: _Diagnostics | None = None
+    message: _WithDiagnostics | None = None  # `message_start` carries the message
+
+
+_decode_diagnostics = msgspec.json.Decoder(_WithDiagnostics).decode
+
+
+class ResponseReader:
+    """Reads one response's bytes into model events, timed into a `StepAccumulator`.
+
+    `feed` takes each block as it arrives (with its arrival time) and returns the events it
+    completed; `end` the rest. `problem` is the first thing that couldn't be read.
+    """
+
+    def __init__(
+        self, protocol: str, model: str, where: str, started: float, streamed: bool, encoding: str = ""
+    ) -> None:
+        self.protocol = protocol
+        self.where = where
+        self.step = StepAccumulator(started=started)
+        self.streamed = streamed
+        self.problem = ""
+        self.cache_miss_reason = ""  # Anthropic's cache diagnostics, when the agent asked for them
+        self._splitter = SseSplitter()
+        self._whole: list[bytes] = []
+        self._size = 0
+        self._mangled = False
+        self._inflate = zlib.decompressobj(wbits=47) if encoding in ("gzip", "deflate") else None
+        if encoding and self._inflate is None and encoding != "identity":
+            self.problem = f"{where} answered in {encoding} encoding, which hotloop can't read"
+        self._chat = ChunkParser(where=where)
+        self._responses = ResponsesParser(where=where)
+        self._messages = MessageParser(where, min_cacheable_tokens(model))
+
+    def feed(self, block: bytes, now: float) -> list[ModelEvent]:
+        events: list[ModelEvent] = []
+        if self.step.first_byte is None:
+            events.append(StreamStarted())
+        if self.problem:
+            return self._taken(events, now)
+        if self._inflate is not None:
+            try:
+                block = self._inflate.decompress(block)
+            except zlib.error as error:
+                self.problem = f"{self.where} sent a compressed body hotloop can't inflate ({error})"
+                return self._taken(events, now)
+        if not self.streamed:
+            self._size += len(block)
+            if self._size <= MAX_WHOLE:
+                self._whole.append(block)
+            return self._taken(events, now)
+        try:
+            for data in self._splitter.feed(block):
+                events += self._event(data)
+        except StreamInterrupted as error:
+            self.problem = str(error)
+        return self._taken(events, now)
+
+    def end(self, now: float) -> list[ModelEvent]:
+        """The events the response's end completes; after a stream cut short, `problem` says so."""
+        events: list[ModelEvent] = []
+        if self.problem:
+            return events
+        try:
+            if self.streamed:
+                for data in self._splitter.end():
+                    events += self._event(data)
+            else:
+                events += self._whole_answer()
+            events += self._parser_end()
+        except StreamInterrupted as error:
+            self.problem = str(error)
+        return self._taken(events, now)
+
+    def _taken(self, events: list[ModelEvent], now: float) -> list[ModelEvent]:
+        for event in events:
+            if not isinstance(event, ProviderWarning):
+                self.step.take(event, now)
+        return events
+
+    def _event(self, data: bytes) -> list[ModelEvent]:
+        data, replaced = utf8(data)
+        warned: list[ModelEvent] = []
+        if replaced and not self._mangled:
+            self._mangled = True
+            warned.append(ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �"))
+        if self.protocol == "openai-chat":
+            return warned + ([] if data == b"[DONE]" else self._chat.feed(read_chunk(data, self.where)))
+        if self.protocol == "openai-responses":
+            return warned + self._responses.feed(data)
+        event = read_event(data, self.where)
+        if event.type == "message_start" and b'"diagnostics"' in data:
+            self._diagnosed(data)
+        return warned + self._messages.feed(event)
+
+    def _parser_end(self) -> list[ModelEvent]:
+        if self.protocol == "openai-chat":
+            return self._chat.finish()
+        if self.protocol == "openai-responses":
+            return self._responses.finish()
+        return self._messages.finish()
+
+    def _diagnosed(self, data: bytes) -> None:
+        try:
+            found = _decode_diagnostics(data)
+        except msgspec.DecodeError:
+            return
+        diagnostics = found.diagnostics or (found.message.diagnostics if found.message else None)
+        reason = diagnostics.cache_miss_reason if diagnostics is not None else None
+        if reason:
+            missed = reason.get("cache_missed_input_tokens")
+            tokens = f", {missed:,} tokens" if isinstance(missed, int) else ""
+            self.cache_miss_reason = f"{reason.get('type', 'unknown')}{tokens}"
+
+    def _whole_answer(self) -> list[ModelEvent]:
+        """A non-streamed answer, handed to the parser as the events that would have streamed it."""
+        if self._size > MAX_WHOLE:
+            raise StreamInterrupted(
+                f"{self.where} answered with {self._size:,} bytes; hotloop reads up to {MAX_WHOLE:,}"
+            )
+        body, _ = utf8(b"".join(self._whole))
+        try:
+            answer = msgspec.json.decode(body)
+        except msgspec.DecodeError as error:
+            raise StreamInterrupted(f"{self.where} answered with a body that is not JSON ({error})") from None
+        if not isinstance(answer, dict):
+            raise StreamInterrupted(f"{self.where} answered with a JSON {type(answer).__name__}, not an object")
+        try:
+            if self.protocol == "openai-chat":
+                return self._whole_chat(answer)
+            if self.protocol == "openai-responses":
+                return self._whole_responses(answer)
+            self._diagnosed(body)
+            return self._whole_message(answer)
+        except (msgspec.ValidationError, TypeError, AttributeError) as error:
+            raise StreamInterrupted(f"{self.where} answered with an unexpected shape ({error})") from None
+
+    def _whole_chat(self, answer: dict[str, Any]) -> list[ModelEvent]:
+        choices = []
+        for choice in answer.get("choices") or ():
+            message = dict(choice.get("message") or {})
+            message["tool_calls"] = [{**call, "index": n} for n, call in enumerate(message.get("tool_calls") or ())]
+            choices.append(
+                {"index": choice.get("index", 0), "delta": message, "finish_reason": choice.get("finish_reason")}
+            )
+        chunk = {"choices": choices, "usage": answer.get("usage"), "timings": answer.get("timings")}
+        return self._chat.feed(msgspec.convert(chunk, Chunk))
+
+    def _whole_responses(self, answer: dict[str, Any]) -> list[ModelEvent]:
+        events: list[ModelEvent] = []
+        for item in answer.get("output") or ():
+            for part in item.get("content") or () if item.get("type") == "message" else ():
+                if part.get("type") == "output_text":
+                    events += self._responses.feed(
+                        _encode({"type": "response.output_text.delta", "delta": part.get("text", "")})
+                    )
+            for part in item.get("summary") or () if item.get("type") == "reasoning" else ():
+                delta = {"type": "response.reasoning_summary_text.delta", "delta": part.get("text", "")}
+                events += self._responses.feed(_encode(delta))
+            events += self._responses.feed(_encode({"type": "response.output_item.done", "item": item}))
+        ended = "response.incomplete" if answer.get("status") == "incomplete" else "response.completed"
+        return events + self._responses.feed(_encode({"type": ended, "response": answer}))
+
+    def _whole_message(self, answer: dict[str, Any]) -> list[ModelEvent]:
+        usage = answer.get("usage")
+        feed = self._messages.feed
+        events = feed(msgspec.convert({"type": "message_start", "message": {"usage": usage}}, AnthropicEvent))
+        for index, block in enumerate(answer.get("content") or ()):
+            events += feed(
+                msgspec.convert({"type": "content_block_start", "index": index, "content_block": block}, AnthropicEvent)
+            )
+            events += feed(msgspec.convert({"type": "content_block_stop", "index": index}, AnthropicEvent))
+        delta = {"type": "message_delta", "delta": {"stop_reason": answer.get("stop_reason")}, "usage": usage}
+        return events + feed(msgspec.convert(delta, AnthropicEvent))
