@@ -95,7 +95,7 @@ def _in_the_app(upstream: Upstream, config: Config, port: int) -> int:
         workspace=Path.cwd(),
         secrets=config.secrets(),
     )
-    WatchApp(watched, "127.0.0.1", port).run()
+    WatchApp(watched, "127.0.0.1", port, config).run()
     return 0
 
 

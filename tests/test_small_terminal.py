@@ -31,11 +31,11 @@ async def test_a_diff_being_approved_beside_two_panes_shows_whole_with_the_quest
     async with running_app(size=SIZE, workspace=isolated_home) as (app, pilot):
         await send(app, pilot, "write the notes, read the README and grep TODO")
         await wait_until(lambda: bool(app.query_one(ApprovalBar).requests), what="the question")
-        await wait_until(lambda: "+line six" in drawn(app) and "╔═ write_file" in drawn(app), what="the whole diff")
-        screen = drawn(app)
-        assert "@@ -0,0 +1,6 @@" in screen  # the diff from its first line
-        for key in ("y  allow once", "a  allow for this session", "n  deny", "r  deny, saying why"):
-            assert key in screen
+        keys = ("y  allow once", "a  allow for this session", "n  deny", "r  deny, saying why")
+        # The diff from its first line to its last, the pane's top and every answer, on one frame: the panes beside
+        # it finish and the layout settles while it waits, so each is looked for in the same drawing.
+        whole = ("@@ -0,0 +1,6 @@", "+line six", "╔═ write_file", *keys)
+        await wait_until(lambda: all(map(drawn(app).__contains__, whole)), what="the whole diff and the question")
         await answer(app, "y")
         await idle(app, pilot)
     assert (isolated_home / "notes.txt").read_text() == LINES

@@ -11,24 +11,26 @@ import pytest
 
 from hotloop import paths
 from hotloop.agent.events import AgentEvent, StepFinished
+from hotloop.config import load_config
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.tui.screens.watch import WatchScreen
 from hotloop.tui.screens.watch_help import WatchHelp
 from hotloop.tui.screens.waterfall import WaterfallScreen
 from hotloop.tui.watch_app import WatchApp
+from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 from hotloop.tui.widgets.watched_list import WatchedList
 from hotloop.watch import Watch, upstream_at
 
-from support import present
+from support import present, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def _app(sim: EmbeddedSimulator) -> WatchApp:
     watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
-    return WatchApp(watch, "127.0.0.1", 0)
+    return WatchApp(watch, "127.0.0.1", 0, load_config())
 
 
 def _finished_steps(app: WatchApp) -> asyncio.Queue[AgentEvent]:
@@ -145,3 +147,22 @@ async def test_a_request_the_watch_cannot_read_is_one_line_and_the_app_goes_on(s
         finished = _finished_steps(app)
         await _ask(app.url, "still watching?")
         await asyncio.wait_for(finished.get(), 10)
+
+
+async def test_a_self_hosted_upstream_has_its_server_panel(sim: EmbeddedSimulator) -> None:
+    """The upstream describes itself (the simulator, in vLLM's dialect): the panel names it and counts what it
+    served, as beside a session; F2 hides it."""
+    app = _app(sim)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        finished = _finished_steps(app)
+        await _ask(app.url, "count me")
+        await asyncio.wait_for(finished.get(), 10)
+        await wait_until(lambda: app.screen.query(ServerPanel) and "hotloop's simulator" in _panel(app))
+        assert "server hit rate" in _panel(app)
+        await pilot.press("f2")
+        assert not app.screen.query_one(ServerPanel).display
+
+
+def _panel(app: WatchApp) -> str:
+    return str(app.screen.query_one(ServerPanel).render())

@@ -6,9 +6,11 @@ The pass-through is started inside the app's event loop (its handlers call the s
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from textual import events, work
 from textual.app import App
 from textual.binding import Binding
 
@@ -16,17 +18,21 @@ from hotloop.agent.events import AgentEvent, Notice
 from hotloop.agent.text import inert
 from hotloop.tui.render import Palette, theme_palette
 from hotloop.tui.screens.watch import WatchScreen
+from hotloop.watch import HOSTED
 
 if TYPE_CHECKING:
+    from hotloop.config import Config
     from hotloop.watch import Watch
 
 
 class WatchApp(App[None]):
     TITLE = "hotloop watch"
 
-    def __init__(self, watch: Watch, host: str, port: int) -> None:
+    def __init__(self, watch: Watch, host: str, port: int, config: Config | None = None) -> None:
+        """`config`: the settings a self-hosted upstream's server panel is asked with (None: no panel)."""
         super().__init__()
         self.watch_ = watch
+        self.config = config
         self.host, self.port = host, port
         self._palette: Palette | None = None
         self.url = ""
@@ -41,6 +47,32 @@ class WatchApp(App[None]):
         screen = WatchScreen((self.url, str(self.watch_.upstream)), time.perf_counter, self.palette)
         await self.push_screen(screen)
         self.watch_.sink = lambda conversation, event: self._deliver(screen, conversation, event)
+        if self.config is not None and self.watch_.upstream != HOSTED:
+            self._follow_server(screen, self.config)
+
+    @work(exclusive=True, group="server")
+    async def _follow_server(self, screen: WatchScreen, config: Config) -> None:
+        """What the upstream says of itself (vLLM, llama.cpp, SGLang, the simulator), for the panel, until the end."""
+        from hotloop.config import ProviderSettings, Target
+        from hotloop.core.runtime import Runtime
+        from hotloop.core.server_watch import follow_server
+        from hotloop.providers.errors import ProviderError
+
+        target = self.watch_.upstream.openai
+        settings = ProviderSettings(target.name, "openai", base_url=f"{target.url}/v1")
+        runtime, nudge = Runtime(config), asyncio.Event()
+        screen.nudge = nudge.set
+        try:
+            provider = await runtime.connect(Target(settings, None))
+            await follow_server(runtime, lambda: provider, lambda: screen.answering > 0, nudge, screen.server_report)
+        except ProviderError:
+            screen.server_report(None)  # a server that doesn't describe itself: no panel, as in a session
+        finally:
+            await runtime.aclose()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if isinstance(self.screen, WatchScreen):
+            self.screen.fit_server_panel(event.size.width)
 
     def _deliver(self, screen: WatchScreen, conversation: str, event: AgentEvent) -> None:
         """A conversation's event to the screen; the pass-through's own lines (no conversation) as toasts."""

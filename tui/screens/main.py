@@ -33,13 +33,13 @@ from hotloop.agent.figures import SessionTotals, short_model
 from hotloop.agent.text import inert
 from hotloop.config import Choice
 from hotloop.core.markdown_blocks import code_blocks
-from hotloop.core.server_watch import ServerReport
 from hotloop.core.session import Session
 from hotloop.core.slash import SlashError, parse
 from hotloop.tui.items import AnswerItem
 from hotloop.tui.pending_approvals import PendingApprovals
 from hotloop.tui.prompt_queue import PromptQueue
 from hotloop.tui.render import Palette
+from hotloop.tui.server_panel_host import ServerPanelHost
 from hotloop.tui.sessions_browsing import SessionsBrowsing
 from hotloop.tui.slash_commands import SlashCommands
 from hotloop.tui.widgets.approval_bar import ApprovalBar
@@ -53,10 +53,8 @@ if TYPE_CHECKING:
     from hotloop.agent.approvals import Reply, Request
     from hotloop.sessions.store import LoggedSession
 
-SERVER_PANEL_MIN_WIDTH = 120
 
-
-class MainScreen(SlashCommands, SessionsBrowsing):
+class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
     AUTO_FOCUS = "#prompt"
     BINDINGS = [
         Binding(
@@ -98,7 +96,6 @@ class MainScreen(SlashCommands, SessionsBrowsing):
         self.pending_switch = None
         self.approvals = PendingApprovals(self)
         self._context_warned = False  # the context-full warning, said once a conversation
-        self._server_panel_wanted: bool | None = None
 
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
@@ -199,39 +196,8 @@ class MainScreen(SlashCommands, SessionsBrowsing):
             self.status.provider, self.status.model = provider.name, provider.model
             self.status.tier = self.session.tier_label(provider.name, provider.model)
 
-    # -- the server panel ----------------------------------------------------------------
-
-    def server_report(self, report: ServerReport | None) -> None:
-        """Show the server panel for a server that describes itself (vLLM, SGLang, the simulator, …)."""
-        from hotloop.tui.widgets.server_panel import ServerPanel
-
-        panels = self.query(ServerPanel)
-        if report is None:
-            panels.remove()
-            return
-        if panels:
-            panels.first().report = report
-            return
-        panel = ServerPanel(id="server")
-        panel.report = report
-        # Shown from the start only where the transcript keeps room enough; F2 shows or hides it anyway.
-        wanted = self._server_panel_wanted
-        panel.display = wanted if wanted is not None else self.app.size.width >= SERVER_PANEL_MIN_WIDTH
-        self.mount(panel, before=self.transcript)
-
-    def fit_server_panel(self, width: int) -> None:
-        """The terminal is `width` wide now: the panel shows if there is room, unless the user chose."""
-        from hotloop.tui.widgets.server_panel import ServerPanel
-
-        if self._server_panel_wanted is None:
-            for panel in self.query(ServerPanel):
-                panel.display = width >= SERVER_PANEL_MIN_WIDTH
-
-    def action_toggle_server(self) -> None:
-        from hotloop.tui.widgets.server_panel import ServerPanel
-
-        for panel in self.query(ServerPanel):
-            panel.display = self._server_panel_wanted = not panel.display
+    def panel_beside(self) -> Transcript:
+        return self.transcript
 
     def action_waterfall(self) -> None:
         """Where this session's time went, from its log (so it shows what a replay would)."""

@@ -3,7 +3,8 @@
 The pass-through hands every event of every watched conversation to `deliver`. Each
 conversation gets its own `Transcript` (the same widget a live session and a replay use: the
 answer streams, calls show as calls, usage strips fill); the list on the left picks which one is
-on screen, side requests (titles, summaries, sub-agents) under their parent. The status bar
+on screen, side requests (titles, summaries, sub-agents) under their parent; a self-hosted upstream's
+server panel beside them (F2). The status bar
 counts the conversation on screen, as it counts a session; the line at the top names the
 address to point agents at and the whole traffic's totals. F3 draws the conversation's waterfall.
 """
@@ -17,13 +18,13 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, OptionList, Static
 
-from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, TurnFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, ResponseFinished, StepFinished, StepStarted, TurnFinished, TurnStarted
 from hotloop.agent.figures import SessionTotals, counted
 from hotloop.agent.pricing import CostTotals, StepPricer
 from hotloop.tui.render import Palette
+from hotloop.tui.server_panel_host import ServerPanelHost
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 from hotloop.tui.widgets.watched_list import WatchedList
@@ -34,13 +35,14 @@ if TYPE_CHECKING:
 WAITING = "waiting for requests: point an agent at the address above (F1 shows how)"
 
 
-class WatchScreen(Screen[None]):
+class WatchScreen(ServerPanelHost):
     DEFAULT_CSS = """
     WatchScreen > #address { dock: top; height: 1; background: $panel; padding: 0 1; }
     WatchScreen #body { height: 1fr; }
     WatchScreen #waiting { padding: 1 2; color: $text-muted; }
     """
     BINDINGS = [
+        Binding("f2", "toggle_server", "Server", tooltip="The upstream's server panel (a self-hosted upstream)"),
         Binding("f3", "waterfall", "Waterfall", tooltip="Where the time of the conversation on screen went"),
         Binding("f1", "app.help", "Help", tooltip="How to point agents at hotloop watch"),
         Binding("tab", "focus_list", "Conversations", show=False),
@@ -55,6 +57,8 @@ class WatchScreen(Screen[None]):
         self.events: dict[str, list[AgentEvent]] = {}
         self.totals: dict[str, SessionTotals] = {}
         self._shown: str | None = None
+        self.answering = 0  # requests whose answer is streaming now: the server panel scrapes faster meanwhile
+        self.nudge: Callable[[], None] = lambda: None  # a request started or ended: the panel scrapes at once
 
     def compose(self) -> ComposeResult:
         yield Static(f"watching {self.address}  │  → {self.upstream}", id="address", markup=False)
@@ -68,6 +72,9 @@ class WatchScreen(Screen[None]):
     def on_mount(self) -> None:
         self.status.state = "watching"
         self.query_one(ContentSwitcher).current = "waiting"
+
+    def panel_beside(self) -> Horizontal:
+        return self.query_one("#body", Horizontal)
 
     @property
     def status(self) -> StatusBar:
@@ -87,6 +94,9 @@ class WatchScreen(Screen[None]):
         totals = self.totals[conversation.id]
         if isinstance(event, (StepStarted, StepFinished)):
             totals.add(event)
+        if isinstance(event, (StepStarted, ResponseFinished)):
+            self.answering += 1 if isinstance(event, StepStarted) else -1
+            self.nudge()
         if isinstance(event, StepStarted) and conversation.id == self._shown:
             self.status.provider, self.status.model = event.provider, event.model
         if isinstance(event, (TurnStarted, StepFinished, TurnFinished)):
