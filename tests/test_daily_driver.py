@@ -207,7 +207,7 @@ async def test_f3_on_a_saved_session_shows_that_session_s_waterfall(isolated_hom
         await app.push_screen(SessionView(saved, app.palette))
         await wait_until(lambda: isinstance(app.screen, SessionView))
         press(app, "f3")
-        await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
+        await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and bool(app.screen.plain))  # composed
         assert isinstance(app.screen, WaterfallScreen)
         assert app.screen.events == saved.events and "the first session" in app.screen.plain
 

@@ -168,7 +168,7 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
         await screen_inert(app)
 
         press(app, "f3")
-        await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
+        await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and bool(app.screen.plain))  # composed
         await pilot.pause()
         assert "evil␛[2J<9b>31m" in drawn(app)
         assert not CONTROL.search(drawn(app))

@@ -236,7 +236,7 @@ async def test_f3_shows_the_waterfall_of_the_session_and_of_a_replay(parallel_se
     async with app.run_test(size=(120, 36)) as pilot:
         await wait_until(lambda: replay_drawn(app))
         await pilot.press("f3")
-        await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
+        await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and bool(app.screen.plain))  # composed
         assert isinstance(app.screen, WaterfallScreen)
         shown = app.screen.plain
         assert "turn 1 · " in shown and shown.count("  pause") == 3 and "by parallel tools" in shown

@@ -126,8 +126,7 @@ async def test_f3_draws_the_waterfall_and_f1_says_how_to_point_an_agent_here(sim
         await _ask(app.url, "time me")
         await asyncio.wait_for(finished.get(), 10)
         await pilot.press("f3")
-        await pilot.pause()
-        assert isinstance(app.screen, WaterfallScreen) and "time me" in app.screen.plain
+        await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and "time me" in app.screen.plain)
         await pilot.press("escape", "f1")
         await pilot.pause()
         assert isinstance(app.screen, WatchHelp)

@@ -118,7 +118,7 @@ async def test_nothing_in_the_waterfall_wraps_at_80_columns(isolated_home: Path)
     events = cancelled_mid_stream() + [turn_two(event) for event in asked_and_allowed()]
     async with running_app(size=(80, 24)) as (app, pilot):
         await app.push_screen(WaterfallScreen(events))
-        await wait_until(lambda: isinstance(app.screen, WaterfallScreen))
+        await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and bool(app.screen.plain))  # composed
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, WaterfallScreen)
