@@ -18,6 +18,7 @@ from hotloop import InputError, __version__
 from hotloop.cli.app import open_app
 from hotloop.cli.bench import add_bench
 from hotloop.cli.config import add_config
+from hotloop.cli.import_command import add_import
 from hotloop.cli.mcp import add_mcp
 from hotloop.cli.recipes import add_recipes
 from hotloop.cli.run import add_run
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (add_run, add_bench, add_replay, add_sim, add_recipes, add_config, add_mcp, add_sessions, add_watch):
         add(commands)
+    add_import(commands)
     return parser
 
 

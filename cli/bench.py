@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hotloop.cli.arguments import UsageError
+
+if TYPE_CHECKING:
+    from hotloop.config import Choice
 
 
 def add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +26,30 @@ def add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     bench.add_argument(
         "--scenario", type=Path, metavar="FILE", help="a bench task as JSON (default: the built-in research task)"
+    )
+    bench.add_argument(
+        "--trace",
+        nargs="+",
+        metavar="SESSION",
+        help="replay recorded sessions (ids, unique prefixes or session files) as the agents, by their request "
+        "shapes; --agents N replays each N times, each copy on a prefix of its own",
+    )
+    bench.add_argument(
+        "--time-scale",
+        type=_seconds,
+        default=1.0,
+        metavar="X",
+        help="with --trace: the recorded tool and think times times X (default 1; 0 for none)",
+    )
+    bench.add_argument(
+        "--slo-ttft", type=_seconds, default=None, metavar="S", help="with --trace: goodput's TTFT limit (default 2)"
+    )
+    bench.add_argument(
+        "--slo-step",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="with --trace: goodput's limit on a request's answer, tools excluded (default 30)",
     )
     bench.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     bench.add_argument("--provider", metavar="NAME", help="a configured provider (default: the config's)")
@@ -44,6 +73,16 @@ def _ramp(text: str) -> list[int]:
     return levels
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number, 0 or more") from None
+    if not 0 <= value < math.inf:  # NaN fails too; infinite waits would never end
+        raise argparse.ArgumentTypeError("must be a number, 0 or more")
+    return value
+
+
 def _bench(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -63,9 +102,38 @@ def _bench(args: argparse.Namespace) -> int:
             raise UsageError(str(error)) from None
         Console().print(comparison(first, second))
         return 0
+    choice = Choice(args.provider, args.model, args.base_url, args.tier)
+    if args.trace:
+        return _trace(args, choice)
     try:
         bench.Scenario.load(args.scenario)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    choice = Choice(args.provider, args.model, args.base_url, args.tier)
     return asyncio.run(bench.bench(choice, args.agents, args.scenario, args.json))
+
+
+def _trace(args: argparse.Namespace, choice: Choice) -> int:
+    import asyncio
+
+    from hotloop import paths
+    from hotloop.headless import bench_trace
+    from hotloop.sessions.store import SessionError, find_session
+
+    if args.scenario is not None:
+        raise UsageError("--trace and --scenario are two workloads: give one")
+    traces = []
+    for reference in args.trace:
+        try:
+            path = Path(reference) if Path(reference).is_file() else find_session(paths.sessions_dir(), reference)
+            trace = bench_trace.Trace.load(path)
+        except SessionError as error:
+            raise UsageError(str(error)) from None
+        if not trace.steps:
+            raise UsageError(f"session {reference} has no step with its usage recorded: nothing to replay")
+        traces.append(trace)
+    options = bench_trace.TraceOptions(
+        args.time_scale,
+        bench_trace.SLO_TTFT if args.slo_ttft is None else args.slo_ttft,
+        bench_trace.SLO_STEP if args.slo_step is None else args.slo_step,
+    )
+    return asyncio.run(bench_trace.bench_trace(choice, args.agents, traces, options, args.json))

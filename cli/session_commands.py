@@ -108,13 +108,16 @@ def _confirmed(path: Path) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def list_command(limit: int, search: str | None) -> int:
+def list_command(limit: int, search: str | None, from_agent: str | None = None) -> int:
     folder = paths.sessions_dir()
     listing = list_sessions(folder, search)
+    if from_agent is not None:
+        listing = replace(listing, sessions=[s for s in listing.sessions if came_from(s.origin, from_agent)])
     for problem in listing.problems:
         _print(f"hotloop: warning: {problem}", file=sys.stderr)
     if not listing.sessions:
-        _print(f"no sessions match {search!r}" if search else f"no sessions yet in {folder}")
+        wanted = " ".join(f"{how} {what!r}" for how, what in (("match", search), ("from", from_agent)) if what)
+        _print(f"no sessions {wanted}" if wanted else f"no sessions yet in {folder}")
         return 0
     _print(f"{'id':<11} {'started':<16} {'turns':>5} {'tokens':>9} {'cost':>13}  {'model':<28} title")
     for s, depth in under_parents(listing.sessions)[:limit]:
@@ -128,6 +131,16 @@ def list_command(limit: int, search: str | None) -> int:
     if len(listing.sessions) > limit:
         _print(f"… {counted(len(listing.sessions) - limit, 'older session')} (--limit N shows more)")
     return 0
+
+
+# The names an agent goes by in origins: imports use hotloop's name, a watch the client's user-agent.
+_ALIASES = {"claude-code": ("claude-code", "claude-cli"), "codex": ("codex",)}
+
+
+def came_from(origin: str, agent: str) -> bool:
+    """Whether a session's origin (`import:claude-code/2.1.332`, `watch:claude-cli/2.1.332`) is `agent`'s."""
+    _, _, client = origin.partition(":")
+    return bool(origin) and client.casefold().startswith(_ALIASES.get(agent.casefold(), (agent.casefold(),)))
 
 
 def _cost(costs: CostTotals | None) -> str:

@@ -27,12 +27,18 @@ def add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing = session_commands.add_parser("list", help="list sessions, newest first")
     listing.add_argument("--limit", type=positive_int, default=50, metavar="N")
     listing.add_argument("--search", metavar="TEXT", help="only sessions whose prompts, id or model contain TEXT")
+    listing.add_argument(
+        "--from",
+        dest="from_agent",
+        metavar="AGENT",
+        help="only sessions imported or watched from AGENT (claude-code, codex)",
+    )
     show = session_commands.add_parser("show", help="print a session's conversation")
     show.add_argument("session", nargs="?", metavar="ID", help=f"a session id or a unique prefix (default: {LATEST})")
     show.add_argument("--waterfall", action="store_true", help="where each turn's time went: model and tool bars")
-    export = session_commands.add_parser("export", help="write a session as Markdown, JSON or HTML")
+    export = session_commands.add_parser("export", help="write a session as Markdown, JSON, HTML or an ATIF trajectory")
     export.add_argument("session", nargs="?", metavar="ID", help=f"a session id or a unique prefix (default: {LATEST})")
-    export.add_argument("--format", choices=("md", "json", "html"), default="md")
+    export.add_argument("--format", choices=("md", "json", "html", "atif"), default="md")
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
     fork = session_commands.add_parser("fork", help="start a new session holding a session's turns up to one")
     fork.add_argument("session", metavar="ID", help="a session id or a unique prefix")
@@ -50,7 +56,7 @@ def _sessions(args: argparse.Namespace) -> int:
 
     command = args.sessions_command
     if command == "list":
-        return list_command(args.limit, args.search)
+        return list_command(args.limit, args.search, args.from_agent)
     if command == "show":
         pick = pick_session(args.session, "showing")
         return waterfall(pick) if args.waterfall else show(pick)

@@ -127,6 +127,30 @@ def findings(result: dict[str, Any]) -> Text:
     return lines
 
 
+def trace_findings(result: dict[str, Any]) -> Text:
+    """Below a trace run's table: `findings`, then per level its goodput against the SLOs, where the agents'
+    time went, the cache hit beside the recorded one, and how close the requests came to the recorded ones."""
+    lines = findings(result)
+    for level in result["levels"]:
+        slo, waited = level["slo"], level["waiting_s"]
+        total = sum(waited.values())
+        spent = " · ".join(
+            f"{name} {_seconds(s)} s ({_share(s / total if total else None)})" for name, s in waited.items()
+        )
+        error = level["prompt_error"]
+        lines.append_text(
+            Text(
+                f"at {counted(level['agents'], 'agent')}: goodput {level['good_sessions']}/{level['agents']} "
+                f"({_share(level['goodput'])}: TTFT ≤ {slo['ttft_s']:g} s, answer ≤ {slo['step_s']:g} s, every step)\n"
+                f"  waiting: {spent}\n"
+                f"  cache hit {_share(level['cache_hit'])} (recorded {_share(level['original_cache_hit'])}) · "
+                f"requests {level['steps']:,} of {level['recorded_steps']:,} · prompts within "
+                f"{NOT_REPORTED if error is None else f'{error:.2%}'}\n"
+            )
+        )
+    return lines
+
+
 def chart(levels: list[dict[str, Any]], width: int = 72, height: int = 14) -> Text:
     """Turn p95 (left axis) and TTFT p95 (right axis) against the number of agents, in braille (plotext).
 
@@ -209,20 +233,26 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> Table:
         ("cache hit", lambda f: f["cache_hit"]),
         ("uncached prefill", lambda f: f["uncached_prefill_tokens"]),
         ("errors", lambda f: f["errors"]),
+        ("goodput", lambda f: f.get("goodput")),  # trace runs only
     )
     for level in a["levels"]:
         other = by_agents.get(level["agents"])
         if other is None:
             continue
-        for n, (name, value) in enumerate(figures):
+        # Goodput only where a run measured it: a run of the built-in task has no SLOs.
+        shown = [(n, v) for n, v in figures if n != "goodput" or v(level) is not None or v(other) is not None]
+        for n, (name, value) in enumerate(shown):
             before, after = value(level), value(other)
             grid.add_row(
                 str(level["agents"]) if n == 0 else "",
                 name,
-                *(_share(v) if name == "cache hit" else _number(v) for v in (before, after)),
-                _change(before, after, in_points=name == "cache hit"),
+                *(_share(v) if name in SHARES else _number(v) for v in (before, after)),
+                _change(before, after, in_points=name in SHARES),
             )
     return grid
+
+
+SHARES = ("cache hit", "goodput")  # figures shown as shares, and compared in points
 
 
 def _change(before: object, after: object, in_points: bool) -> str:

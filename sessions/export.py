@@ -1,4 +1,4 @@
-"""Exporting a session as Markdown, JSON or HTML.
+"""Exporting a session as Markdown, JSON, HTML or ATIF (`export_atif.py`).
 
 An export holds the conversation and its usage: prompts, answers, tool calls with their
 results, and each step's figures and dollars. It holds nothing of the configuration: no system
@@ -35,18 +35,27 @@ _UNESCAPED_CONTROL = re.compile("[\x7f-\x9f]")
 def export(session: LoggedSession, fmt: str) -> str:
     projection = project(session.events)
     turns = projection.turns
-    costs = _costs(session, turns)
+    costs = step_costs(session, turns)
     if fmt == "json":
-        text = json.dumps(_as_json(session, turns, costs), ensure_ascii=False, indent=2)
-        return _UNESCAPED_CONTROL.sub(lambda control: f"\\u{ord(control.group()):04x}", text) + "\n"
+        return json_text(_as_json(session, turns, costs))
+    if fmt == "atif":
+        from hotloop.sessions.export_atif import trajectory
+
+        return json_text(trajectory(session, projection, costs))
     markdown = inert(_as_markdown(session, projection.preamble, turns, costs))
     return markdown if fmt == "md" else _as_html(session, markdown)
+
+
+def json_text(document: dict[str, Any]) -> str:
+    """A document as JSON with the exact text, every control character escaped."""
+    text = json.dumps(document, ensure_ascii=False, indent=2)
+    return _UNESCAPED_CONTROL.sub(lambda control: f"\\u{ord(control.group()):04x}", text) + "\n"
 
 
 Costs = dict[int, Cost | None]  # by the `id` of a step's record; a step the model never answered has none
 
 
-def _costs(session: LoggedSession, turns: list[TurnRecord]) -> Costs:
+def step_costs(session: LoggedSession, turns: list[TurnRecord]) -> Costs:
     """Each answered step's cost, priced by the server its provider was (the header's, or a switch's)."""
     pricer = session.header.pricer()
     for event in session.events:
@@ -124,7 +133,7 @@ def _step_markdown(step: StepRecord, interrupted: bool, costs: Costs) -> list[st
         lines += [text, ""]
     for call in step.calls.values():
         took = f" · {seconds(call.duration)}" if call.duration is not None else ""
-        lines += [f"- `{call.name}` `{call.arguments}` · {_status(call)}{took}", ""]
+        lines += [f"- `{call.name}` `{call.arguments}` · {call_status(call)}{took}", ""]
         if call.result:
             shown = call.result.splitlines()
             more = f"\n… {len(shown) - RESULT_LINES} more lines" if len(shown) > RESULT_LINES else ""
@@ -142,7 +151,7 @@ def _usage(usage: UsageLedger | None) -> dict[str, Any] | None:
     return {name: getattr(usage, name) for name in UsageLedger.__struct_fields__}
 
 
-def _cost_json(cost: Cost | None) -> dict[str, Any] | None:
+def cost_json(cost: Cost | None) -> dict[str, Any] | None:
     """Dollars as decimal strings, exact: `{"total": "0.0225", "source": "price table", "uncached": "0.006", …}`."""
     if cost is None:
         return None
@@ -178,7 +187,7 @@ def _as_json(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> d
     }
 
 
-def _status(call: CallRecord) -> str:
+def call_status(call: CallRecord) -> str:
     return call.status if call.status in ("ok", "error", "cancelled") else "not run"
 
 
@@ -189,7 +198,7 @@ def _step_json(step: StepRecord, interrupted: bool, costs: Costs) -> dict[str, A
             "id": call.call_id,
             "name": call.name,
             "arguments": call.arguments,
-            "status": _status(call),
+            "status": call_status(call),
             "duration": call.duration,
             "result": call.result,
         }
@@ -204,7 +213,7 @@ def _step_json(step: StepRecord, interrupted: bool, costs: Costs) -> dict[str, A
         "interrupted": interrupted,
         "tool_calls": calls,
         "usage": _usage(step.usage),
-        "cost": _cost_json(costs.get(id(step))),
+        "cost": cost_json(costs.get(id(step))),
         "ttft": finished.ttft if finished else None,
         "decode_tps": finished.decode_tps if finished else None,
         "wall": finished.wall if finished else None,

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 AGENTS_DIR = Path(os.environ.get("HOTLOOP_AGENTS_DIR", "/work/agents/node_modules/.bin"))
-PACKAGES = {"claude": "@anthropic-ai/claude-code@2.1.332", "codex": "@openai/codex@0.171.0"}
+PACKAGES = {
+    "claude": "@anthropic-ai/claude-code@2.1.332",
+    "codex": "@openai/codex@0.171.0",
+    # 20.0.26 ships no linux-x64 binary: npm installs it, and it refuses to run.
+    "ccusage": "ccusage@20.0.24 @ccusage/ccusage-linux-x64@20.0.24",
+}
 
 
 def cli(name: str) -> str:

@@ -1,8 +1,8 @@
 """`hotloop watch --upstream sim --run` drives a real Claude Code and a real Codex (issue 26): each CLI does a task
 with two tool calls, then resumes the same session with another tool list. Every request it made is a step of one
 watched conversation, with the ledger the CLI itself recorded for it, a TTFT, the calls and their results; a request
-the simulator refused would be named instead (none is). The resumed run's first request continues the conversation, and the
-explainer's verdict on it names the tools that changed.
+the simulator refused would be named instead (none is). The resumed run's first request continues the conversation,
+and the explainer's verdict on it names the tools that changed.
 
 The runs need the CLIs (tests/agents_cli.py) and skip where they aren't, saying what to install. The unit tests
 below them pin the grouping bugs those runs found, and run everywhere.

@@ -1,0 +1,149 @@
+"""What a reader makes of a source file: turns of steps of calls, with the times its lines record.
+
+`read_lines` reads the file itself: one JSON object a line, whatever the file holds. A line that is torn,
+not JSON, not UTF-8 or absurdly long is skipped or repaired and named in one line, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hotloop.agent.cache_explainer import WireSegments
+from hotloop.providers.events import UsageLedger
+
+# A transcript line holds one message; past this it is not one an agent wrote, and reading it whole could
+# exhaust memory.
+MAX_LINE = 32 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+@dataclass
+class Call:
+    call_id: str
+    name: str
+    arguments: str
+    at: float | None = None  # when the source wrote the call
+    result: str | None = None  # None: no result was recorded
+    is_error: bool = False
+    done_at: float | None = None  # when the source wrote the result
+
+
+@dataclass
+class Step:
+    """One API request and its response."""
+
+    model: str
+    started: float | None  # when the request went out, as near as the source says
+    ended: float | None  # the response's last recorded line
+    usage: UsageLedger | None = None
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    finish_reason: str = ""
+    segments: WireSegments | None = None  # the request by segment, where the source keeps its shape
+
+
+@dataclass
+class Turn:
+    prompt: str
+    at: float | None
+    steps: list[Step] = field(default_factory=list)
+
+
+@dataclass
+class Imported:
+    """One conversation of a source: its main one, or a sub-agent's (`side_key`)."""
+
+    agent: str  # "claude-code" or "codex": the `--from` name
+    source_id: str  # the source's own session id
+    version: str  # the agent's version, where the source records it
+    provider: str  # the wire protocol its requests spoke: "anthropic" or "openai-responses"
+    base_url: str  # the server it priced by, where one can be told
+    model: str
+    workspace: str
+    started: float | None
+    turns: list[Turn] = field(default_factory=list)
+    side_key: str = ""  # a sub-agent's conversation: which one
+
+    @property
+    def origin(self) -> str:
+        return f"import:{self.agent}/{self.version}" if self.version else f"import:{self.agent}"
+
+
+@dataclass
+class SourceLine:
+    number: int
+    data: dict[str, Any]
+
+
+def read_lines(path: Path, problems: list[str]) -> Iterator[SourceLine]:
+    """Each line of `path` that is a JSON object; every other line is named in `problems`."""
+    name = path.name
+    with path.open("rb") as file:
+        number = 0
+        while True:
+            raw = file.readline(MAX_LINE)
+            if not raw:
+                return
+            number += 1
+            if len(raw) == MAX_LINE and not raw.endswith(b"\n"):
+                while (rest := file.readline(_CHUNK)) and not rest.endswith(b"\n"):
+                    pass  # drop the rest of the line without holding it
+                problems.append(f"{name} line {number}: longer than {MAX_LINE // 2**20} MB, skipped")
+                continue
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode()
+            except UnicodeDecodeError:
+                text = raw.decode(errors="replace")
+                problems.append(f"{name} line {number}: bytes that aren't UTF-8, read as �")
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError):
+                ending = "" if raw.endswith(b"\n") else " (the file ends mid-line)"
+                problems.append(f"{name} line {number}: not JSON{ending}, skipped")
+                continue
+            if not isinstance(data, dict):
+                problems.append(f"{name} line {number}: not a JSON object, skipped")
+                continue
+            yield SourceLine(number, data)
+
+
+def kind_of(data: dict[str, Any], key: str = "type") -> str:
+    """A record's type, as a short string whatever the file put there."""
+    kind = data.get(key)
+    return kind[:40] if isinstance(kind, str) else f"({type(kind).__name__})"
+
+
+def timestamp(value: object) -> float | None:
+    """An ISO 8601 time (`2026-11-27T04:28:34.532Z`) as epoch seconds; None if it isn't one."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def text_of(content: object) -> str:
+    """The text of a message's or result's content: a string, or the text of its blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, dict) and isinstance(block.get("text", ""), str)
+        )
+    return ""
+
+
+def canonical(value: object) -> bytes:
+    """A JSON value's bytes as compared between requests: sorted keys, no spaces."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(errors="replace")
