@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 
 def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     watch = commands.add_parser(
-        "watch", help="measure any agent's requests: a pass-through with the ledger, the explainer and the logs"
+        "watch",
+        help="measure any agent's requests: a pass-through with the ledger, the explainer and the logs",
+        description="Point an agent at the address this prints (ANTHROPIC_BASE_URL=URL, OPENAI_BASE_URL=URL/v1). "
+        "In a terminal, without --run or --json, the app opens on the traffic (F1 there: recipes for Claude Code "
+        "and Codex); piped, a line per request until Ctrl-C. Each conversation is saved as a session.",
     )
     where = watch.add_mutually_exclusive_group()
     where.add_argument(
