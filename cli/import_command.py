@@ -1,8 +1,8 @@
-"""`hotloop import [claude-code|codex] [PATH…]`: other agents' sessions saved as hotloop sessions.
+"""`hotloop import [claude-code|codex|opencode] [PATH…]`: other agents' sessions saved as hotloop sessions.
 
 Without paths, the agent's default folders (all agents' without a name); with paths, those files and the
-`.jsonl` files under those folders. A line per session imported; what a file held that couldn't be read is a
-warning line each, and the rest is imported all the same.
+`.jsonl` files and opencode databases (`opencode*.db`) under those folders. A line per session imported; what a
+file held that couldn't be read is a warning line each, and the rest is imported all the same.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 
 def add_import(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     command = commands.add_parser(
-        "import", help="save Claude Code's or Codex's sessions as hotloop sessions (re-importing replaces)"
+        "import", help="save Claude Code's, Codex's or opencode's sessions as hotloop sessions (re-importing replaces)"
     )
     command.add_argument(
         "sources",
         nargs="*",
-        metavar="[claude-code|codex] [PATH]",
-        help="which agent (default: both, or told per file), then files or folders (default: where it keeps them)",
+        metavar="[claude-code|codex|opencode] [PATH]",
+        help="which agent (default: all, or told per file), then files or folders (default: where it keeps them)",
     )
     command.set_defaults(handler=_import)
 
@@ -42,7 +42,7 @@ def _import(args: argparse.Namespace) -> int:
         files = [file for name in ([agent] if agent else AGENTS) for file in default_files(name, Path.home())]
     if not files:
         raise InputError(
-            f"no {agent or 'Claude Code or Codex'} sessions found"
+            f"no {agent or 'Claude Code, Codex or opencode'} sessions found"
             + (" under the given paths" if sources else " in their default folders")
         )
     report = import_files(files, paths.sessions_dir(), agent, load_config().secrets())

@@ -1,7 +1,8 @@
 """Where other agents keep their sessions, which reader a file needs, and importing a batch of files.
 
-A file's agent is told by its name (Codex's `rollout-*.jsonl`) or else by its first line (a Codex
-`session_meta`); anything else is read as a Claude Code transcript, whose reader names what it can't use.
+A file's agent is told by its name (Codex's `rollout-*.jsonl`, opencode's `opencode*.db`) or else by its first
+bytes (a Codex `session_meta`, an SQLite header: opencode's store); anything else is read as a Claude Code
+transcript, whose reader names what it can't use.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from pathlib import Path
 from hotloop.sessions.imports.claude_code import read_transcript
 from hotloop.sessions.imports.codex import read_rollout
 from hotloop.sessions.imports.model import Imported
+from hotloop.sessions.imports.opencode import read_store
 from hotloop.sessions.imports.writer import Written, stable_id, write_session
 
-AGENTS = ("claude-code", "codex")
+AGENTS = ("claude-code", "codex", "opencode")
+READERS = {"claude-code": read_transcript, "codex": read_rollout, "opencode": read_store}
+_SQLITE = b"SQLite format 3\0"
 
 
 @dataclass
@@ -26,7 +30,11 @@ class Report:
 
 
 def default_files(agent: str, home: Path) -> list[Path]:
-    """The agent's sessions where it keeps them: Claude Code's transcripts (and sub-agents'), Codex's rollouts."""
+    """The agent's sessions where it keeps them: Claude Code's transcripts (and sub-agents'), Codex's rollouts,
+    opencode's database (`opencode.db`, or a release channel's `opencode-<channel>.db`)."""
+    if agent == "opencode":
+        data = Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share")
+        return sorted((data / "opencode").glob("opencode*.db"))
     if agent == "claude-code":
         projects = home / ".claude" / "projects"
         return sorted([*projects.glob("*/*.jsonl"), *projects.glob("*/*/subagents/*.jsonl")])
@@ -35,21 +43,25 @@ def default_files(agent: str, home: Path) -> list[Path]:
 
 
 def expand(paths: Iterable[Path]) -> list[Path]:
-    """Files as given, and the `.jsonl` files under folders."""
+    """Files as given, and the `.jsonl` files and opencode databases under folders."""
     found: list[Path] = []
     for path in paths:
-        found.extend(sorted(path.rglob("*.jsonl")) if path.is_dir() else [path])
+        found.extend(sorted([*path.rglob("*.jsonl"), *path.rglob("opencode*.db")]) if path.is_dir() else [path])
     return found
 
 
 def agent_of(path: Path) -> str:
     if path.name.startswith("rollout-"):
         return "codex"
+    if path.suffix == ".db":
+        return "opencode"
     try:
         with path.open("rb") as file:
             first = file.read(4096)
     except OSError:
         return "claude-code"
+    if first.startswith(_SQLITE):
+        return "opencode"
     return "codex" if b'"session_meta"' in first else "claude-code"
 
 
@@ -59,8 +71,7 @@ def import_files(files: Iterable[Path], folder: Path, agent: str | None = None, 
     for path in files:
         kind = agent or agent_of(path)
         try:
-            read = read_rollout if kind == "codex" else read_transcript
-            conversations = read(path, report.problems)
+            conversations = READERS.get(kind, read_transcript)(path, report.problems)
         except OSError as error:
             report.problems.append(f"cannot read {path}: {error.strerror}")
             continue
