@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from hotloop import InputError, __version__
+from hotloop.cli.acp import add_acp
 from hotloop.cli.app import open_app
 from hotloop.cli.bench import add_bench
 from hotloop.cli.config import add_config
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (add_run, add_bench, add_replay, add_sim, add_recipes, add_config, add_mcp, add_sessions, add_watch):
         add(commands)
     add_import(commands)
+    add_acp(commands)
     return parser
 
 

@@ -75,6 +75,13 @@ def add_session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
         metavar="RULE",
         help="allow calls like this without asking: TOOL or TOOL:PATTERN, e.g. 'run_shell:pytest *' (repeatable)",
     )
+    parser.add_argument(
+        "--otel",
+        dest=f"{prefix}otel",
+        action="store_true",
+        help="export OpenTelemetry spans over OTLP/HTTP: to [telemetry] otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "else http://localhost:4318",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--resume", dest=f"{prefix}resume", metavar="ID", help="continue a saved session (an id or a unique prefix)"
@@ -115,6 +122,7 @@ def session_options(args: argparse.Namespace, prefix: str) -> SessionOptions:
         yes=given("yes"),
         allow=tuple(given("allow")),
         read_only=given("read_only"),
+        otel=given("otel"),
     )
 
 

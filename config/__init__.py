@@ -31,6 +31,7 @@ from hotloop.config.settings import (
     RequestTimeoutSettings,
     RoutingSettings,
     SimSettings,
+    TelemetrySettings,
     Tier,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "RoutingSettings",
     "SimSettings",
     "Target",
+    "TelemetrySettings",
     "Tier",
     "load_config",
     "resolve",

@@ -208,6 +208,15 @@ class ContextSettings(Struct, frozen=True, forbid_unknown_fields=True):
     compact_at: Annotated[float, _rule("must be a share of the window above 0, at most 1", gt=0, le=1)] = COMPACT_AT
 
 
+class TelemetrySettings(Struct, frozen=True, forbid_unknown_fields=True):
+    """`[telemetry]`: OpenTelemetry spans of each turn, model request and tool call, sent over OTLP/HTTP."""
+
+    # The collector: its base URL (http://localhost:4318) or its /v1/traces; "" sends nothing, unless the
+    # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variables or `--otel` ask for spans.
+    otlp_endpoint: str = ""
+    capture_content: bool = False  # prompts, answers, tool arguments and results on the spans, masked like the log
+
+
 SIM_MODELS = ("sim-fast", "sim-balanced", "sim-strong")
 BUILTIN_PROVIDERS = {
     "sim": ProviderSettings("sim", "sim", models=SIM_MODELS, default_model="sim-balanced"),
@@ -237,6 +246,7 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
     routing: RoutingSettings = RoutingSettings()
     latency: LatencySettings = LatencySettings()
     context: ContextSettings = ContextSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
     approvals: ApprovalRules = ApprovalRules()
     hooks: tuple[Hook, ...] = ()
     shell: ShellSettings = ShellSettings()  # [shell]: run_shell's timeout, output limit and sandbox

@@ -45,6 +45,7 @@ from hotloop.core.context_meter import ContextMeter
 from hotloop.core.log_keeper import LogKeeper
 from hotloop.core.server_watch import ServerReport, follow_server
 from hotloop.core.switch_menu import SwitchOption, probe_all, switch_options
+from hotloop.core.telemetry import Telemetry, start_telemetry  # imports the SDK only when configured
 from hotloop.providers.events import CUT_SHORT
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class SessionOptions:
     yes: bool = False  # every call with side effects allowed (`--yes`)
     allow: tuple[str, ...] = ()  # approval rules added to the config's (`--allow 'run_shell:pytest*'`)
     read_only: bool = False  # no tool with side effects offered at all (`--read-only`)
+    otel: bool = False  # export OpenTelemetry spans (`--otel`): to the configured collector, else the local one
 
     @property
     def choice(self) -> Choice:
@@ -128,6 +130,7 @@ class Session:
         self._server_task: asyncio.Task[None] | None = None
         self._nudge = asyncio.Event()
         self._ready = False
+        self.telemetry: Telemetry | None = None  # spans of the stream (`core/telemetry.py`), from open() on
 
     @property
     def ready(self) -> bool:
@@ -147,6 +150,8 @@ class Session:
         if isinstance(event, StepFinished):
             self.cut_off_steps += event.finish_reason in CUT_SHORT
         self.meter.observe(event)
+        if self.telemetry is not None:
+            self.telemetry.observe(event)
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
             self.unapproved_calls += 1
         self._sink(event)
@@ -159,6 +164,9 @@ class Session:
         from hotloop.core.routing import Router
         from hotloop.core.runtime import Runtime
 
+        if self.telemetry is None:
+            conversation = lambda: self.log.id if self.log is not None else None  # noqa: E731
+            self.telemetry = start_telemetry(self.config, self.options.otel, self.emit, conversation)
         path = self.options.resume
         resumed = await asyncio.to_thread(Resumption.load, path, self.config.secrets()) if path is not None else None
         if self.runtime is None:
@@ -429,6 +437,8 @@ class Session:
         await asyncio.gather(*watchers, return_exceptions=True)
         if self.router is not None:
             await self.router.side_jobs.settle(grace)
+        if self.telemetry is not None:  # before the log closes: an export's warning is logged too
+            await self.telemetry.close()
         self.logs.close()
         if self.runtime is not None:
             await self.runtime.aclose()

@@ -1,0 +1,418 @@
+"""OpenTelemetry spans from the event stream: a turn, its model requests, and their tool calls.
+
+A sink beside the log: `Session.emit` hands it every event, and it builds the spans after the
+fact from the events' own wall-clock `ts` (`start_time`/`end_time` in ns), so a span says when
+the thing happened, not when the event was seen: parallel tool calls overlap as they ran.
+Names and attributes follow the GenAI semantic conventions (`invoke_agent`, `chat {model}`,
+`execute_tool {name}`, `gen_ai.*`); hotloop's own figures, which the conventions lack, go under
+`hotloop.`. A figure a provider didn't report is left out, never 0.
+
+The official SDK exports them over OTLP/HTTP (protobuf) through a `BatchSpanProcessor`: a
+bounded queue emptied by its own thread, so a step never waits on the collector. An unreachable
+collector is one warning (a `Notice`), and closing waits a bounded time. Nothing of the SDK is
+imported unless telemetry is configured: `[telemetry] otlp_endpoint`, the standard
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT` variables, or `--otel`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hotloop import __version__
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    ProviderSwitched,
+    ResponseFinished,
+    StepFinished,
+    StepStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from hotloop.providers.events import TextDelta
+from hotloop.sessions.masking import Masker
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.util.types import AttributeValue
+
+    from hotloop.agent.pricing import StepPricer
+    from hotloop.config import Config, ProviderSettings
+
+ENV_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"  # a base URL: /v1/traces is added
+ENV_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"  # the whole URL
+LOCAL_COLLECTOR = "http://localhost:4318"  # `--otel` without an endpoint: OTLP/HTTP's default port here
+TRACES_PATH = "/v1/traces"
+EXPORT_TIMEOUT = 3.0  # seconds one batch may take, retries included
+CLOSE_WAIT = 5.0  # seconds closing waits for the last batch, whatever the collector does
+QUEUE_SIZE = 2048  # spans held for export; beyond that the oldest are dropped, never a step slowed
+ENDED_BADLY = frozenset({"cancelled", "error", "interrupted"})
+
+
+def traces_endpoint(config: Config, asked: bool, environ: Mapping[str, str] = os.environ) -> str | None:
+    """Where spans go, or None for nowhere: the config's, the standard variables', or with `--otel` the local one."""
+    if configured := config.telemetry.otlp_endpoint.strip():
+        return _signal_url(configured)
+    if whole := environ.get(ENV_TRACES_ENDPOINT, "").strip():
+        return whole
+    if base := environ.get(ENV_ENDPOINT, "").strip():
+        return _signal_url(base)
+    return _signal_url(LOCAL_COLLECTOR) if asked else None
+
+
+def _signal_url(base: str) -> str:
+    base = base.rstrip("/")
+    return base if base.endswith(TRACES_PATH) else base + TRACES_PATH
+
+
+def start_telemetry(
+    config: Config, asked: bool, notify: Callable[[AgentEvent], None], conversation: Callable[[], str | None]
+) -> Telemetry | None:
+    """The session's telemetry if configured (None otherwise, with nothing of the SDK imported); in the event loop."""
+    endpoint = traces_endpoint(config, asked)
+    return None if endpoint is None else Telemetry(endpoint, config, notify, conversation)
+
+
+def _ns(ts: float) -> int:
+    return int(ts * 1e9)
+
+
+@dataclass
+class _Step:
+    span: Span
+    provider: str
+    model: str
+    responded: float | None = None  # the ts of its ResponseFinished: the model's part ends there
+    text: list[str] = field(default_factory=list)
+
+
+class Telemetry:
+    """Turns a session's events into spans and exports them; `observe` is the sink, `close` the end."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        config: Config,
+        notify: Callable[[AgentEvent], None],
+        conversation: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """`notify` takes the one warning of a failed export (in the event loop); `conversation` names the session."""
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        # The SDK logs each failed export with its retries; the user gets one Notice instead (`_failed`).
+        logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+        self.endpoint = endpoint
+        self.capture = config.telemetry.capture_content
+        self._config = config
+        self._pricer: StepPricer = config.pricer()
+        self._masker = Masker(config.secrets())
+        self._notify = notify
+        self._conversation = conversation
+        self._loop = asyncio.get_running_loop()
+        self._warned = False
+        exporter = _reporting(OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT), self._failed)
+        resource = Resource.create({"service.name": "hotloop", "service.version": __version__})
+        # Not the global provider: MCP's SDK traces through that one, and its spans aren't hotloop's to send.
+        self._provider: TracerProvider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        self._provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=QUEUE_SIZE))
+        self._tracer: Tracer = self._provider.get_tracer("hotloop", __version__)
+        self._turn: Span | None = None
+        self._step: _Step | None = None
+        self._tools: dict[str, Span] = {}
+        self._last_ts = 0.0
+
+    # -- the sink ---------------------------------------------------------------------------
+
+    def observe(self, event: AgentEvent) -> None:
+        """One event of the stream: a span begun, given its figures, or ended."""
+        self._last_ts = max(self._last_ts, event.ts)
+        if isinstance(event, TextDelta):
+            if self.capture and self._step is not None:
+                self._step.text.append(event.text)
+        elif isinstance(event, TurnStarted):
+            self._turn_started(event)
+        elif isinstance(event, StepStarted):
+            self._pricer.learn(event)
+            self._step_started(event)
+        elif isinstance(event, ResponseFinished):
+            if self._step is not None:
+                self._step.responded = event.ts
+        elif isinstance(event, ToolStarted):
+            self._tool_started(event)
+        elif isinstance(event, ToolFinished):
+            self._tool_finished(event)
+        elif isinstance(event, StepFinished):
+            self._step_finished(event)
+        elif isinstance(event, TurnFinished):
+            self._turn_finished(event)
+        elif isinstance(event, ProviderSwitched):
+            self._pricer.learn(event)
+
+    def _turn_started(self, event: TurnStarted) -> None:
+        from opentelemetry.trace import SpanKind
+
+        self._end_open("a new turn began")
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "hotloop",
+            "hotloop.turn": event.turn,
+        }
+        if (conversation := self._conversation()) is not None:
+            attributes["gen_ai.conversation.id"] = conversation
+        if self.capture:
+            parts = [{"type": "text", "content": self._masked(text)} for text in (event.prompt, event.context) if text]
+            attributes["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": parts}])
+        self._turn = self._tracer.start_span(
+            "invoke_agent hotloop", kind=SpanKind.INTERNAL, attributes=attributes, start_time=_ns(event.ts)
+        )
+
+    def _step_started(self, event: StepStarted) -> None:
+        from opentelemetry.trace import SpanKind
+
+        self._end_step(None, event.ts, "a new step began")
+        settings = self._config.providers.get(event.provider)
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": _provider_name(event.provider, settings),
+            "gen_ai.request.model": event.model,
+            "hotloop.provider": event.provider,
+            "hotloop.turn": event.turn,
+            "hotloop.step": event.step,
+        }
+        if settings is not None:
+            attributes["hotloop.protocol"] = settings.protocol
+        if tier := self._config.tier_of(event.provider, event.model):
+            attributes["hotloop.tier"] = tier
+        span = self._tracer.start_span(
+            f"chat {event.model}",
+            context=self._under(self._turn),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=_ns(event.ts),
+        )
+        self._step = _Step(span, event.provider, event.model)
+
+    def _tool_started(self, event: ToolStarted) -> None:
+        from opentelemetry.trace import SpanKind
+
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": event.name,
+            "gen_ai.tool.call.id": event.call_id,
+            "gen_ai.tool.type": "function",
+            # Dispatched while the model was still answering: its arguments were complete in the stream.
+            "hotloop.tool.early_dispatch": self._step is not None and self._step.responded is None,
+        }
+        if self.capture:
+            attributes["gen_ai.tool.call.arguments"] = self._masked(event.arguments)
+        parent = self._step.span if self._step is not None else self._turn
+        self._tools[event.call_id] = self._tracer.start_span(
+            f"execute_tool {event.name}",
+            context=self._under(parent),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=_ns(event.ts),
+        )
+
+    def _tool_finished(self, event: ToolFinished) -> None:
+        from opentelemetry.trace import StatusCode
+
+        span = self._tools.pop(event.call_id, None)
+        if span is None:  # a result with no start seen (a memo or a prefetch): it ran for `duration` up to now
+            self._tool_started(
+                ToolStarted(call_id=event.call_id, name=event.name, arguments="", ts=event.ts - event.duration)
+            )
+            span = self._tools.pop(event.call_id)
+        span.set_attribute("hotloop.tool.status", event.status)
+        span.set_attribute("hotloop.tool.duration", event.duration)
+        if event.reused:
+            span.set_attribute("hotloop.tool.reused", event.reused)  # "memo" or "prefetch"
+        if event.reused == "prefetch":
+            span.set_attribute("hotloop.tool.prefetch_ahead", event.ahead)
+        if self.capture:
+            span.set_attribute("gen_ai.tool.call.result", self._masked(event.result))
+        if event.status != "ok":
+            span.set_attribute("error.type", event.status)
+            span.set_status(StatusCode.ERROR, event.status)
+        span.end(end_time=_ns(event.ts))
+
+    def _step_finished(self, event: StepFinished) -> None:
+        step = self._step
+        if step is None:
+            return
+        for name, value in _step_attributes(event).items():
+            step.span.set_attribute(name, value)
+        cost = self._pricer.cost(event)
+        if cost is not None:
+            step.span.set_attribute("hotloop.cost.usd", float(cost.total))
+            step.span.set_attribute("hotloop.cost.source", cost.source)
+            if cost.priced_as:
+                step.span.set_attribute("hotloop.cost.priced_as", cost.priced_as)
+        if self.capture and step.text:
+            message = {"role": "assistant", "parts": [{"type": "text", "content": self._masked("".join(step.text))}]}
+            step.span.set_attribute(
+                "gen_ai.output.messages", json.dumps([{**message, "finish_reason": event.finish_reason}])
+            )
+        self._end_step(event.cut or None, event.ts)
+
+    def _turn_finished(self, event: TurnFinished) -> None:
+        from opentelemetry.trace import StatusCode
+
+        self._end_step("cancelled" if event.reason == "cancelled" else None, event.ts)
+        self._end_tools(event.ts)
+        if self._turn is None:
+            return
+        self._turn.set_attribute("hotloop.turn.end", event.reason)
+        self._turn.set_attribute("hotloop.turn.steps", event.steps)
+        if event.reason in ENDED_BADLY:
+            self._turn.set_attribute("error.type", event.reason)
+            self._turn.set_status(StatusCode.ERROR, event.reason)
+        self._turn.end(end_time=_ns(event.ts))
+        self._turn = None
+
+    # -- spans still open ---------------------------------------------------------------------
+
+    def _end_step(self, cut: str | None, ts: float, why: str = "") -> None:
+        """End the open step's span where its model part ended (`cut`: how it stopped short, an error)."""
+        from opentelemetry.trace import StatusCode
+
+        step, self._step = self._step, None
+        if step is None:
+            return
+        if cut or why:
+            step.span.set_attribute("error.type", cut or "interrupted")
+            step.span.set_status(StatusCode.ERROR, cut or why)
+        step.span.end(end_time=_ns(step.responded if step.responded is not None else ts))
+
+    def _end_tools(self, ts: float) -> None:
+        from opentelemetry.trace import StatusCode
+
+        for span in self._tools.values():
+            span.set_status(StatusCode.ERROR, "ended with its turn")
+            span.end(end_time=_ns(ts))
+        self._tools.clear()
+
+    def _end_open(self, why: str) -> None:
+        """End whatever is still open at the last event's time, as an error saying `why`."""
+        from opentelemetry.trace import StatusCode
+
+        self._end_step(None, self._last_ts, why)
+        self._end_tools(self._last_ts)
+        if self._turn is not None:
+            self._turn.set_attribute("error.type", "interrupted")
+            self._turn.set_status(StatusCode.ERROR, why)
+            self._turn.end(end_time=_ns(self._last_ts))
+            self._turn = None
+
+    def _under(self, parent: Span | None) -> Context | None:
+        from opentelemetry.trace import set_span_in_context
+
+        return set_span_in_context(parent) if parent is not None else None
+
+    def _masked(self, text: str) -> str:
+        return self._masker.masked(text.encode()).decode(errors="replace")
+
+    # -- export ---------------------------------------------------------------------------------
+
+    def _failed(self) -> None:
+        """An export failed (in the exporter's thread): one warning for the session, then silence."""
+        if self._warned:
+            return
+        self._warned = True
+        notice = Notice(
+            level="warning",
+            message=f"telemetry: no OTLP collector answered at {self.endpoint}; spans are not being exported",
+        )
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
+            self._loop.call_soon_threadsafe(self._notify, notice)
+
+    async def close(self) -> None:
+        """End what is open, send what is queued, and stop, waiting at most `CLOSE_WAIT` seconds."""
+        self._end_open("the session closed")
+        done = threading.Event()
+
+        def shut_down() -> None:
+            self._provider.shutdown()
+            done.set()
+
+        # A daemon thread: a collector that never answers can't hold the process up at exit.
+        threading.Thread(target=shut_down, name="hotloop-telemetry-close", daemon=True).start()
+        await asyncio.to_thread(done.wait, CLOSE_WAIT)
+
+
+def _provider_name(name: str, settings: ProviderSettings | None) -> str:
+    """The conventions' `gen_ai.provider.name`: `openai` or `anthropic` for their own APIs, else the configured name."""
+    return settings.sdk if settings is not None and settings.key_required else name
+
+
+def _step_attributes(step: StepFinished) -> dict[str, AttributeValue]:
+    """A finished step's figures as attributes: the conventions' where they have one, `hotloop.` otherwise."""
+    usage = step.usage
+    figures: dict[str, int | float | str | None] = {
+        "gen_ai.response.time_to_first_chunk": step.ttft,
+        "hotloop.decode.tokens_per_second": step.decode_tps,
+        "hotloop.decode.measured_by": (step.figures_by or "hotloop") if step.decode_tps is not None else None,
+        "hotloop.server_prefill_time": step.server_prefill,
+        "hotloop.model_time": step.model_time,
+        "hotloop.step.wall": step.wall,
+        "hotloop.step.tool_count": step.tool_count,
+        "hotloop.step.tool_wall": step.tool_wall,
+        "hotloop.step.tool_sum": step.tool_sum,
+        "hotloop.cache.verdict": step.cache_note or None,
+        "hotloop.route": step.route or None,
+    }
+    if usage is not None:
+        figures |= {
+            "gen_ai.usage.input_tokens": usage.prompt_total,  # cached tokens included, as the conventions ask
+            "gen_ai.usage.output_tokens": usage.output,
+            "gen_ai.usage.cache_read.input_tokens": usage.cache_read,
+            "gen_ai.usage.cache_creation.input_tokens": usage.cache_write,
+            "gen_ai.usage.reasoning.output_tokens": usage.reasoning,
+            "hotloop.usage.uncached_input_tokens": usage.uncached,  # prefilled from scratch
+            "hotloop.usage.cache_creation_1h.input_tokens": usage.cache_write_1h,
+            "hotloop.usage.below_cache_min": usage.below_cache_min,
+            "hotloop.usage.distrust": usage.distrust,
+        }
+    attributes: dict[str, AttributeValue] = {name: value for name, value in figures.items() if value is not None}
+    if step.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = (step.finish_reason,)
+    return attributes
+
+
+def _reporting(exporter: SpanExporter, failed: Callable[[], None]) -> SpanExporter:
+    """`exporter`, calling `failed` when a batch couldn't be sent (the SDK's exporter itself, unchanged)."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Reporting(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            try:
+                result = exporter.export(spans)
+            except Exception:
+                result = SpanExportResult.FAILURE
+            if result is not SpanExportResult.SUCCESS:
+                failed()
+            return result
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return exporter.force_flush(timeout_millis)
+
+    return Reporting()
