@@ -11,6 +11,10 @@ segment that changed (an instruction file by name), or another cause: a switch o
 (Anthropic's TTL), a compaction (the history was replaced by its summary), or an eviction (nothing changed,
 yet it missed). A prompt below the
 provider's cache minimum is never cached, so neither it nor the step after it is a miss.
+A tool list whose new descriptions the registry holds back (`ToolSpecs.held`) causes no miss; the first step
+that carries it says so once, and the miss that `/mcp accept` then causes is named as the accepted change.
+Where the server says why it missed (Anthropic's cache diagnostics, on `DiagnosedUsage`), its word follows
+hotloop's verdict, and the note says when the two disagree on what changed.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass
 import msgspec
 
 from hotloop.agent.instructions import split
+from hotloop.agent.tools.registry import HeldTools, ToolSpecs
+from hotloop.providers.anthropic import DiagnosedUsage
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -82,6 +88,8 @@ class _Sent:
     sent: float
     roles: Sequence[str] | None = None  # a wire request's; hotloop's own are read from its messages
     body: bytes = b""  # a wire request's, to say where two bodies diverged
+    held: tuple[HeldTools, ...] = ()  # tool descriptions the registry keeps out of this request
+    accepted: tuple[HeldTools, ...] = ()  # held-back descriptions this request sends for the first time
 
 
 class CacheReads:
@@ -120,6 +128,7 @@ class CacheExplainer:
         self._previous_usage: UsageLedger | None = None
         self._reads = CacheReads()
         self._compacted = False  # the conversation was replaced by its summary since the last request
+        self._named_held: set[HeldTools] = set()  # each held-back change is named once
 
     def compacted(self) -> None:
         """The conversation was compacted: the next request's miss past the static prefix is that, not a fault."""
@@ -138,7 +147,10 @@ class CacheExplainer:
             history=_digest("".join(digests).encode()),
             instructions=_digest("".join(sections.values()).encode()) if sections else "",
         )
-        self._previous, self._current = self._current, _Sent(fingerprint, request.system, digests, now)
+        tools = request.tools
+        held, accepted = (tools.held, tools.accepted) if isinstance(tools, ToolSpecs) else ((), ())
+        sent = _Sent(fingerprint, request.system, digests, now, held=held, accepted=accepted)
+        self._previous, self._current = self._current, sent
         return fingerprint
 
     def fingerprint_wire(self, request: WireSegments, provider: str, model: str, now: float) -> Fingerprint:
@@ -161,7 +173,42 @@ class CacheExplainer:
 
         `block` is the server's caching granularity: vLLM's 16 tokens (only whole blocks are cached),
         1 for llama.cpp, which keeps the common prefix token by token: N is then what it recomputed.
+        A tool-list change held back since the last note is named after it, once.
         """
+        miss = self._miss(usage, messages, anthropic, block)
+        server = self._server_word(usage, bool(miss))
+        fresh = [held for held in self._current.held if held not in self._named_held] if self._current else []
+        self._named_held.update(fresh)
+        return "; ".join([part for part in (miss, server) if part] + [_held(held) for held in fresh])
+
+    def _server_word(self, usage: UsageLedger | None, missed: bool) -> str:
+        """The server's own reason (Anthropic's `cache_miss_reason`), and whether it disagrees with hotloop's."""
+        if not isinstance(usage, DiagnosedUsage) or (not usage.miss_reason and not missed):
+            return ""
+        tokens = f", {usage.missed:,} tokens" if usage.missed is not None else ""
+        said = f"Anthropic's diagnostics: {usage.miss_reason or 'nothing changed'}{tokens}"
+        changed = self._changed_part()
+        structural = usage.miss_reason.endswith("_changed") or not usage.miss_reason
+        if structural and changed != usage.miss_reason:
+            mine = changed.replace("_", " ") if changed else "nothing changed"
+            return f"{said} (hotloop's comparison disagrees: {mine})"
+        return said
+
+    def _changed_part(self) -> str:
+        """What changed between the last two requests, in the server's terms and its prefix order (tools first)."""
+        if self._previous is None or self._current is None:
+            return ""
+        before, now = self._previous.fingerprint, self._current.fingerprint
+        if (before.provider, before.model) != (now.provider, now.model):
+            return "model_changed"
+        if before.tools != now.tools:
+            return "tools_changed"
+        if (before.system, before.instructions) != (now.system, now.instructions):
+            return "system_changed"
+        old, new = self._previous.digests, self._current.digests
+        return "messages_changed" if new[: len(old)] != old else ""
+
+    def _miss(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool, block: int) -> str:
         previous_usage, self._previous_usage = self._previous_usage, usage
         compacted, self._compacted = self._compacted, False
         current = self._current.fingerprint if self._current is not None else None
@@ -203,6 +250,9 @@ class CacheExplainer:
         if before.instructions != now.instructions:
             return _instructions_changed(previous.system, current.system)
         changed_tool = _first_changed_tool(before.tools, now.tools)
+        if changed_tool and current.accepted:
+            servers = " and ".join(sorted({held.server for held in current.accepted}))
+            return f"{changed_tool}: the held-back tool descriptions of {servers}, sent by /mcp accept"
         if changed_tool:
             return changed_tool
         for index, (old, new) in enumerate(zip(previous.digests, current.digests, strict=False)):
@@ -267,6 +317,14 @@ def _first_changed_tool(before: dict[str, str], now: dict[str, str]) -> str:
     if added or removed:
         return "tools changed (" + ", ".join([*(f"+{n}" for n in added), *(f"−{n}" for n in removed)]) + ")"
     return ""
+
+
+def _held(held: HeldTools) -> str:
+    tools = ", ".join(held.names)
+    return (
+        f"tool descriptions changed on server {held.server} ({tools}): held back (≈{held.tokens:,} tokens kept cached);"
+        " /mcp accept to send them"
+    )
 
 
 def _role(message: Message) -> str:

@@ -18,10 +18,16 @@ protocol the simulator speaks (Chat Completions, the Responses API, Anthropic Me
 starts a call at its own "arguments complete" event (a finished call's index passed, a
 `function_call_arguments.done`, a `content_block_stop`).
 
+A third table is pre-warming's (`[cache] prewarm`, core/prewarm.py): the first step's TTFT of a new session, through
+`Session` as the app runs it, on the simulator's default latency profile with a 12,000-token static prefix (Claude
+Code's size: hotloop's prompt and tools plus project instructions), per protocol: pre-warming off; on, with the
+prompt typed after the pre-warm answered; and on, with the prompt sent while the pre-warm is at the server
+("at once"), the pre-warm left to finish or cancelled. Each run starts its own simulator (a cold cache).
+
 The theoretical minimum is, per step, the TTFT of only the step's new tokens plus its
 decode, plus the slowest tool of the step.
 
-    python benchmarks/agent_latency.py [--rounds 3]
+    python benchmarks/agent_latency.py [--rounds 3] [--prewarm-only]
 """
 
 from __future__ import annotations
@@ -202,6 +208,7 @@ async def main(rounds: int) -> None:
     floor = statistics.median(minimum)
     print(f"  {'theoretical min':<18} {floor:7.2f}s {floor / shipped_wall:9.2f}×")
     await early_dispatch_by_protocol(rounds)
+    await prewarm_by_protocol(rounds)
 
 
 async def early_dispatch_by_protocol(rounds: int) -> None:
@@ -220,7 +227,89 @@ async def early_dispatch_by_protocol(rounds: int) -> None:
         print(f"  {protocol:<20} {shipped:7.2f}s {late:17.2f}s {late - shipped:6.2f}s")
 
 
+# "at once, cancelled" is what hotloop does when a prompt goes out before the pre-warm answered.
+PREWARM_MODES = ("off", "typed", "at once, left", "at once, cancelled")
+# About 9,000 tokens of project instructions: with hotloop's own prompt and tools, a 12,000-token prefix.
+PREWARM_RULES = "\n".join(
+    f"- Rule {n}: cite the file and line of every claim, and prefer primary sources over summaries." for n in range(450)
+)
+
+
+async def first_step_ttft(protocol: str, mode: str, home: Path) -> tuple[float, int]:
+    """A new session's first step: its TTFT and the prompt tokens it read from the cache."""
+    import os
+
+    from hotloop.config import load_config
+    from hotloop.core.session import Session, SessionOptions
+
+    os.environ["HOTLOOP_CONFIG"] = str(home / "config.toml")
+    os.environ["HOTLOOP_DATA_DIR"] = str(home / "data")
+    prewarm = "off" if mode == "off" else "auto"
+    (home / "config.toml").write_text(f'[routing]\ntitles = false\n[cache]\nprewarm = "{prewarm}"\n')
+    workspace = home / "ws"
+    workspace.mkdir(exist_ok=True)
+    (workspace / "AGENTS.md").write_text(PREWARM_RULES)
+    events: list[AgentEvent] = []
+    session = Session(load_config(), SessionOptions(provider=protocol, workspace=workspace), events.append)
+    session.prewarmer.delay = 0.0  # at once: what a pre-warm in flight does to a prompt sent beside it
+    await session.open()
+    warming = session.prewarmer.task
+    try:
+        if warming is not None and mode == "typed":
+            await asyncio.wait_for(asyncio.shield(warming), 30)
+        elif warming is not None:  # the prompt sent while the pre-warm is at the server, prefilling
+            simulator = session.runtime.simulator if session.runtime is not None else None
+            assert simulator is not None
+            while not simulator.server.requests and not warming.done():
+                await asyncio.sleep(0.001)
+            if mode == "at once, left":
+                session.prewarmer.task = None  # hidden from the turn, which would cancel it (what hotloop does)
+        await session.turn("hello")
+    finally:
+        if warming is not None:
+            warming.cancel()
+            await asyncio.gather(warming, return_exceptions=True)
+        await session.close()
+    step = next(e for e in events if isinstance(e, StepFinished))
+    assert step.ttft is not None and step.usage is not None
+    return step.ttft, step.usage.cache_read or 0
+
+
+async def prewarm_by_protocol(rounds: int) -> None:
+    ttfts: dict[tuple[str, str], list[float]] = {}
+    reads: dict[tuple[str, str], list[int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(rounds):
+            for protocol in ("sim", "sim-anthropic"):
+                for mode in PREWARM_MODES:
+                    home = Path(tmp) / f"{n}-{protocol}-{mode.replace(' ', '').replace(',', '-')}"
+                    home.mkdir()
+                    ttft, read = await first_step_ttft(protocol, mode, home)
+                    ttfts.setdefault((protocol, mode), []).append(ttft)
+                    reads.setdefault((protocol, mode), []).append(read)
+    profile = TIERS[MODEL]
+    print(
+        f"\npre-warming: a new session's first-step TTFT, {MODEL} at the simulator's defaults (TTFT "
+        f"{profile.ttft * 1000:.0f} ms + {profile.prefill_per_token * 1e6:.0f} µs/uncached token), a ~12,000-token "
+        f"prefix; median of {rounds} rounds (min–max)"
+    )
+    print(f"  {'protocol':<16} {'pre-warm':<20} {'first TTFT':>11} {'range':>15} {'× off':>7} {'cache read':>11}")
+    for protocol in ("sim", "sim-anthropic"):
+        off = statistics.median(ttfts[(protocol, "off")])
+        for mode in PREWARM_MODES:
+            values = ttfts[(protocol, mode)]
+            ttft = statistics.median(values)
+            spread = f"{min(values) * 1000:.0f}–{max(values) * 1000:.0f} ms"
+            read = statistics.median(reads[(protocol, mode)])
+            print(f"  {protocol:<16} {mode:<20} {ttft * 1000:8.0f} ms {spread:>15} {ttft / off:6.2f}× {read:11,.0f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    asyncio.run(main(parser.parse_args().rounds))
+    parser.add_argument("--prewarm-only", action="store_true", help="only the pre-warming table")
+    arguments = parser.parse_args()
+    if arguments.prewarm_only:
+        asyncio.run(prewarm_by_protocol(arguments.rounds))
+    else:
+        asyncio.run(main(arguments.rounds))

@@ -92,6 +92,9 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     cache_breakpoints: Annotated[int, _rule("must be 0 (no caching) or more", ge=0)] = BREAKPOINT_LIMIT
     cache_ttl: Literal["5m", "1h"] = "5m"
     cache_min_tokens: Positive | None = None
+    # Anthropic's cache-diagnostics beta (`cache-diagnosis-2026-04-07`): the server says why a step missed its cache,
+    # shown beside hotloop's own verdict. A beta feature, so off unless the config turns it on.
+    cache_diagnostics: bool = False
     # OpenAI: route a session's requests to one cache with `prompt_cache_key` (default: on for api.openai.com).
     prompt_cache_key: bool | None = None
     # The header every request carries the session's key in, for a router that keeps a session on one replica
@@ -208,6 +211,14 @@ class ContextSettings(Struct, frozen=True, forbid_unknown_fields=True):
     compact_at: Annotated[float, _rule("must be a share of the window above 0, at most 1", gt=0, le=1)] = COMPACT_AT
 
 
+class CacheSettings(Struct, frozen=True, forbid_unknown_fields=True):
+    """`[cache]`: what hotloop does for the provider's prefix cache beyond keeping the prefix stable."""
+
+    # "auto": the static prefix is sent ahead (session start, a switch, an idle gap past the cache's lifetime)
+    # where it saves more than it costs: self-hosted servers and the simulator, not hosted APIs (core/prewarm.py).
+    prewarm: Literal["auto", "off"] = "auto"
+
+
 class TelemetrySettings(Struct, frozen=True, forbid_unknown_fields=True):
     """`[telemetry]`: OpenTelemetry spans of each turn, model request and tool call, sent over OTLP/HTTP."""
 
@@ -246,6 +257,7 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
     routing: RoutingSettings = RoutingSettings()
     latency: LatencySettings = LatencySettings()
     context: ContextSettings = ContextSettings()
+    cache: CacheSettings = CacheSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     approvals: ApprovalRules = ApprovalRules()
     hooks: tuple[Hook, ...] = ()

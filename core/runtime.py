@@ -226,6 +226,7 @@ class Runtime:
                 thinking_budget=settings.thinking_budget,
                 cache_ttl=settings.cache_ttl,
                 cache_breakpoints=settings.cache_breakpoints,
+                cache_diagnostics=settings.cache_diagnostics,
             )
         routed = {"prompt_cache_key": settings.sends_prompt_cache_key, "user": settings.user}
         if settings.protocol == "openai-responses":

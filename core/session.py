@@ -43,6 +43,8 @@ from hotloop.agent.tools.shell import sandbox_notice
 from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, resolve
 from hotloop.core.context_meter import ContextMeter
 from hotloop.core.log_keeper import LogKeeper
+from hotloop.core.mcp_controls import McpControls
+from hotloop.core.prewarm import Prewarmer
 from hotloop.core.server_watch import ServerReport, follow_server
 from hotloop.core.switch_menu import SwitchOption, probe_all, switch_options
 from hotloop.core.telemetry import Telemetry, start_telemetry  # imports the SDK only when configured
@@ -50,7 +52,6 @@ from hotloop.providers.events import CUT_SHORT
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
-    from hotloop.agent.tools.mcp import McpState
     from hotloop.core.resumption import Resumption
     from hotloop.core.routing import Router
     from hotloop.core.runtime import Runtime
@@ -87,7 +88,7 @@ class SessionOptions:
         return Choice(self.provider, self.model, self.base_url, self.tier)
 
 
-class Session:
+class Session(McpControls):
     """A session from start to close. `emit` is the frontend's sink; the log sees every event first.
 
     `restored` is called with a saved session's logged events when it is continued, before
@@ -131,6 +132,7 @@ class Session:
         self._nudge = asyncio.Event()
         self._ready = False
         self.telemetry: Telemetry | None = None  # spans of the stream (`core/telemetry.py`), from open() on
+        self.prewarmer = Prewarmer(lambda: self.config, lambda: self.runtime, self.logs.write)  # core/prewarm.py
 
     @property
     def ready(self) -> bool:
@@ -209,6 +211,7 @@ class Session:
             self._probes.cancel()
         self._probes = asyncio.create_task(probe_all(self.runtime, self.config))
         self._ready = True
+        self.prewarmer.start(self.agent, "start")  # the tool list is final: the prefix is what the first step sends
         # The startup heap never dies: keep the collector off it, and collect old objects rarely.
         gc.collect()
         gc.freeze()
@@ -292,12 +295,14 @@ class Session:
             self.agent.cache_key = log.id
         self._turns += 1
         self._nudge.set()
+        self.prewarmer.turn_started()  # no pre-warm beside the step's own request: it slowed it
         try:
             await self._compact_if_full()
             return await self.router.turn(self.agent, prompt)
         finally:
             self._turns -= 1
             self._nudge.set()
+            self.prewarmer.after_turn(self.agent)
 
     def context(self) -> tuple[int, int] | None:
         """How full the context is: the tokens the last step left in it, and the window; None if either is unknown."""
@@ -341,6 +346,7 @@ class Session:
         switched = await self.runtime.switch(self.agent, choice)
         self.router.chose(choice)
         self._nudge.set()
+        self.prewarmer.start(self.agent, "switch")
         return switched
 
     def context_window(self) -> int | None:
@@ -379,6 +385,7 @@ class Session:
         self.agent = self._new_agent(provider, self._system())
         self._continue(resumed, notes)
         self._nudge.set()
+        self.prewarmer.start(self.agent, "start")
 
     async def fork(self, turn: int | None = None) -> Forked:
         """A new session holding this conversation's turns up to `turn` (all by default); `continue_session` goes on."""
@@ -390,26 +397,6 @@ class Session:
             raise InputError("a turn is running: fork when it ends")
         self.log.flush()  # the fork reads the log: what is buffered belongs in it
         return await asyncio.to_thread(fork_session, self.log.path, turn)
-
-    # -- MCP servers ---------------------------------------------------------------------
-
-    def mcp_servers(self) -> list[McpState]:
-        """Every MCP server of the session: its state, its tools, what went wrong."""
-        bridge = self.runtime.mcp if self.runtime is not None else None
-        return list(bridge.states.values()) if bridge is not None else []
-
-    async def restart_mcp(self, name: str) -> McpState:
-        """Start the MCP server `name` again (its tools change the tool list: the next request re-reads them)."""
-        bridge = self.runtime.mcp if self.runtime is not None else None
-        if bridge is None or name not in bridge.states:
-            known = ", ".join(state.server.name for state in self.mcp_servers()) or "none"
-            raise InputError(f"no MCP server named {name!r} (servers: {known})")
-        state = await bridge.restart(name)
-        if state.status == "running":
-            self.emit(
-                Notice(level="info", message=f"MCP server {name!r} restarted: {', '.join(state.tools) or 'no tools'}")
-            )
-        return state
 
     # -- what the frontends show besides the stream ---------------------------------------
 
@@ -435,6 +422,7 @@ class Session:
             task.cancel()
         # Awaited before the clients close: a cancelled task can still be mid-request, and would use a closed client.
         await asyncio.gather(*watchers, return_exceptions=True)
+        await self.prewarmer.close()
         if self.router is not None:
             await self.router.side_jobs.settle(grace)
         if self.telemetry is not None:  # before the log closes: an export's warning is logged too

@@ -16,7 +16,7 @@ COMMANDS = {
     "/new": "start a new conversation (and session log)",
     "/fork": "[N]: go on in a new session holding this conversation up to turn N (default: all of it)",
     "/compact": "replace the conversation by a summary its model writes; the cached prefix is kept",
-    "/mcp": "[restart NAME]: the MCP servers, their state and tools; restart one",
+    "/mcp": "[restart NAME | accept]: the MCP servers; restart one; send held tools",
     "/help": "show keys and commands",
 }
 _NEEDS_ARGUMENT = {"/model", "/tier", "/provider"}
@@ -54,8 +54,8 @@ def parse(text: str) -> Slash | None:
         raise SlashError(f"{name} needs an argument: {name} {COMMANDS[name]}")
     if (name == "/provider" and len(args) > 2) or (name in ("/model", "/tier") and len(args) > 1):
         raise SlashError(f"too many arguments: {name} {COMMANDS[name]}")
-    if name == "/mcp" and args and (args[0] != "restart" or len(args) != 2):
-        raise SlashError(f"/mcp takes nothing, or restart NAME: /mcp {COMMANDS[name]}")
+    if name == "/mcp" and args and args != ["accept"] and (args[0] != "restart" or len(args) != 2):
+        raise SlashError(f"/mcp takes nothing, restart NAME or accept: /mcp {COMMANDS[name]}")
     if name in ("/new", "/compact", "/help") and args:
         raise SlashError(f"{name} takes no arguments")
     if name == "/fork" and (len(args) > 1 or (args and not _turn_number(args[0]))):

@@ -9,6 +9,10 @@ this order of value: on the newest message (each step writes its whole prefix), 
 prompt (the static part), on the message that was newest one step earlier (so reading the
 previous step's prefix never depends on the API's 20-block lookback), and on the last tool.
 A breakpoint is a marker, not content: moving it does not change what the prefix hashes to.
+
+With `cache_diagnostics` on, every request carries the beta header and names the previous response
+(`diagnostics.previous_message_id`); the server says in `message_start` why its cache could not reuse that
+request's prefix (`cache_miss_reason`), which the usage carries (`DiagnosedUsage`) to the cache explainer.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from hotloop.providers.events import (
 from hotloop.providers.transport import ANTHROPIC_URL, CallIds, SdkProvider
 
 BREAKPOINT_LIMIT = 4
+CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 BREAKPOINT_ORDER = ("newest", "system", "previous", "tools")
 
 _STOP_REASONS = {
@@ -95,6 +100,7 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         thinking_budget: int | None = None,
         cache_ttl: str = "5m",
         cache_breakpoints: int = BREAKPOINT_LIMIT,
+        cache_diagnostics: bool = False,
     ) -> None:
         # Without a URL the SDK would read ANTHROPIC_BASE_URL; hotloop's config decides instead.
         super().__init__(options if options.base_url else replace(options, base_url=ANTHROPIC_URL), max_tokens)
@@ -104,6 +110,10 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
             {"type": "ephemeral", "ttl": "1h"} if cache_ttl == "1h" else {"type": "ephemeral"}
         )
         self._tools: tuple[tuple[ToolSpec, ...], list[bytes]] | None = None
+        self._diagnostics = cache_diagnostics
+        self._previous_id: str | None = None  # the last foreground response's id, for the server to compare with
+        if cache_diagnostics:
+            self._client = self._client.with_options(default_headers={"anthropic-beta": CACHE_DIAGNOSIS_BETA})
 
     # -- the request ---------------------------------------------------------------------
 
@@ -112,6 +122,9 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         head = b'{"model":' + _encode(self.model) + b',"max_tokens":' + _encode(self.cap(request)) + b',"stream":true'
         if self._thinking_budget:
             head += b',"thinking":{"type":"enabled","budget_tokens":' + _encode(self._thinking_budget) + b"}"
+        if self._diagnostics and not request.background:
+            # A title or a summary has a prefix of its own: compared with it, every step would look changed.
+            head += b',"diagnostics":{"previous_message_id":' + _encode(self._previous_id) + b"}"
         if request.tools:
             tools = list(self._tool_blocks(request.tools))
             if "tools" in self._breakpoints:
@@ -164,6 +177,8 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
                         yield event
                 else:
                     yield data
+        if parser.message_id and not request.background:
+            self._previous_id = parser.message_id
         for event in parser.finish():
             yield event
 
@@ -248,8 +263,23 @@ class Delta(msgspec.Struct, gc=False):
     stop_reason: str | None = None
 
 
+class Diagnostics(msgspec.Struct, gc=False):
+    cache_miss_reason: dict[str, Any] | None = None
+
+
 class MessageHead(msgspec.Struct, gc=False):
+    id: str = ""
     usage: dict[str, Any] | None = None
+    diagnostics: Diagnostics | None = None
+
+
+class DiagnosedUsage(UsageLedger, frozen=True, gc=False, omit_defaults=True):
+    """A step's usage with the server's word on its cache (Anthropic's cache-diagnostics beta): `miss_reason` is the
+    `cache_miss_reason`'s type (`system_changed`, `tools_changed`, `messages_changed`, `model_changed`,
+    `previous_message_not_found`, …; "" when nothing diverged), `missed` the tokens after the divergence, if said."""
+
+    miss_reason: str = ""
+    missed: int | None = None
 
 
 class StreamEvent(msgspec.Struct, gc=False):
@@ -305,6 +335,8 @@ class MessageParser:
         self._start_usage: dict[str, Any] | None = None
         self._delta_usage: dict[str, Any] | None = None
         self._stop_reason: str | None = None
+        self.message_id = ""
+        self._diagnosis: Diagnostics | None = None
 
     def feed(self, event: StreamEvent) -> list[ModelEvent]:
         kind = event.type
@@ -316,6 +348,7 @@ class MessageParser:
             return self._stop(event.index)
         if kind == "message_start" and event.message is not None:
             self._start_usage = event.message.usage
+            self.message_id, self._diagnosis = event.message.id, event.message.diagnostics
         elif kind == "message_delta":
             return self._message_delta(event)
         elif kind == "error":
@@ -396,7 +429,19 @@ class MessageParser:
         self._delta_usage = event.usage
         ledger = UsageLedger.from_anthropic(self._start_usage, self._delta_usage).checked(self._streamed)
         raw = {"message_start": self._start_usage or {}, "message_delta": self._delta_usage}
-        return [Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=raw)]
+        return [Usage(ledger=self._diagnosed(ledger.with_cache_minimum(self._cache_min_tokens)), raw=raw)]
+
+    def _diagnosed(self, ledger: UsageLedger) -> UsageLedger:
+        """The ledger, with the server's cache diagnostics if the response carries them."""
+        if self._diagnosis is None:
+            return ledger
+        reason = self._diagnosis.cache_miss_reason or {}
+        kind, missed = reason.get("type"), reason.get("cache_missed_input_tokens")
+        return DiagnosedUsage(
+            **msgspec.structs.asdict(ledger),
+            miss_reason=kind if isinstance(kind, str) else "",
+            missed=missed if isinstance(missed, int) and not isinstance(missed, bool) else None,
+        )
 
     def _error_line(self, error: dict[str, Any]) -> str:
         kind, message = error.get("type", "error"), error.get("message", "no details")

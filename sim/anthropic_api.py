@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from hotloop.sim.cache import ONE_HOUR, CacheBlock
+from hotloop.sim.cache_diagnosis import Diagnoser, enabled
 from hotloop.sim.engine import Emission, Generation, SimRequest, invalid_byte_in
 from hotloop.sim.scenario import ANTHROPIC_USAGE, STREAM_ERRORS, status_phrase
 from hotloop.sim.template import TOOLS_PREAMBLE, Call, Turn, joined_text
@@ -94,9 +95,13 @@ def sign(thinking: str) -> str:
 class MessagesCall:
     request: SimRequest
     stream: bool
+    message_id: str = ""
+    diagnostics: dict[str, Any] | None = None  # the cache diagnostics the response carries (the beta's)
 
 
-def parse_messages(body: Any) -> MessagesCall:
+def parse_messages(body: Any, beta: str | None = None, diagnoser: Diagnoser | None = None) -> MessagesCall:
+    """The request in the engine's terms; with the diagnostics beta on (`beta`: the `anthropic-beta` header) and a
+    `diagnostics` object, `diagnoser` compares it with the request its `previous_message_id` names."""
     if not isinstance(body, dict):
         raise AnthropicError(400, "the request body must be a JSON object")
     extra = next((key for key in body if key not in PARAMETERS | BEYOND_THE_SDK), None)
@@ -135,7 +140,25 @@ def parse_messages(body: Any) -> MessagesCall:
         thinking=thinking,
         call_ids="anthropic",
     )
-    return MessagesCall(request, bool(body.get("stream")))
+    message_id = f"msg_{uuid.uuid4().hex[:24]}"
+    asked = _diagnostics_asked(body, beta)
+    if asked is None or diagnoser is None:
+        return MessagesCall(request, bool(body.get("stream")), message_id)
+    diagnostics = diagnoser.diagnose(body, asked.get("previous_message_id"), message_id)
+    return MessagesCall(request, bool(body.get("stream")), message_id, diagnostics)
+
+
+def _diagnostics_asked(body: dict[str, Any], beta: str | None) -> dict[str, Any] | None:
+    """The request's `diagnostics` object, checked; None if it has none."""
+    asked = body.get("diagnostics")
+    if asked is None:
+        return None
+    if not enabled(beta):
+        raise AnthropicError(400, "diagnostics: requires the anthropic-beta header cache-diagnosis-2026-04-07")
+    previous = asked.get("previous_message_id", None) if isinstance(asked, dict) else None
+    if not isinstance(asked, dict) or (previous is not None and not isinstance(previous, str)):
+        raise AnthropicError(400, "diagnostics.previous_message_id: Input should be a valid string or null")
+    return asked
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -502,10 +525,10 @@ def _delta(kind: str, emission: Emission) -> dict[str, Any]:
     return {"type": "input_json_delta", "partial_json": emission.text}
 
 
-def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
+def stream_events(generation: Generation, call: MessagesCall | None = None) -> Iterator[tuple[int, bytes]]:
     """SSE events as `(output tokens decoded before it can be sent, bytes)`, in the API's order."""
     message: dict[str, Any] = {
-        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "id": call.message_id if call is not None else f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",
         "role": "assistant",
         "model": generation.model,
@@ -514,6 +537,8 @@ def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
         "stop_sequence": None,
         "usage": {**usage(generation), "output_tokens": 1},
     }
+    if call is not None and call.diagnostics is not None:
+        message["diagnostics"] = call.diagnostics  # streamed, the diagnostics ride on message_start's message
     yield 1, _event({"type": "message_start", "message": message})
     decoded = 0
     broken = generation.invalid_utf8_emission
@@ -559,7 +584,7 @@ def stream_events(generation: Generation) -> Iterator[tuple[int, bytes]]:
     yield max(decoded, 1), _event({"type": "message_stop"})
 
 
-def message(generation: Generation) -> dict[str, Any]:
+def message(generation: Generation, asked: MessagesCall | None = None) -> dict[str, Any]:
     """The whole response, for a request without `stream`."""
     content: list[dict[str, Any]] = []
     if generation.reasoning:
@@ -572,8 +597,8 @@ def message(generation: Generation) -> dict[str, Any]:
         except json.JSONDecodeError:  # cut short by max_tokens
             arguments = {}
         content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
-    return {
-        "id": f"msg_{uuid.uuid4().hex[:24]}",
+    whole = {
+        "id": asked.message_id if asked is not None else f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",
         "role": "assistant",
         "model": generation.model,
@@ -582,6 +607,7 @@ def message(generation: Generation) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": usage(generation),
     }
+    return whole if asked is None or asked.diagnostics is None else {**whole, "diagnostics": asked.diagnostics}
 
 
 def models_page(models: list[str], created: str) -> dict[str, Any]:

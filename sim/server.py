@@ -22,6 +22,7 @@ from aiohttp import web
 from hotloop import __version__
 from hotloop.sim import anthropic_api, openai_api, responses_api
 from hotloop.sim.anthropic_api import AnthropicError
+from hotloop.sim.cache_diagnosis import Diagnoser
 from hotloop.sim.engine import Generation, ModelNotFound, Refused, SimConfig, SimEngine, SimRequest
 from hotloop.sim.openai_api import ApiError
 from hotloop.sim.responses_api import ResponsesError
@@ -56,6 +57,7 @@ class SimServer:
         self.admission = Admission(self.config.max_running, self.config.scheduling, self.engine.metrics.set_waiting)
         self.requests: deque[RecordedRequest] = deque(maxlen=1024)
         self.stored_responses = responses_api.ResponseStore()
+        self.diagnoser = Diagnoser()  # Anthropic's cache-diagnostics fingerprints, by response id
         self.started = time.time()
 
     @property
@@ -151,7 +153,8 @@ class SimServer:
         try:
             if "anthropic-version" not in request.headers:
                 raise AnthropicError(400, "anthropic-version: header is required")
-            call = anthropic_api.parse_messages(_json(raw, AnthropicError))
+            beta = request.headers.get("anthropic-beta")
+            call = anthropic_api.parse_messages(_json(raw, AnthropicError), beta, self.diagnoser)
             self._check_model(call.request.model)
         except ModelNotFound as missing:
             return _anthropic_error(AnthropicError(404, f"model: {missing}"))
@@ -174,8 +177,9 @@ class SimServer:
             self._record(request, raw, generation)
             if not call.stream:
                 failure = anthropic_api.failure(generation.reply.error) if generation.reply.error else None
-                return await self._respond_whole(generation, anthropic_api.message(generation), failure, arrived)
-            return await self._respond_stream(request, generation, anthropic_api.stream_events(generation), arrived)
+                return await self._respond_whole(generation, anthropic_api.message(generation, call), failure, arrived)
+            events = anthropic_api.stream_events(generation, call)
+            return await self._respond_stream(request, generation, events, arrived)
 
     def _check_model(self, model: str) -> None:
         if model not in self.config.models:

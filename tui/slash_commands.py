@@ -60,6 +60,8 @@ class SlashCommands(Screen[None]):
         elif slash.name == "/mcp":
             if agent is None:
                 self.say("not connected yet", severity="warning")
+            elif slash.args == ("accept",):
+                self._accept_tools()
             else:
                 self.mcp(slash.args[1] if slash.args else None)
         elif agent is None:
@@ -114,6 +116,15 @@ class SlashCommands(Screen[None]):
         servers = self.session.mcp_servers()
         lines = [mcp_line(state) for state in servers] or ["no MCP servers (add them in the config, or with --mcp)"]
         self.query_one(Transcript).apply(Notice(level="info", message="MCP servers:\n" + "\n".join(lines)))
+
+    def _accept_tools(self) -> None:
+        """`/mcp accept`: the tool descriptions held back to keep the cache go out with the next request."""
+        accepted = self.session.accept_tools()
+        if not accepted:
+            self.say("no tool descriptions are held back")
+        for held in accepted:
+            cost = f"≈{held.tokens:,} tokens re-prefilled"
+            self.say(f"{held.server}: the new descriptions of {', '.join(held.names)} go out next request ({cost})")
 
     @work(exclusive=True, group="switch", exit_on_error=False)
     async def switch_to(self, choice: Choice) -> None:

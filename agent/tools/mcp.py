@@ -4,7 +4,9 @@ Each server runs in a task of its own, because the SDK's contexts must be entere
 in one task. A stdio server inherits hotloop's environment minus the provider API keys, plus the
 `env` its config gives it; an HTTP server gets the headers its `headers_env` names. A server that
 won't start, or whose connection dies, is reported in one line and its tools leave the registry;
-the run goes on without them, and `restart` starts it again. An error a server answers to one
+the run goes on without them, and `restart` starts it again. A tool list listed again (the server said it
+changed, or it restarted) that differs only in descriptions is held back by the registry's guard until `/mcp
+accept`, so that the cached prefix stays; a real change goes through at once. An error a server answers to one
 call (any JSON-RPC error, −32000 included) is that call's error result: the server stays.
 """
 
@@ -22,10 +24,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from hotloop.agent.events import Notice
 from hotloop.agent.tools.mcp_config import INVALID_NAME_CHARS, McpServer
 from hotloop.agent.tools.mcp_transport import Trace, describe, opened
-from hotloop.agent.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
+from hotloop.agent.tools.registry import HeldTools, Tool, ToolContext, ToolError, ToolRegistry
+from hotloop.providers.conversation import ToolSpec
 
 if TYPE_CHECKING:
     from mcp import Client
+    from mcp.client.session import IncomingMessage, MessageHandlerFnT
     from mcp_types import CallToolResult, ToolAnnotations
     from mcp_types import Tool as McpTool
 
@@ -46,6 +50,7 @@ class McpState:
     problem: str = ""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)  # the server said its tool list changed
     task: asyncio.Task[None] | None = None
 
     @property
@@ -72,11 +77,26 @@ class McpBridge:
     async def restart(self, name: str, timeout: float = START_TIMEOUT) -> McpState:
         """Stop the server `name` if it runs, and start it again; its tools are registered anew."""
         state = self.states[name]
+        before = self.registry.sent(state.source)
         await self._stop(state)
         self.registry.remove_source(state.source)
         fresh = self._launch(state.server)
         await self._until_ready(fresh, timeout)
+        if fresh.status == "running":
+            self._guard(fresh, before)
         return fresh
+
+    def accept(self) -> list[HeldTools]:
+        """`/mcp accept`: the held-back descriptions go out with the next request."""
+        return self.registry.accept()
+
+    def _guard(self, state: McpState, before: dict[str, ToolSpec]) -> None:
+        held = self.registry.guard(state.source, state.server.name, before)
+        if held is not None:
+            tools = ", ".join(held.names)
+            cost = f"accepting re-prefills ≈{held.tokens:,} tokens of tools, and the conversation after them"
+            message = f"MCP server {held.server!r} changed only the descriptions of {tools}: held back ({cost}); "
+            self.notify(Notice(level="info", message=message + "/mcp accept sends them"))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(self._stop(state) for state in self.states.values()))
@@ -112,11 +132,21 @@ class McpBridge:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 transport = await opened(server, self._environment(server), stack, trace)
-                async with Client(transport, cache=None) as client:  # the probe must reach the server itself
-                    state.tools = await self._register(state, client)
+                # No response cache: the probe must reach the server itself.
+                async with Client(transport, cache=None, message_handler=_listener(state)) as client:
+                    state.tools = self._register(state, client, await _listed(client))
                     state.status = "running"
                     state.ready.set()
-                    await state.stop.wait()
+                    # Over HTTP a listen stream is a request held open all session, which a server's graceful
+                    # shutdown waits on: followed on stdio only for now; an HTTP server's list is re-read on restart.
+                    listening = asyncio.create_task(_listen(state, client) if server.url is None else asyncio.sleep(0))
+                    try:
+                        while await _changed(state):
+                            await self._refresh(state, client)
+                    finally:
+                        # Ended before the client: an open listen stream would hold its closing up.
+                        listening.cancel()
+                        await asyncio.wait([listening])
                     state.status = "stopped"
             except Exception as error:  # the SDK raises exception groups of transport errors
                 if not state.stop.is_set():
@@ -125,19 +155,23 @@ class McpBridge:
             finally:
                 state.ready.set()
 
-    async def _register(self, state: McpState, client: Client) -> list[str]:
+    async def _refresh(self, state: McpState, client: Client) -> None:
+        """The server's tools listed again, swapped in at once (no await between: a request never finds them
+        missing), then guarded against a change of descriptions only."""
+        listed = await _listed(client)
+        before = self.registry.sent(state.source)
+        self.registry.remove_source(state.source)
+        state.tools = self._register(state, client, listed)
+        self._guard(state, before)
+
+    def _register(self, state: McpState, client: Client, tools: list[McpTool]) -> list[str]:
         names: list[str] = []
-        cursor: str | None = None
-        while True:
-            listing = await client.list_tools(cursor=cursor)
-            for tool in listing.tools:
-                registered = self._tool(state, client, tool)
-                self.registry.add(registered)
-                if registered.name in self.registry:  # a read-only registry turns away a tool that may act
-                    names.append(registered.name)
-            cursor = listing.next_cursor
-            if not cursor:
-                return names
+        for tool in tools:
+            registered = self._tool(state, client, tool)
+            self.registry.add(registered)
+            if registered.name in self.registry:  # a read-only registry turns away a tool that may act
+                names.append(registered.name)
+        return names
 
     def _tool(self, state: McpState, client: Client, tool: McpTool) -> Tool:
         server = state.server
@@ -190,6 +224,54 @@ class McpBridge:
         gone = self.registry.remove_source(state.source)
         suffix = f"; its tools are gone ({', '.join(gone)})" if gone else "; continuing without its tools"
         self.notify(Notice(level="warning", message=f"MCP server {name!r} {problem}{suffix}"))
+
+
+async def _listed(client: Client) -> list[McpTool]:
+    """Every tool the server lists, page after page."""
+    tools: list[McpTool] = []
+    cursor: str | None = None
+    while True:
+        listing = await client.list_tools(cursor=cursor)
+        tools.extend(listing.tools)
+        cursor = listing.next_cursor
+        if not cursor:
+            return tools
+
+
+def _listener(state: McpState) -> MessageHandlerFnT:
+    """The client's message handler: it runs in the SDK's reading loop, which must go on to answer a listing, so it
+    only flags the change; the server's task lists the tools again."""
+    from mcp_types import ToolListChangedNotification
+
+    async def handle(message: IncomingMessage) -> None:
+        if isinstance(message, ToolListChangedNotification):
+            state.changed.set()
+        await asyncio.sleep(0)
+
+    return handle
+
+
+async def _listen(state: McpState, client: Client) -> None:
+    """Flag each change of the tool list a server announces on a `subscriptions/listen` stream (protocol 2026-07-28,
+    whose servers send list changes nowhere else); an older server notifies through the message handler instead."""
+    with contextlib.suppress(Exception):  # no stream (an older protocol, a server that refuses): nothing to follow
+        async with client.listen(tools_list_changed=True) as changes:
+            async for _ in changes:
+                state.changed.set()
+
+
+async def _changed(state: McpState) -> bool:
+    """Wait until the server says its tools changed (True) or is to stop (False)."""
+    waits = {asyncio.ensure_future(state.stop.wait()), asyncio.ensure_future(state.changed.wait())}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    if state.stop.is_set():
+        return False
+    state.changed.clear()
+    return True
 
 
 def _hinted(hints: ToolAnnotations | None, trusted: bool) -> tuple[bool, bool]:

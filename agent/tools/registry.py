@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,13 +89,36 @@ def _cut(characters: int) -> str:
     return f"\n[output truncated: {characters:,} characters left out here]\n"
 
 
+@dataclass(frozen=True)
+class HeldTools:
+    """A server's tool list that changed only in descriptions, kept out of requests until `/mcp accept`.
+
+    The tools come before the conversation in every request, so sending a reworded description re-prefills the
+    prompt from that tool on; a server that moves a date in a description on every listing would cost that each time.
+    """
+
+    server: str
+    names: tuple[str, ...]  # the tools whose descriptions changed
+    tokens: int  # ≈ the tool specs' tokens from the first of them on: what accepting re-prefills at least
+
+
+class ToolSpecs(tuple[ToolSpec, ...]):
+    """The specs as sent, and what the cache explainer names about them: a change held back, or one just accepted."""
+
+    held: tuple[HeldTools, ...] = ()
+    accepted: tuple[HeldTools, ...] = ()  # sent for the first time by this list
+
+
 class ToolRegistry:
     """The tools on offer, listed by name so that requests stay byte-stable."""
 
     def __init__(self, tools: list[Tool] | None = None, *, read_only: bool = False) -> None:
         self.read_only = read_only  # offers no tool with side effects (`--read-only`), whoever adds one
         self._tools: dict[str, Tool] = {}
-        self._specs: tuple[ToolSpec, ...] | None = None
+        self._specs: ToolSpecs | None = None
+        self._held: dict[str, ToolSpec] = {}  # a tool's name → the spec still sent in place of its new description
+        self._holds: dict[str, HeldTools] = {}  # by source
+        self._accepted: tuple[HeldTools, ...] = ()
         for tool in tools or []:
             self.add(tool)
 
@@ -120,8 +143,51 @@ class ToolRegistry:
         gone = sorted(name for name, tool in self._tools.items() if tool.source == source)
         for name in gone:
             del self._tools[name]
+        self._release(source)
         self._specs = None
         return gone
+
+    def sent(self, source: str) -> dict[str, ToolSpec]:
+        """The specs of `source`'s tools as requests carry them (a held-back description included), by name."""
+        specs = {spec.name: spec for spec in self.specs()}
+        return {tool.name: specs[tool.name] for tool in self if tool.source == source}
+
+    def guard(self, source: str, server: str, before: dict[str, ToolSpec]) -> HeldTools | None:
+        """Compare `source`'s tools, just listed again, with the specs requests carried (`before`).
+
+        Only descriptions changed (same names, same schemas): the old specs stay in requests until `accept`,
+        and what is held is returned. Anything else (a tool added or removed, a schema changed) goes through.
+        """
+        self._release(source)
+        now = {tool.name: tool.spec() for tool in self if tool.source == source}
+        if not before or now.keys() != before.keys() or now == before:
+            return None
+        if any(now[name].parameters != spec.parameters for name, spec in before.items()):
+            return None
+        names = tuple(sorted(name for name, spec in before.items() if now[name].description != spec.description))
+        self._held.update((name, before[name]) for name in names)
+        # Requests list the tools by name: the first reworded one and every tool after it would be prefilled again.
+        after = [tool.spec() for tool in self if tool.name >= names[0]]
+        held = self._holds[source] = HeldTools(server, names, _tokens(after))
+        self._specs = None
+        return held
+
+    def accept(self) -> list[HeldTools]:
+        """Send every held-back description from the next request on; returns what was held."""
+        accepted = list(self._holds.values())
+        self._held.clear()
+        self._holds.clear()
+        self._accepted = tuple(accepted)
+        self._specs = None
+        return accepted
+
+    def held(self) -> list[HeldTools]:
+        return list(self._holds.values())
+
+    def _release(self, source: str) -> None:
+        held = self._holds.pop(source, None)
+        for name in held.names if held is not None else ():
+            self._held.pop(name, None)
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -135,8 +201,16 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def specs(self) -> tuple[ToolSpec, ...]:
-        """Tool specs sorted by name, computed once per change of the tool set."""
+    def specs(self) -> ToolSpecs:
+        """Tool specs sorted by name, computed once per change of the tool set (held-back descriptions kept)."""
         if self._specs is None:
-            self._specs = tuple(tool.spec() for tool in self)
+            self._specs = ToolSpecs(self._held.get(tool.name) or tool.spec() for tool in self)
+            self._specs.held = tuple(self._holds.values())
+            self._specs.accepted, self._accepted = self._accepted, ()
         return self._specs
+
+
+def _tokens(specs: Iterable[ToolSpec]) -> int:
+    """≈ tokens of `specs` as a request encodes them: about four bytes of JSON a token."""
+    encoded = (json.dumps([spec.name, spec.description, spec.parameters], ensure_ascii=False) for spec in specs)
+    return sum(len(text.encode()) for text in encoded) // 4

@@ -1,0 +1,199 @@
+"""Pre-warming (`core/prewarm.py`): the static prefix sent ahead, against the embedded simulator over loopback HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hotloop.agent.events import AgentEvent, Notice, StepFinished, StepStarted, TurnFinished, decode
+from hotloop.config import ANTHROPIC_URL, CacheSettings, Choice, load_config
+from hotloop.core.prewarm import verdict
+from hotloop.core.session import Session, SessionOptions
+from hotloop.providers.anthropic import AnthropicProvider
+from hotloop.providers.base import ProviderOptions
+from hotloop.providers.openai_chat import OpenAIChatProvider
+from hotloop.sim.server import RecordedRequest
+
+from support import present, wait_until
+
+FAST = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+# Project instructions long enough that the prefix passes Anthropic's 1,024-token cache minimum.
+RULES = "\n".join(f"- Rule {n}: cite the file and line of every claim you make." for n in range(120))
+ASK_TOKENS = 32  # the pre-warm's own user turn and its markup, plus a partial 16-token block: not in the prefix
+
+
+def session_on(
+    home: Path, workspace: Path, config: str, provider: str = "sim", sink: Callable[[AgentEvent], None] | None = None
+) -> tuple[Session, list[AgentEvent]]:
+    (home / "config.toml").write_text(config)
+    (workspace / "AGENTS.md").write_text(RULES)
+    events: list[AgentEvent] = []
+    session = Session(load_config(), SessionOptions(provider=provider, workspace=workspace), sink or events.append)
+    session.prewarmer.delay = 0.0  # as if the user took a while to type (`test_a_prompt_typed_at_once_…`: no)
+    return session, events
+
+
+def records(session: Session) -> list[RecordedRequest]:
+    runtime = present(session.runtime)
+    return list(present(runtime.simulator).server.requests)
+
+
+def logged(session: Session) -> list[AgentEvent]:
+    """The session log's events, as written so far."""
+    log = present(session.log)
+    log.flush()
+    return [decode(line) for line in log.path.read_bytes().splitlines()[1:]]  # the first line is the header
+
+
+def prewarm_lines(events: list[AgentEvent]) -> list[str]:
+    return [e.message for e in events if isinstance(e, Notice) and e.message.startswith("pre-warm (")]
+
+
+async def prewarmed(session: Session, count: int) -> None:
+    await wait_until(lambda: session.prewarmer.spent.requests >= count, what=f"{count} pre-warm(s) answered")
+
+
+@pytest.mark.parametrize("provider", ["sim", "sim-anthropic"])
+async def test_the_first_step_reads_the_prewarmed_prefix(isolated_home: Path, workspace: Path, provider: str) -> None:
+    session, events = session_on(isolated_home, workspace, FAST, provider)
+    await session.open()
+    try:
+        await prewarmed(session, 1)
+        await session.turn("hello")
+        warm, step = records(session)
+        # The pre-warm is the first step's request but for its last user turn, with a one-token answer.
+        assert b'"max_tokens":1' in warm.body.replace(b" ", b"") and warm.prompt_tokens > 1024
+        assert step.cached_tokens >= warm.prompt_tokens - ASK_TOKENS
+        (finished,) = [e for e in events if isinstance(e, StepFinished)]
+        assert present(present(finished.usage).cache_read) >= warm.prompt_tokens - ASK_TOKENS
+        # A side request with its usage, in the log (not in the live transcript) and counted apart from the steps.
+        assert prewarm_lines(events) == []
+        (line,) = prewarm_lines(logged(session))
+        assert line.startswith(
+            f"pre-warm (start, side request): {provider} sim-balanced, {warm.prompt_tokens:,} prompt"
+        )
+        spent = session.prewarmer.spent
+        assert (spent.requests, spent.prompt, spent.output) == (1, warm.prompt_tokens, 1)
+    finally:
+        await session.close()
+
+
+async def test_off_sends_nothing_extra(isolated_home: Path, workspace: Path) -> None:
+    session, _ = session_on(isolated_home, workspace, FAST + '[cache]\nprewarm = "off"\n')
+    await session.open()
+    try:
+        assert session.prewarmer.task is None
+        await session.turn("hello")
+        (step,) = records(session)
+        assert step.cached_tokens == 0 and prewarm_lines(logged(session)) == []
+        assert session.prewarmer.spent.requests == 0
+    finally:
+        await session.close()
+    assert 'prewarm = "off"' in load_config().to_toml()
+
+
+def test_a_hosted_api_is_not_prewarmed_under_auto() -> None:
+    def anthropic(base_url: str) -> AnthropicProvider:
+        provider = AnthropicProvider(ProviderOptions(name="anthropic", base_url=base_url, api_key="not-used"))
+        provider.model = "claude-sonnet-4-5"
+        return provider
+
+    hosted = verdict(CacheSettings(), anthropic(ANTHROPIC_URL), 12_000)
+    assert not hosted.send and hosted.lifetime == 300.0
+    # The estimate shown: the first step's read of 12,000 tokens at a tenth of $3/M, and one output token.
+    assert "writes it at 1.25× input" in hosted.why and "~$0.0036 more per start" in hosted.why
+    assert verdict(CacheSettings(), anthropic(ANTHROPIC_URL), 12_000, "1h").lifetime == 3600.0
+    # The same protocol on a server someone runs is pre-warmed; "off" is off everywhere.
+    assert verdict(CacheSettings(), anthropic("http://127.0.0.1:9"), 12_000).send
+    assert not verdict(CacheSettings(prewarm="off"), anthropic("http://127.0.0.1:9"), 12_000).send
+
+
+async def test_a_prompt_sent_at_once_does_not_wait_for_the_prewarm(isolated_home: Path, workspace: Path) -> None:
+    # Prefill slow enough (3 s for the prefix) that the pre-warm is still running when the prompt goes out.
+    slow = FAST.replace("prefill_us_per_token = 0", "prefill_us_per_token = 1000")
+    events: list[AgentEvent] = []
+    warm_at_step: list[bool] = []  # at each StepStarted: whether the pre-warm had ended
+
+    def sink(event: AgentEvent) -> None:
+        if isinstance(event, StepStarted) and session.prewarmer.task is not None:
+            warm_at_step.append(session.prewarmer.task.done())
+        events.append(event)
+
+    session, _ = session_on(isolated_home, workspace, slow, sink=sink)
+    await session.open()
+    try:
+        warming = present(session.prewarmer.task)
+        await wait_until(lambda: len(records(session)) == 1, what="the pre-warm at the server, prefilling")
+        finished = await session.turn("hello")
+        # The step's request went out while the pre-warm was still running: not queued behind it. The pre-warm was
+        # cancelled (measured: never slower than none; left to finish, one racing the step's request slowed it).
+        assert warm_at_step == [False] and finished.reason == "answer"
+        await wait_until(warming.done)
+        written = logged(session)
+        assert warming.cancelled() and prewarm_lines(written) == [
+            "pre-warm (start, side request) cancelled: a prompt went out"
+        ]
+        notice = next(e for e in written if isinstance(e, Notice) and e.message.startswith("pre-warm ("))
+        ended = next(e for e in written if isinstance(e, TurnFinished))
+        assert written.index(notice) < written.index(ended)  # ended before the turn did, its prefill undone
+        assert session.prewarmer.spent.requests == 1 and session.prewarmer.spent.prompt == 0
+    finally:
+        await session.close()
+
+
+async def test_a_prompt_typed_at_once_sends_no_prewarm(isolated_home: Path, workspace: Path) -> None:
+    # Sooner than the pre-warm's delay: it would only be cancelled (and it can't help a step sent now).
+    session, _ = session_on(isolated_home, workspace, FAST)
+    session.prewarmer.delay = 60.0
+    await session.open()
+    try:
+        warming = present(session.prewarmer.task)
+        await session.turn("hello")
+        await wait_until(warming.done)
+        assert warming.cancelled() and len(records(session)) == 1 and session.prewarmer.spent.requests == 0
+        assert prewarm_lines(logged(session)) == []
+    finally:
+        await session.close()
+
+
+async def test_a_switch_prewarms_the_new_provider(isolated_home: Path, workspace: Path) -> None:
+    session, _ = session_on(isolated_home, workspace, FAST)
+    await session.open()
+    try:
+        await prewarmed(session, 1)
+        await session.switch(Choice(provider="sim-anthropic"))
+        await prewarmed(session, 2)
+        assert [r.path for r in records(session)] == ["/v1/chat/completions", "/v1/messages"]
+        await session.turn("hello")
+        assert prewarm_lines(logged(session))[-1].startswith("pre-warm (switch, side request): sim-anthropic")
+        step = records(session)[-1]
+        assert step.path == "/v1/messages" and step.cached_tokens >= records(session)[1].prompt_tokens - ASK_TOKENS
+    finally:
+        await session.close()
+
+
+async def test_after_an_idle_gap_past_the_cache_lifetime_the_prefix_is_warmed_again(
+    isolated_home: Path, workspace: Path
+) -> None:
+    session, _ = session_on(isolated_home, workspace, FAST, "sim-anthropic")
+    await session.open()
+    try:
+        await prewarmed(session, 1)
+        await session.turn("hello")
+        agent = present(session.agent)
+        session.prewarmer.after_turn(agent, lifetime=0.0)  # as if the 5 minutes had passed
+        await prewarmed(session, 2)
+        assert prewarm_lines(logged(session))[-1].startswith("pre-warm (idle, side request)")
+        # The conversation's history is part of the prefix now: the idle pre-warm carries it.
+        assert records(session)[-1].prompt_tokens > records(session)[0].prompt_tokens
+    finally:
+        await session.close()
+
+
+def test_a_self_hosted_openai_compatible_server_has_no_idle_timer() -> None:
+    # Its cache keeps a prefix until it needs the room, which no timer predicts: only start and switch warm it.
+    provider = OpenAIChatProvider(ProviderOptions(name="local", base_url="http://127.0.0.1:9/v1", api_key="k"))
+    judged = verdict(CacheSettings(), provider, 2_000)
+    assert judged.send and judged.lifetime is None
