@@ -207,6 +207,7 @@ async def shoot_watch(workspace: Path) -> None:
     import time
 
     from hotloop.agent.events import AgentEvent, StepFinished
+    from hotloop.config import load_config
     from hotloop.config.settings import SimSettings
     from hotloop.core.runtime import simulator_config
     from hotloop.sim.embedded import EmbeddedSimulator
@@ -221,7 +222,7 @@ async def shoot_watch(workspace: Path) -> None:
     watch = Watch(
         upstream_at(simulator.url, "sim"), lambda _c, _e: None, folder=workspace.parent / "watched", workspace=workspace
     )
-    app = WatchApp(watch, "127.0.0.1", 0)
+    app = WatchApp(watch, "127.0.0.1", 0, load_config())  # with the upstream's server panel
     try:
         async with app.run_test(size=(120, 32)) as pilot:
             await pilot.pause()
