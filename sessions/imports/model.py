@@ -98,21 +98,29 @@ def read_lines(path: Path, problems: list[str]) -> Iterator[SourceLine]:
                 continue
             if not raw.strip():
                 continue
-            try:
-                text = raw.decode()
-            except UnicodeDecodeError:
-                text = raw.decode(errors="replace")
-                problems.append(f"{name} line {number}: bytes that aren't UTF-8, read as �")
-            try:
-                data = json.loads(text)
-            except (ValueError, RecursionError):
-                ending = "" if raw.endswith(b"\n") else " (the file ends mid-line)"
-                problems.append(f"{name} line {number}: not JSON{ending}, skipped")
-                continue
-            if not isinstance(data, dict):
-                problems.append(f"{name} line {number}: not a JSON object, skipped")
-                continue
-            yield SourceLine(number, data)
+            ending = "" if raw.endswith(b"\n") else " (the file ends mid-line)"
+            data = json_object(raw, f"{name} line {number}", problems, (f"not JSON{ending}", "not a JSON object"))
+            if data is not None:
+                yield SourceLine(number, data)
+
+
+def json_object(raw: bytes, where: str, problems: list[str], faults: tuple[str, str]) -> dict[str, Any] | None:
+    """`raw` read as a JSON object (bytes that aren't UTF-8 replaced, and said); None, with `where` and the fault
+    that applies (`faults`: not JSON, not an object) named in `problems`, if it isn't one."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        text = raw.decode(errors="replace")
+        problems.append(f"{where}: bytes that aren't UTF-8, read as �")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        problems.append(f"{where}: {faults[0]}, skipped")
+        return None
+    if not isinstance(data, dict):
+        problems.append(f"{where}: {faults[1]}, skipped")
+        return None
+    return data
 
 
 def kind_of(data: dict[str, Any], key: str = "type") -> str:

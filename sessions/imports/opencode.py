@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from hotloop.providers.events import UsageLedger
-from hotloop.sessions.imports.model import Call, Imported, Step, Turn
+from hotloop.sessions.imports.model import Call, Imported, Step, Turn, json_object
 
 AGENT = "opencode"
 # Where opencode's provider id names the server; any other (a custom provider, a gateway) isn't recorded.
@@ -129,18 +129,8 @@ def _rows(rows: Any, name: str, kind: str, problems: list[str]) -> list[_Row]:
         if not isinstance(raw, bytes):
             problems.append(f"{where}: no JSON data, skipped")
             continue
-        try:
-            text = raw.decode()
-        except UnicodeDecodeError:
-            text = raw.decode(errors="replace")
-            problems.append(f"{where}: bytes that aren't UTF-8, read as �")
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):
-            problems.append(f"{where}: its data is not JSON (torn?), skipped")
-            continue
-        if not isinstance(data, dict):
-            problems.append(f"{where}: its data is not a JSON object, skipped")
+        data = json_object(raw, where, problems, ("its data is not JSON (torn?)", "its data is not a JSON object"))
+        if data is None:
             continue
         found.append(_Row(row_id, _seconds(row[1]), data))
     return found
