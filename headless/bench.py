@@ -277,10 +277,9 @@ async def bench(
     from rich.console import Console
     from rich.live import Live
 
-    from hotloop import paths
     from hotloop.config import load_config, resolve
     from hotloop.core.runtime import Runtime
-    from hotloop.headless.bench_view import Progress, chart, findings, table
+    from hotloop.headless.bench_view import Progress, chart, findings
 
     scenario = Scenario.load(scenario_path)
     config, choice = load_config().pointed_at(choice)
@@ -298,13 +297,28 @@ async def bench(
                 result["levels"].append(level.figures())
     finally:
         await runtime.aclose()
+
+    def below_the_table(console: Console) -> None:
+        console.print(findings(result), end="")
+        if len(result["levels"]) >= 2:
+            console.print(chart(result["levels"]))
+
+    return report(result, json_out, out, err, below_the_table)
+
+
+def report(
+    result: dict[str, Any], json_out: bool, out: Console, err: Console, below_the_table: Callable[[Console], None]
+) -> int:
+    """Save a run's result, print it (as JSON, or the table and what goes under it) and where it was saved; the
+    exit status: 1 if a level had errors."""
+    from hotloop import paths
+    from hotloop.headless.bench_view import table
+
     path = save(result, paths.data_dir() / "bench")
     if json_out:
         out.print_json(data=result)
     else:
         out.print(table(result))
-        out.print(findings(result), end="")
-        if len(result["levels"]) >= 2:
-            out.print(chart(result["levels"]))
+        below_the_table(out)
     err.print(f"saved {path} · hotloop bench compare {path.stem} OTHER", highlight=False, soft_wrap=True)
     return 1 if any(level["errors"] for level in result["levels"]) else 0

@@ -25,7 +25,7 @@ import msgspec
 from hotloop import InputError
 from hotloop.agent.events import AgentEvent, ResponseFinished, StepFinished, StepStarted, TurnFinished
 from hotloop.agent.step import StepAccumulator
-from hotloop.headless.bench import Level, results, save
+from hotloop.headless.bench import Level, report, results
 from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, UserMessage
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.store import read_session
@@ -358,10 +358,9 @@ async def bench_trace(
     from rich.console import Console
     from rich.live import Live
 
-    from hotloop import paths
     from hotloop.config import load_config, resolve
     from hotloop.core.runtime import Runtime
-    from hotloop.headless.bench_view import Progress, table, trace_findings
+    from hotloop.headless.bench_view import Progress, trace_findings
 
     config, choice = load_config().pointed_at(choice)
     target = resolve(config, choice)
@@ -388,11 +387,4 @@ async def bench_trace(
                 result["levels"].append(figures(level, replays, options.slo_ttft, options.slo_step))
     finally:
         await runtime.aclose()
-    path = save(result, paths.data_dir() / "bench")
-    if json_out:
-        out.print_json(data=result)
-    else:
-        out.print(table(result))
-        out.print(trace_findings(result), end="")
-    err.print(f"saved {path} · hotloop bench compare {path.stem} OTHER", highlight=False, soft_wrap=True)
-    return 1 if any(level["errors"] for level in result["levels"]) else 0
+    return report(result, json_out, out, err, lambda console: console.print(trace_findings(result), end=""))
