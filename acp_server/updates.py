@@ -39,6 +39,7 @@ from hotloop.agent.events import (
     AgentEvent,
     Compacted,
     Notice,
+    SideRequest,
     StepFinished,
     ToolFinished,
     ToolOutput,
@@ -121,6 +122,10 @@ class Updates:
             return [_progress(event.call_id, status=status, content=content)]
         if isinstance(event, StepFinished | Compacted):
             return self._step(event)
+        if isinstance(event, SideRequest):  # the session's dollars, not the turn's steps
+            cost = self.pricer.cost(event)
+            self.spent = None if cost is None or self.spent is None else self.spent + cost.total
+            return []
         if isinstance(event, Notice) and event.level == "error":
             self.errors.append(event.message)
         return []

@@ -14,7 +14,9 @@ provider's cache minimum is never cached, so neither it nor the step after it is
 A tool list whose new descriptions the registry holds back (`ToolSpecs.held`) causes no miss; the first step
 that carries it says so once, and the miss that `/mcp accept` then causes is named as the accepted change.
 Where the server says why it missed (Anthropic's cache diagnostics, on `DiagnosedUsage`), its word follows
-hotloop's verdict, and the note says when the two disagree on what changed.
+hotloop's verdict, and the note says when the two disagree on what changed. Where a vLLM server keeps KV
+residency histograms (`--kv-cache-metrics`) and the caller passes each step's reading (`Residency`), a miss
+after which the server evicted blocks says how long they had been resident: the server's figure, beside hotloop's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from hotloop.providers.conversation import (
     UserMessage,
 )
 from hotloop.providers.events import UsageLedger
+from hotloop.providers.server_metrics import Residency, duration
 
 BLOCK = 16
 # Block rounding, the recomputed last token and Anthropic's generation prompt fit in two blocks.
@@ -129,6 +132,7 @@ class CacheExplainer:
         self._reads = CacheReads()
         self._compacted = False  # the conversation was replaced by its summary since the last request
         self._named_held: set[HeldTools] = set()  # each held-back change is named once
+        self._residency: Residency | None = None  # the server's reading at the last step
 
     def compacted(self) -> None:
         """The conversation was compacted: the next request's miss past the static prefix is that, not a fault."""
@@ -168,18 +172,43 @@ class CacheExplainer:
         self._previous, self._current = self._current, sent
         return fingerprint
 
-    def explain(self, usage: UsageLedger | None, messages: list[Message], anthropic: bool, block: int = BLOCK) -> str:
+    def explain(
+        self,
+        usage: UsageLedger | None,
+        messages: list[Message],
+        anthropic: bool,
+        block: int = BLOCK,
+        residency: Residency | None = None,
+    ) -> str:
         """`cache miss: … (N tokens re-prefilled)` when this step read less than the unchanged prefix; else "".
 
         `block` is the server's caching granularity: vLLM's 16 tokens (only whole blocks are cached),
         1 for llama.cpp, which keeps the common prefix token by token: N is then what it recomputed.
+        `residency` is the server's KV residency reading scraped after this step's request, if it has one.
         A tool-list change held back since the last note is named after it, once.
         """
         miss = self._miss(usage, messages, anthropic, block)
         server = self._server_word(usage, bool(miss))
+        evicted = self._evicted(residency, bool(miss))
         fresh = [held for held in self._current.held if held not in self._named_held] if self._current else []
         self._named_held.update(fresh)
-        return "; ".join([part for part in (miss, server) if part] + [_held(held) for held in fresh])
+        return "; ".join([part for part in (miss, server, evicted) if part] + [_held(held) for held in fresh])
+
+    def _evicted(self, residency: Residency | None, missed: bool) -> str:
+        """How long the blocks the server evicted since the last step had been resident, by its histograms."""
+        before, self._residency = self._residency, residency
+        if not missed or residency is None or before is None:
+            return ""
+        evicted = residency.since(before)
+        # vLLM samples the blocks it times: none sampled says nothing about the miss, so nothing is said.
+        if evicted is None or not evicted.count or evicted.lifetime is None:
+            return ""
+        blocks = f"{evicted.count:,} sampled block{'s' if evicted.count != 1 else ''}"
+        idle = f", idle {duration(evicted.idle)} before eviction" if evicted.idle is not None else ""
+        return (
+            f"evicted after {duration(evicted.lifetime)} resident"
+            f" (server's figure; median of {blocks} evicted since the last step{idle})"
+        )
 
     def _server_word(self, usage: UsageLedger | None, missed: bool) -> str:
         """The server's own reason (Anthropic's `cache_miss_reason`), and whether it disagrees with hotloop's."""

@@ -204,6 +204,27 @@ class Compacted(Event, frozen=True):
     before_estimated: bool = False
 
 
+class SideRequest(Event, frozen=True):
+    """A request the session sent beside its conversation (a pre-warm), counted and priced with it, never a step.
+
+    `why` is what sent it (a pre-warm's: "start", "switch" or "idle"). "cancelled": a prompt went out first; it
+    had reached the server and may be billed in part, its usage unknown. "failed": `error` says why.
+    """
+
+    kind: str
+    why: str
+    provider: str
+    model: str
+    usage: UsageLedger | None
+    model_time: float
+    outcome: Literal["answered", "cancelled", "failed"] = "answered"
+    error: str = ""
+
+
+# The requests that carry their own provider and model, priced as those rather than as the step in progress.
+OwnRequest = Compacted | SideRequest
+
+
 class Notice(Event, frozen=True):
     """Something the user should read: a failed MCP server, a provider error, a step cap."""
 
@@ -238,6 +259,7 @@ AgentEvent = (
     | ProviderSwitched
     | SessionTitled
     | Compacted
+    | SideRequest
     | Notice
 )
 

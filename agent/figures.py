@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from hotloop.agent.cache_explainer import CacheReads
-from hotloop.agent.events import Compacted, ResponseFinished, StepFinished, StepStarted
+from hotloop.agent.events import Compacted, ResponseFinished, SideRequest, StepFinished, StepStarted
 from hotloop.agent.pricing import CostTotals, StepPricer
 from hotloop.providers.events import UsageLedger
 
@@ -189,6 +189,24 @@ def compaction_summary(compacted: Compacted) -> str:
     return " · ".join(parts)
 
 
+def side_request_summary(side: SideRequest) -> str:
+    """One line for a side request: what sent it, where, and what it used.
+
+    e.g. `pre-warm (start, side request) · sim sim-balanced · prompt 12,030 (cache read 0 · write 12,030 · uncached 0)
+    · out 1 · 0.46 s`.
+    """
+    parts = [f"{side.kind} ({side.why}, side request)", f"{side.provider} {short_model(side.model)}"]
+    if side.outcome == "cancelled":
+        return " · ".join([*parts, "cancelled: a prompt went out first; usage not reported"])
+    if side.outcome == "failed":
+        return " · ".join([*parts, f"failed: {side.error}"])
+    parts.append(prompt_breakdown(side.usage))
+    if side.usage is not None and side.usage.distrust is None:
+        parts.append(f"out {tokens(side.usage.output)}")
+    parts.append(seconds(side.model_time))
+    return " · ".join(parts)
+
+
 class SessionTotals:
     """Running totals over a session's steps, for the status bar.
 
@@ -206,6 +224,7 @@ class SessionTotals:
         self.prompt = 0
         self.output = 0
         self.unreported = 0  # steps whose usage was missing
+        self.side_requests = 0  # pre-warms: their dollars and tokens are in the totals, not in `steps`
         self._reads = CacheReads()
         self._using = ("", "")  # the provider and model of the step in progress
         self._cache_read = 0
@@ -214,11 +233,22 @@ class SessionTotals:
             tuple[str, str], list[int]
         ] = {}  # prompts without a cache figure, until their server reports
 
-    def add(self, event: StepStarted | StepFinished | Compacted) -> None:
-        """Count a finished step, or a compaction's summary request; a started step says who answers it."""
+    def add(self, event: StepStarted | StepFinished | Compacted | SideRequest) -> None:
+        """Count a finished step, a compaction's summary request or a side request; a started step says who answers.
+
+        A side request (a pre-warm) adds its dollars and tokens, not a step, and stays out of the hit rate: it
+        writes the prefix by design, and a miss it was sent to take would read as the session's.
+        """
         if isinstance(event, StepStarted):
             self._using = (event.provider, event.model)
             self.pricer.learn(event)
+            return
+        if isinstance(event, SideRequest):
+            self.side_requests += 1
+            self.cost.add(self.pricer.cost(event))
+            if event.usage is not None:
+                self.prompt += event.usage.prompt_total or 0
+                self.output += event.usage.output or 0
             return
         if isinstance(event, Compacted):
             self._using = (event.provider, event.model)

@@ -56,6 +56,7 @@ from hotloop.providers.conversation import Message, ToolResultMessage, UserMessa
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import CUT_SHORT, ProviderWarning, ServerHint, ToolCallReady
 from hotloop.providers.lanes import Lanes
+from hotloop.providers.server_metrics import Residency
 
 
 class Agent:
@@ -96,6 +97,9 @@ class Agent:
         self.cache_key = cache_key
         self.lanes = lanes
         self._explainer = CacheExplainer()
+        # The server's KV residency as last scraped (vLLM's metrics), for the explainer to quote; a frontend that
+        # watches the server sets it.
+        self.server_residency: Callable[[], Residency | None] = lambda: None
         self.route = ""  # the tier that answers and why, shown on each step's strip
         self.warmth = CacheWarmth()
         self._using = (provider.name, provider.model)
@@ -257,7 +261,9 @@ class Agent:
             ),
             window=window,
             before_estimated=before_estimated,
-            cache_note=self._explainer.explain(stream.usage, self.messages, self.provider.protocol == "anthropic"),
+            cache_note=self._explainer.explain(
+                stream.usage, self.messages, self.provider.protocol == "anthropic", residency=self.server_residency()
+            ),
         )
         self.messages, self._checked = messages, 0
         self._anchor = None
@@ -381,7 +387,7 @@ class Agent:
             finish_reason=stream.finish_reason,
             route=self.route,
             connect=self.provider.connect_paid(stream.started),
-            cache_note=self._explainer.explain(stream.usage, self.messages, anthropic, block),
+            cache_note=self._explainer.explain(stream.usage, self.messages, anthropic, block, self.server_residency()),
             figures_by=timings.source if timings is not None else "",
             server_prefill=timings.prefill if timings is not None else None,
         )

@@ -25,5 +25,5 @@ class AgentOptions:
     early_dispatch: bool = True  # a call starts once its arguments are complete, while the model writes on
     parallel_tools: bool = True  # off only to measure what running a step's calls together saves
     memo_ttl: float = MEMO_TTL  # 0: off
-    prefetch: bool = False  # predicted read-only calls run while the model thinks
+    prefetch: bool = True  # predicted read-only calls run while the model thinks
     compact_at: float | None = COMPACT_AT  # inside a turn, compact before a step past this; None: never

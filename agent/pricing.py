@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, Compacted, ProviderSwitched, ResponseFinished, StepFinished, StepStarted
+from hotloop.agent.events import (
+    AgentEvent,
+    OwnRequest,
+    ProviderSwitched,
+    ResponseFinished,
+    StepFinished,
+    StepStarted,
+)
 from hotloop.providers.events import UsageLedger
 
 if TYPE_CHECKING:
@@ -283,9 +290,10 @@ class StepPricer:
             if event.cost_per_hour is not None:
                 self.hourly[event.provider] = event.cost_per_hour
 
-    def cost(self, step: StepFinished | Compacted) -> Cost | None:
-        """A step's cost, priced as the provider and model of the last `StepStarted`; a compaction as its own."""
-        if isinstance(step, Compacted):
+    def cost(self, step: StepFinished | OwnRequest) -> Cost | None:
+        """A step's cost, priced as the provider and model of the last `StepStarted`; a compaction or a side request
+        as its own."""
+        if not isinstance(step, StepFinished):
             return self.price(step, step.provider, step.model)
         return self.price(step, *self.using)
 
@@ -308,7 +316,7 @@ class StepPricer:
             return None
         return uncached.total - actual.total
 
-    def price(self, step: ResponseFinished | StepFinished | Compacted, provider: str, model: str) -> Cost | None:
+    def price(self, step: ResponseFinished | StepFinished | OwnRequest, provider: str, model: str) -> Cost | None:
         """A step's cost, from its response when it was cut short before it finished (the model was paid)."""
         return price_step(
             step.usage,

@@ -97,11 +97,20 @@ class ToolRunner:
     def new_turn(self, prompt: str) -> None:
         """What the predictor guesses the first step's calls from."""
         self._prefetch_context = ("prompt", prompt)
+        if self.prefetcher is not None:
+            self.prefetcher.discard()  # guesses a cancelled step left running
 
     def step_started(self) -> None:
         """Start the predicted calls: they run while the model prefills and decodes."""
         if self.prefetcher is not None:
-            self.prefetcher.start(self._prefetch_context)
+            self.prefetcher.start(self._prefetch_context, skip=self._remembered)
+
+    def _remembered(self, key: CallKey) -> bool:
+        """Whether the memo answers this call now: running it ahead would be wasted work."""
+        hits = self.memo.hits
+        held = self.memo.get(self.tools.get(key[0]), key[1]) is not None
+        self.memo.hits = hits  # a look, not a use
+        return held
 
     async def run(
         self,
@@ -313,17 +322,9 @@ class ToolRunner:
         keys = [key for call in calls if (key := call_key(call.name, call.arguments)) is not None]
         self.prefetcher.predictor.learn(self._prefetch_context, keys)
         self._prefetch_context = frozenset(keys)
-        before = (self.prefetcher.stats.hits, self.prefetcher.stats.saved)
-        wrong = self.prefetcher.discard()
-        stats = self.prefetcher.stats
-        if stats.hits > before[0] or wrong:
-            self.emit(
-                Notice(
-                    level="info",
-                    message=f"prefetch: {stats.hits - before[0]} hit(s), {wrong} miss(es), "
-                    f"{stats.saved - before[1]:.2f} s of tool time done ahead",
-                )
-            )
+        step = self.prefetcher.settle()
+        if step.prefetched:  # the wasted work shown: `prefetched 3, used 2`
+            self.emit(Notice(level="info", message=step.line()))
 
     async def _run_ahead(self, tool: Tool, key: CallKey) -> str:
         """A predicted call, run before the model asks for it; its output stays out of the stream."""

@@ -170,15 +170,18 @@ def show(pick: Pick) -> int:
 def waterfall(pick: Pick) -> int:
     from rich.console import Console
 
-    from hotloop.sessions.waterfall import prefill_cost, render, waterfalls
+    from hotloop.sessions.waterfall import lifetime_line, prefill_cost, render, waterfalls
 
     session = read_session(pick.path)
     say_note(pick)
     _warn(session.warnings)
     console = Console(highlight=False)
     cost = prefill_cost(session.events)
-    for turn in waterfalls(session.events, session.header.pricer()):
+    pricer = session.header.pricer()
+    for turn in waterfalls(session.events, pricer):
         console.print(render(_inert(turn), console.width, cost))
+    if (lifetime := lifetime_line(session.events, pricer)) is not None:
+        console.print(lifetime, markup=False)
     return 0
 
 

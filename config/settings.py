@@ -90,7 +90,8 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     # Anthropic only: extended thinking, and prompt caching's breakpoints, TTL and minimum length.
     thinking_budget: int | None = None  # checked against max_tokens once both are known
     cache_breakpoints: Annotated[int, _rule("must be 0 (no caching) or more", ge=0)] = BREAKPOINT_LIMIT
-    cache_ttl: Literal["5m", "1h"] = "5m"
+    # "auto": 5-minute writes until the session's own pauses make 1-hour ones cheaper (agent/cache_lifetime.py).
+    cache_ttl: Literal["auto", "5m", "1h"] = "auto"
     cache_min_tokens: Positive | None = None
     # Anthropic's cache-diagnostics beta (`cache-diagnosis-2026-04-07`): the server says why a step missed its cache,
     # shown beside hotloop's own verdict. A beta feature, so off unless the config turns it on.
@@ -188,7 +189,7 @@ class LatencySettings(Struct, frozen=True, forbid_unknown_fields=True):
     early_dispatch: bool = True  # start a tool call once its arguments are complete in the stream
     # Seconds an identical read-only call reuses a result; 0 turns it off.
     memo_ttl: Annotated[float, _rule("must be 0 (off) or more seconds", ge=0)] = MEMO_TTL
-    prefetch: bool = False  # run predicted read-only calls (of tools that allow it) while the model thinks
+    prefetch: bool = True  # run predicted read-only calls (of tools that allow it) while the model thinks
 
 
 class RoutingSettings(Struct, frozen=True, forbid_unknown_fields=True):
@@ -350,7 +351,8 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
         return StepPricer(
             servers={p.name: p.server for p in providers if p.server},
             hourly={p.name: p.cost_per_hour for p in providers if p.cost_per_hour is not None},
-            write_ttl={p.name: p.cache_ttl for p in providers},
+            # "auto" writes are billed as the server splits them; where it doesn't, at the 5-minute price it starts at.
+            write_ttl={p.name: "1h" if p.cache_ttl == "1h" else "5m" for p in providers},
         )
 
     def agent_options(self, max_steps: int | None = None) -> AgentOptions:

@@ -20,9 +20,10 @@ priority. The first real step then prefills only the prompt.
   the first step then reads it at 0.1×, where without it the first step writes it at 1.25×, so every pre-warm
   costs 0.1× the prefix more (and a whole write if the user never sends); on OpenAI it prefills it uncached. So
   `auto` sends none to a hosted API, and says what one would have cost.
-- **It is a side request.** Its line, with its usage, goes to the session log as a notice marked "pre-warm", not
-  to the live transcript, which stays the conversation's; `Prewarmer.spent` counts it apart from the session's
-  steps.
+- **It is a side request.** A `SideRequest` event, with its usage: the transcript shows it as a line of its own
+  (`pre-warm (start, side request) · … · prompt 12,030 (…) · out 1 · 0.46 s`), the status bar's totals count its
+  tokens and dollars (not as a step, and not in the hit rate, which it would skew with the write it was sent to
+  make), the log keeps it and the session's summary prices it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, Notice
+from hotloop.agent.cache_lifetime import LIFETIME, TTL_NAMES, CacheRhythm, compare_lifetimes, input_price
+from hotloop.agent.events import AgentEvent, Notice, SideRequest
+from hotloop.agent.pricing import Ttl
 from hotloop.config import CacheSettings, Config, Target
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.errors import ProviderError
@@ -51,7 +54,6 @@ Why = Literal["start", "switch", "idle"]
 # The user turn the pre-warm ends with: its own few tokens are all the first step doesn't find cached.
 ASK = "."
 CHARS_PER_TOKEN = 4  # a rough count, for the estimate a hosted API's verdict shows
-ANTHROPIC_LIFETIME = {"5m": 300.0, "1h": 3600.0}
 # Seconds a start's or a switch's pre-warm waits before it goes: a prompt sent sooner can't be helped (the step
 # prefills the prefix itself either way, measured), and the pre-warm it would cancel is a request for nothing.
 DELAY = 1.0
@@ -66,12 +68,12 @@ class Verdict:
     lifetime: float | None
 
 
-def verdict(settings: CacheSettings, provider: Provider, prefix_tokens: int, write_ttl: str = "5m") -> Verdict:
+def verdict(settings: CacheSettings, provider: Provider, prefix_tokens: int, write_ttl: Ttl = "5m") -> Verdict:
     """What `[cache] prewarm` means for `provider` with a prefix of about `prefix_tokens` tokens."""
     anthropic = provider.protocol == "anthropic"
     # Anthropic's cache, the API's and the simulator's Anthropic side alike, forgets a prefix after its TTL; a
     # self-hosted OpenAI-compatible server keeps one until it needs the room, which no timer can predict.
-    lifetime = ANTHROPIC_LIFETIME.get(write_ttl, 300.0) if anthropic else None
+    lifetime = LIFETIME[write_ttl] if anthropic else None
     if settings.prewarm == "off":
         return Verdict(False, "pre-warm off ([cache] prewarm)", lifetime)
     if not provider.official:
@@ -98,26 +100,16 @@ def extra_cost(provider: Provider, prefix_tokens: int) -> Decimal | None:
     return cost.total if cost is not None else None
 
 
-@dataclass
-class Spent:
-    """The pre-warms sent so far and what they used: side requests, counted apart from the session's steps."""
-
-    requests: int = 0
-    prompt: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    output: int = 0
-    dollars: Decimal = Decimal(0)
-
-    def add(self, usage: UsageLedger | None, cost: Decimal | None) -> None:
-        self.requests += 1
-        if usage is None:
-            return
-        self.prompt += usage.prompt_total or 0
-        self.cache_read += usage.cache_read or 0
-        self.cache_write += usage.cache_write or 0
-        self.output += usage.output or 0
-        self.dollars += cost or 0
+def prewarm_request(agent: Agent) -> ChatRequest:
+    """The request that warms `agent`'s next step: its prefix as the step will send it, and a one-token answer."""
+    return ChatRequest(
+        system=agent.system,
+        tools=agent.tools.specs(),
+        messages=(*agent.messages, UserMessage(ASK)),
+        max_tokens=1,
+        cache_key=agent.cache_key,
+        background=True,  # vLLM's low-priority lane: a real request that arrives is scheduled first
+    )
 
 
 class Prewarmer:
@@ -129,9 +121,9 @@ class Prewarmer:
         """`config` and `runtime` are the session's as they are now: both change as it opens, resumes and switches."""
         self._config = config
         self._runtime = runtime
-        self.emit = emit  # the session log's: a pre-warm is not the conversation's
+        self.emit = emit
         self.delay = DELAY
-        self.spent = Spent()
+        self.rhythm = CacheRhythm()  # the session's cache uses and pauses, from its events (Session.emit)
         self.task: asyncio.Task[None] | None = None
         self._idle: asyncio.Task[None] | None = None
         self._told: set[str] = set()  # providers whose "no pre-warm here" was said: once is enough
@@ -143,16 +135,9 @@ class Prewarmer:
         settings = config.providers.get(provider.name)
         if settings is None or runtime is None:
             return None
-        request = ChatRequest(
-            system=agent.system,
-            tools=agent.tools.specs(),
-            messages=(*agent.messages, UserMessage(ASK)),
-            max_tokens=1,
-            cache_key=agent.cache_key,
-            background=True,  # vLLM's low-priority lane: a real request that arrives is scheduled first
-        )
+        request = prewarm_request(agent)
         tokens = len(msgspec.json.encode(request)) // CHARS_PER_TOKEN
-        judged = verdict(config.cache, provider, tokens, settings.cache_ttl)
+        judged = verdict(config.cache, provider, tokens, _ttl(provider))
         minimum = settings.cache_min_tokens or (config.sim.cache_min_tokens if settings.is_simulator else 1024)
         if judged.send and provider.protocol == "anthropic" and tokens < minimum:
             # Anthropic caches nothing shorter: the pre-warm would write nothing for the first step to read.
@@ -179,12 +164,15 @@ class Prewarmer:
             self.task.cancel()
 
     def after_turn(self, agent: Agent, lifetime: float | None = None) -> None:
-        """Pre-warm again once the cache has forgotten the prefix, if no turn comes first (Anthropic's TTL)."""
+        """Choose the cache's lifetime from the pauses seen (`cache_ttl = "auto"`), then pre-warm again once the
+        cache has forgotten the prefix, if no turn comes first (Anthropic's TTL)."""
         self.cancel_idle()
         config = self._config()
         settings = config.providers.get(agent.provider.name)
+        if settings is not None and settings.cache_ttl == "auto":
+            self._choose_lifetime(agent.provider)
         if lifetime is None and settings is not None:
-            lifetime = verdict(config.cache, agent.provider, 0, settings.cache_ttl).lifetime
+            lifetime = verdict(config.cache, agent.provider, 0, _ttl(agent.provider)).lifetime
         if lifetime is None or config.cache.prewarm == "off":
             return
 
@@ -193,6 +181,30 @@ class Prewarmer:
             self.start(agent, "idle")
 
         self._idle = asyncio.create_task(later())
+
+    def _choose_lifetime(self, provider: Provider) -> None:
+        """Write for 1 hour from the next request on once the session's pauses make that cheaper, and back."""
+        choice = self.rhythm.choice()
+        if provider.protocol != "anthropic" or choice is None or choice.ttl == _ttl(provider):
+            return
+        from hotloop.providers.anthropic import AnthropicProvider  # loaded already: the provider is one
+
+        if isinstance(provider, AnthropicProvider):
+            provider.cache_ttl = choice.ttl
+            said = f"cache lifetime: {TTL_NAMES[choice.ttl]} writes from the next request on: {choice.why}"
+            self.emit(Notice(level="info", message=said))
+
+    def lifetime_detail(self, provider: Provider) -> str | None:
+        """Which lifetime the cache is written for, why, and what the other would have cost; None off Anthropic."""
+        config = self._config()
+        settings = config.providers.get(provider.name)
+        if provider.protocol != "anthropic" or settings is None:
+            return None
+        ttl = _ttl(provider)
+        how = "chosen from your pauses" if settings.cache_ttl == "auto" else "as configured ([providers] cache_ttl)"
+        said = f"cache writes: {TTL_NAMES[ttl]}, {how}"
+        compared = compare_lifetimes(self.rhythm, input_price(provider.model, provider.base_url))
+        return f"{said}; {compared}" if compared is not None else said
 
     def cancel_idle(self) -> None:
         if self._idle is not None and not self._idle.done() and self._idle is not asyncio.current_task():
@@ -209,8 +221,6 @@ class Prewarmer:
     async def _send(
         self, runtime: Runtime, target: Target, request: ChatRequest, why: Why, previous: asyncio.Task[None] | None
     ) -> None:
-        from hotloop.agent.pricing import price_step
-
         if previous is not None and not previous.done():
             previous.cancel()  # the prefix it was warming is no longer the one the next step sends
         if why != "idle":
@@ -218,39 +228,36 @@ class Prewarmer:
         provider = await runtime.helper(target)  # its own instance: the main agent's model never changes
         started = time.perf_counter()
         usage: UsageLedger | None = None
+
+        def sent(outcome: Literal["answered", "cancelled", "failed"], error: str = "") -> SideRequest:
+            seconds = time.perf_counter() - started
+            return SideRequest(
+                kind="pre-warm",
+                why=why,
+                provider=provider.name,
+                model=provider.model,
+                usage=usage,
+                model_time=seconds,
+                outcome=outcome,
+                error=error,
+            )
+
         try:  # a cancel before this point sent nothing: it is neither counted nor said
             async for event in provider.stream(request):
                 if isinstance(event, Usage):
                     usage = event.ledger
         except ProviderError as error:
-            self.emit(Notice(level="warning", message=f"pre-warm (side request) failed: {error}"))
+            self.emit(sent("failed", str(error)))
             return
         except asyncio.CancelledError:
             if self._preempted:
                 self._preempted = False
-                self.spent.add(None, None)  # it reached the server and may be billed in part: its usage unknown
-                self.emit(Notice(level="info", message=f"pre-warm ({why}, side request) cancelled: a prompt went out"))
+                self.emit(sent("cancelled"))  # it reached the server and may be billed in part: its usage unknown
             raise
-        seconds = time.perf_counter() - started
-        cost = price_step(usage, provider.model, provider.base_url) if provider.official else None
-        self.spent.add(usage, cost.total if cost is not None else None)
-        self.emit(Notice(level="info", message=_line(why, provider, usage, seconds, cost.total if cost else None)))
+        self.emit(sent("answered"))
 
 
-def _line(why: Why, provider: Provider, usage: UsageLedger | None, seconds: float, cost: Decimal | None) -> str:
-    """The pre-warm as the log and the transcript show it: a side request with its usage."""
-    if usage is None:
-        figures = "usage not reported"
-    else:
-        parts = [f"{usage.prompt_total:,} prompt tokens" if usage.prompt_total is not None else "prompt not reported"]
-        if usage.cache_read is not None:
-            parts.append(f"{usage.cache_read:,} cached")
-        if usage.cache_write:
-            parts.append(f"{usage.cache_write:,} written")
-        if usage.output is not None:
-            parts.append(f"{usage.output:,} output")
-        figures = ", ".join(parts)
-    from hotloop.agent.pricing import money
-
-    priced = f", {money(cost)}" if cost is not None else ""
-    return f"pre-warm ({why}, side request): {provider.name} {provider.model}, {figures}, {seconds:.2f} s{priced}"
+def _ttl(provider: Provider) -> Ttl:
+    """The lifetime `provider` writes its cache for: an Anthropic provider's choice; "5m" names the rest's none."""
+    ttl: Ttl = getattr(provider, "cache_ttl", "5m")
+    return ttl

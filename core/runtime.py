@@ -239,7 +239,9 @@ class Runtime:
             )
         return OpenAIChatProvider(options, **routed, max_tokens=settings.max_tokens)
 
-    def open_session_log(self, provider: Provider, workspace: Path, system: str) -> SessionLog:
+    def open_session_log(
+        self, provider: Provider, workspace: Path, system: str, session_id: str | None = None
+    ) -> SessionLog:
         """A new session log that masks every configured key's value, or a one-line ConfigError."""
         folder = paths.sessions_dir()
         try:
@@ -252,6 +254,7 @@ class Runtime:
                 base_url=provider.base_url,
                 cost_per_hour=self.cost_per_hour(provider),
                 secrets_to_mask=self.config.secrets(),
+                session_id=session_id,
             )
         except OSError as error:
             raise ConfigError(f"cannot create a session log in {folder}: {error.strerror}") from None

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hotloop import InputError
 from hotloop.agent.approvals import NO_ONE, ApprovalRules, Approvals, Ask
+from hotloop.agent.cache_lifetime import CacheRhythm
 from hotloop.agent.compaction import compaction_failed
 from hotloop.agent.events import (
     AgentEvent,
@@ -45,7 +46,7 @@ from hotloop.core.context_meter import ContextMeter
 from hotloop.core.log_keeper import LogKeeper
 from hotloop.core.mcp_controls import McpControls
 from hotloop.core.prewarm import Prewarmer
-from hotloop.core.server_watch import ServerReport, follow_server
+from hotloop.core.server_watch import ServerFollower, ServerReport
 from hotloop.core.switch_menu import SwitchOption, probe_all, switch_options
 from hotloop.core.telemetry import Telemetry, start_telemetry  # imports the SDK only when configured
 from hotloop.providers.events import CUT_SHORT
@@ -128,11 +129,10 @@ class Session(McpControls):
         self.meter = ContextMeter()
         self._turns = 0  # turns in flight
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
-        self._server_task: asyncio.Task[None] | None = None
-        self._nudge = asyncio.Event()
+        self.server = ServerFollower(lambda: self.runtime, self._provider_now, lambda: self.busy)
         self._ready = False
         self.telemetry: Telemetry | None = None  # spans of the stream (`core/telemetry.py`), from open() on
-        self.prewarmer = Prewarmer(lambda: self.config, lambda: self.runtime, self.logs.write)  # core/prewarm.py
+        self.prewarmer = Prewarmer(lambda: self.config, lambda: self.runtime, self.emit)  # core/prewarm.py
 
     @property
     def ready(self) -> bool:
@@ -152,6 +152,7 @@ class Session(McpControls):
         if isinstance(event, StepFinished):
             self.cut_off_steps += event.finish_reason in CUT_SHORT
         self.meter.observe(event)
+        self.prewarmer.rhythm.observe(event)
         if self.telemetry is not None:
             self.telemetry.observe(event)
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
@@ -237,17 +238,22 @@ class Session(McpControls):
         return system
 
     def _new_agent(self, provider: Provider, system: str, cache_key: str | None = None) -> Agent:
+        """An agent for `provider`; a new conversation's gets the id its log will have, as its routing key from the
+        first request on (a start's pre-warm goes out before the log exists, to the replica the steps will use)."""
+        from hotloop.sessions.log import new_session_id
+
         assert self.router is not None
         agent = self.router.new_agent(
             provider,
             emit=self.emit,
             workspace=self.workspace,
             system=system,
-            cache_key=cache_key,
+            cache_key=cache_key or new_session_id(),
             max_steps=self.options.max_steps,
             approvals=self.approvals,
             hooks=self.hooks,
         )
+        agent.server_residency = self.server.residency
         before, after = self.agent.runner.prefetcher if self.agent else None, agent.runner.prefetcher
         if before is not None and after is not None:
             after.predictor = before.predictor  # what was learned outlives the conversation
@@ -264,8 +270,10 @@ class Session(McpControls):
         self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.routing_key)
         self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
         self.meter = ContextMeter()
+        self.prewarmer.rhythm = CacheRhythm()
         for event in resumed.session.events:
             self.meter.observe(event)
+            self.prewarmer.rhythm.observe(event)
         self._open_log(log)
         self._restored(resumed.session)
         for event in resumed.opening_events(notes + moved):
@@ -290,18 +298,18 @@ class Session(McpControls):
             raise RuntimeError("a turn before the session is open")
         self.agent.system = self._system(self.agent.system)  # AGENTS.md may have changed since the last turn
         if self.log is None:
-            log = self.runtime.open_session_log(self.agent.provider, self.workspace, self.agent.system)
+            agent = self.agent
+            log = self.runtime.open_session_log(agent.provider, self.workspace, agent.system, agent.cache_key)
             self._open_log(log, created=True)
-            self.agent.cache_key = log.id
         self._turns += 1
-        self._nudge.set()
+        self.server.nudge()
         self.prewarmer.turn_started()  # no pre-warm beside the step's own request: it slowed it
         try:
             await self._compact_if_full()
             return await self.router.turn(self.agent, prompt)
         finally:
             self._turns -= 1
-            self._nudge.set()
+            self.server.nudge()
             self.prewarmer.after_turn(self.agent)
 
     def context(self) -> tuple[int, int] | None:
@@ -316,12 +324,12 @@ class Session(McpControls):
         if self.busy:
             raise InputError("a turn is running: compact when it ends")
         self._turns += 1
-        self._nudge.set()
+        self.server.nudge()
         try:
             return await self._compact("manual")
         finally:
             self._turns -= 1
-            self._nudge.set()
+            self.server.nudge()
 
     async def _compact_if_full(self) -> None:
         """Compact before a turn once the last step filled `[context] compact_at` of the window."""
@@ -345,13 +353,17 @@ class Session(McpControls):
         assert self.agent is not None and self.runtime is not None and self.router is not None
         switched = await self.runtime.switch(self.agent, choice)
         self.router.chose(choice)
-        self._nudge.set()
+        self.server.nudge()
         self.prewarmer.start(self.agent, "switch")
         return switched
 
     def context_window(self) -> int | None:
         """Tokens a request may hold on the model in use (None before the agent exists, or if unknown)."""
         return self.agent.context_window() if self.agent is not None else None
+
+    def cache_lifetime(self) -> str | None:
+        """On Anthropic: the lifetime the cache is written for, why, and what the other would have cost so far."""
+        return self.prewarmer.lifetime_detail(self.agent.provider) if self.agent is not None else None
 
     def tier_label(self, provider: str, model: str) -> str | None:
         """The tier that names this provider and model, as the status bar shows it (`auto → fast`)."""
@@ -365,6 +377,7 @@ class Session(McpControls):
         self.agent.provider.prune(())
         self.agent = self._new_agent(self.agent.provider, self._system())
         self.meter = ContextMeter()
+        self.prewarmer.rhythm = CacheRhythm()
 
     async def continue_session(self, path: Path) -> None:
         """Leave this conversation (its log stays) and go on with the saved one at `path`."""
@@ -384,7 +397,7 @@ class Session(McpControls):
             self.agent.provider.prune(())
         self.agent = self._new_agent(provider, self._system())
         self._continue(resumed, notes)
-        self._nudge.set()
+        self.server.nudge()
         self.prewarmer.start(self.agent, "start")
 
     async def fork(self, turn: int | None = None) -> Forked:
@@ -406,9 +419,7 @@ class Session(McpControls):
 
     def watch_server(self, report: Callable[[ServerReport | None], None]) -> None:
         """Report what the current provider's server says of itself (`server_watch.py`), from now until closed."""
-        if self._server_task is None and self.runtime is not None:
-            watching = follow_server(self.runtime, self._provider_now, lambda: self.busy, self._nudge, report)
-            self._server_task = asyncio.create_task(watching)
+        self.server.follow(report)
 
     def _provider_now(self) -> Provider | None:
         return self.agent.provider if self.agent is not None else None
@@ -417,11 +428,11 @@ class Session(McpControls):
 
     async def close(self, grace: float = 0.0) -> None:
         """Let side jobs finish for up to `grace` seconds (a title), then close the log, servers and connections."""
-        watchers = [task for task in (self._probes, self._server_task) if task is not None]
-        for task in watchers:
-            task.cancel()
         # Awaited before the clients close: a cancelled task can still be mid-request, and would use a closed client.
-        await asyncio.gather(*watchers, return_exceptions=True)
+        if self._probes is not None:
+            self._probes.cancel()
+            await asyncio.gather(self._probes, return_exceptions=True)
+        await self.server.close()
         await self.prewarmer.close()
         if self.router is not None:
             await self.router.side_jobs.settle(grace)

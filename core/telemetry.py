@@ -1,4 +1,4 @@
-"""OpenTelemetry spans from the event stream: a turn, its model requests, and their tool calls.
+"""OpenTelemetry spans from the event stream: a turn, its model requests (side requests too), and their tool calls.
 
 A sink beside the log: `Session.emit` hands it every event, and it builds the spans after the
 fact from the events' own wall-clock `ts` (`start_time`/`end_time` in ns), so a span says when
@@ -29,9 +29,12 @@ from typing import TYPE_CHECKING
 from hotloop import __version__
 from hotloop.agent.events import (
     AgentEvent,
+    Compacted,
     Notice,
+    OwnRequest,
     ProviderSwitched,
     ResponseFinished,
+    SideRequest,
     StepFinished,
     StepStarted,
     ToolFinished,
@@ -39,7 +42,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.providers.events import TextDelta
+from hotloop.providers.events import TextDelta, UsageLedger
 from hotloop.sessions.masking import Masker
 
 if TYPE_CHECKING:
@@ -163,6 +166,8 @@ class Telemetry:
             self._turn_finished(event)
         elif isinstance(event, ProviderSwitched):
             self._pricer.learn(event)
+        elif isinstance(event, Compacted | SideRequest):
+            self._own_request(event)
 
     def _turn_started(self, event: TurnStarted) -> None:
         from opentelemetry.trace import SpanKind
@@ -271,6 +276,35 @@ class Telemetry:
             )
         self._end_step(event.cut or None, event.ts)
 
+    def _own_request(self, event: OwnRequest) -> None:
+        """A compaction's summary request or a pre-warm: a `chat` span of its own, under the turn if one is open."""
+        from opentelemetry.trace import SpanKind, StatusCode
+
+        kind = event.kind if isinstance(event, SideRequest) else "compaction"
+        settings = self._config.providers.get(event.provider)
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": _provider_name(event.provider, settings),
+            "gen_ai.request.model": event.model,
+            "hotloop.provider": event.provider,
+            "hotloop.request.kind": kind,
+            "hotloop.model_time": event.model_time,
+            **_usage_attributes(event.usage),
+        }
+        if (cost := self._pricer.cost(event)) is not None:
+            attributes |= {"hotloop.cost.usd": float(cost.total), "hotloop.cost.source": cost.source}
+        span = self._tracer.start_span(
+            f"chat {event.model}",
+            context=self._under(self._turn),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=_ns(event.ts - event.model_time),
+        )
+        if isinstance(event, SideRequest) and event.outcome != "answered":
+            span.set_attribute("error.type", event.outcome)
+            span.set_status(StatusCode.ERROR, event.error or event.outcome)
+        span.end(end_time=_ns(event.ts))
+
     def _turn_finished(self, event: TurnFinished) -> None:
         from opentelemetry.trace import StatusCode
 
@@ -377,22 +411,29 @@ def _step_attributes(step: StepFinished) -> dict[str, AttributeValue]:
         "hotloop.cache.verdict": step.cache_note or None,
         "hotloop.route": step.route or None,
     }
-    if usage is not None:
-        figures |= {
-            "gen_ai.usage.input_tokens": usage.prompt_total,  # cached tokens included, as the conventions ask
-            "gen_ai.usage.output_tokens": usage.output,
-            "gen_ai.usage.cache_read.input_tokens": usage.cache_read,
-            "gen_ai.usage.cache_creation.input_tokens": usage.cache_write,
-            "gen_ai.usage.reasoning.output_tokens": usage.reasoning,
-            "hotloop.usage.uncached_input_tokens": usage.uncached,  # prefilled from scratch
-            "hotloop.usage.cache_creation_1h.input_tokens": usage.cache_write_1h,
-            "hotloop.usage.below_cache_min": usage.below_cache_min,
-            "hotloop.usage.distrust": usage.distrust,
-        }
     attributes: dict[str, AttributeValue] = {name: value for name, value in figures.items() if value is not None}
+    attributes |= _usage_attributes(usage)
     if step.finish_reason:
         attributes["gen_ai.response.finish_reasons"] = (step.finish_reason,)
     return attributes
+
+
+def _usage_attributes(usage: UsageLedger | None) -> dict[str, AttributeValue]:
+    """A request's usage, the figures it reported; none of them when it reported no usage."""
+    if usage is None:
+        return {}
+    figures = {
+        "gen_ai.usage.input_tokens": usage.prompt_total,  # cached tokens included, as the conventions ask
+        "gen_ai.usage.output_tokens": usage.output,
+        "gen_ai.usage.cache_read.input_tokens": usage.cache_read,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write,
+        "gen_ai.usage.reasoning.output_tokens": usage.reasoning,
+        "hotloop.usage.uncached_input_tokens": usage.uncached,  # prefilled from scratch
+        "hotloop.usage.cache_creation_1h.input_tokens": usage.cache_write_1h,
+        "hotloop.usage.below_cache_min": usage.below_cache_min,
+        "hotloop.usage.distrust": usage.distrust,
+    }
+    return {name: value for name, value in figures.items() if value is not None}
 
 
 def _reporting(exporter: SpanExporter, failed: Callable[[], None]) -> SpanExporter:

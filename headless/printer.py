@@ -35,15 +35,17 @@ from hotloop.agent.events import (
     ApprovalDecided,
     Compacted,
     Notice,
+    OwnRequest,
     ProviderSwitched,
     SessionTitled,
+    SideRequest,
     StepFinished,
     ToolFinished,
     ToolStarted,
     TurnFinished,
     encode,
 )
-from hotloop.agent.figures import compaction_summary, seconds, step_summary
+from hotloop.agent.figures import compaction_summary, seconds, side_request_summary, step_summary
 from hotloop.agent.pricing import Cost, StepPricer, dollars
 from hotloop.agent.switching import describe_switch
 from hotloop.agent.text import inert
@@ -86,7 +88,7 @@ class Printer:
             self.pricer.learn(event)
         if self.json_lines:
             lines = [_escaped(self._masker.masked(encode(masked)).decode()) for masked in self._masker.events(event)]
-            if isinstance(event, (StepFinished, Compacted)) and self.pricer is not None and lines:
+            if isinstance(event, (StepFinished, Compacted, SideRequest)) and self.pricer is not None and lines:
                 lines[-1] = _with_cost(lines[-1], self.pricer.cost(event))
             self._json(lines)
             if isinstance(event, Notice) and event.level != "info":
@@ -116,12 +118,14 @@ class Printer:
             self._status(f"session titled: {event.title}", "dim")
         elif isinstance(event, Compacted):
             self._status(self._priced(compaction_summary(event), event), "cyan")
+        elif isinstance(event, SideRequest):
+            self._status(self._priced(side_request_summary(event), event), "dim")
         elif isinstance(event, TurnFinished):
             self._end_stream()
             if event.reason == "cancelled":
                 self._status(f"turn {event.turn} cancelled", "yellow")
 
-    def _priced(self, line: str, event: StepFinished | Compacted) -> str:
+    def _priced(self, line: str, event: StepFinished | OwnRequest) -> str:
         return line if self.pricer is None else f"{line} · {dollars(self.pricer.cost(event))}"
 
     def close(self) -> None:

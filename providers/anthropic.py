@@ -21,7 +21,7 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -50,7 +50,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import ANTHROPIC_URL, CallIds, SdkProvider
+from hotloop.providers.transport import ANTHROPIC_URL, CallIds, SdkProvider, malformed
 
 BREAKPOINT_LIMIT = 4
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
@@ -77,6 +77,7 @@ _CACHE_MINIMUMS = (
 )
 
 _encode = msgspec.json.Encoder().encode
+_CACHE_CONTROL = {"5m": _encode({"type": "ephemeral"}), "1h": _encode({"type": "ephemeral", "ttl": "1h"})}
 
 
 def min_cacheable_tokens(model: str) -> int | None:
@@ -106,16 +107,13 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         super().__init__(options if options.base_url else replace(options, base_url=ANTHROPIC_URL), max_tokens)
         self._thinking_budget = thinking_budget
         self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
-        self._cache_control = _encode(
-            {"type": "ephemeral", "ttl": "1h"} if cache_ttl == "1h" else {"type": "ephemeral"}
-        )
+        # "auto" starts at Anthropic's default; core/prewarm.py moves it to "1h" when the pauses make that cheaper.
+        self.cache_ttl: Literal["5m", "1h"] = "1h" if cache_ttl == "1h" else "5m"
         self._tools: tuple[tuple[ToolSpec, ...], list[bytes]] | None = None
         self._diagnostics = cache_diagnostics
         self._previous_id: str | None = None  # the last foreground response's id, for the server to compare with
         if cache_diagnostics:
             self._client = self._client.with_options(default_headers={"anthropic-beta": CACHE_DIAGNOSIS_BETA})
-
-    # -- the request ---------------------------------------------------------------------
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the messages, breakpoints placed."""
@@ -163,10 +161,9 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         return blocks
 
     def _marked(self, block: bytes) -> bytes:
-        return block[:-1] + b',"cache_control":' + self._cache_control + b"}"
+        return block[:-1] + b',"cache_control":' + _CACHE_CONTROL[self.cache_ttl] + b"}"
 
-    # -- the response --------------------------------------------------------------------
-
+    # Not `_stream`: `SdkProvider.stream` retries within the room vLLM's and SGLang's OpenAI endpoints say is left.
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
         parser = MessageParser(self.where, self._cache_min_tokens or min_cacheable_tokens(self.model))
@@ -302,8 +299,7 @@ def read_event(data: bytes, where: str) -> StreamEvent:
     try:
         return _decode_event(data)
     except msgspec.DecodeError as error:
-        shown = data[:120].decode(errors="replace")
-        raise StreamInterrupted(f"{where} sent a malformed event ({error}): {shown}") from None
+        raise malformed(where, "event", error, data) from None
 
 
 class _OpenBlock:

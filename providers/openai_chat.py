@@ -17,7 +17,7 @@ minus its closing `]}`, is a byte prefix of the next.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -50,7 +50,7 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
 from hotloop.providers.server_fixes import fix_for, truncated_prompt
-from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, room_line
+from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, malformed
 from hotloop.providers.vllm import MissingDetails
 
 _encode = msgspec.json.Encoder().encode
@@ -109,7 +109,7 @@ class OpenAIChatProvider(SdkProvider[bytes]):
             sent = self._rendered[message] = _encode(render_message(message))
         return sent
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
+    async def _stream(self, request: ChatRequest) -> AsyncGenerator[ModelEvent, None]:
         body = self.request_body(request)
         parser = ChunkParser(self._cache_min_tokens, self.where)
         # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
@@ -126,19 +126,6 @@ class OpenAIChatProvider(SdkProvider[bytes]):
                     if isinstance(data, StreamStarted) and problem and not self._problem_said:
                         self._problem_said = True
                         yield ProviderWarning(problem)
-        except RequestRejected as rejected:
-            if (capped := self.within_room(request, rejected)) is not None:
-                yield ProviderWarning(room_line(self.where, capped))
-                async for event in self.stream(capped):
-                    yield event
-                return
-            if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
-                raise _with_fix(rejected, self._kind) from None
-            # Started without priority scheduling: vLLM refuses a non-zero priority. Send none from now on.
-            self.send_priority = False
-            async for event in self.stream(request):
-                yield event
-            return
         except StreamInterrupted as interrupted:  # a refusal may come inside a 200 stream, by build
             raise _with_fix(interrupted, self._kind) from None
         for event in parser.finish():
@@ -150,6 +137,13 @@ class OpenAIChatProvider(SdkProvider[bytes]):
         prompt = parser.usage.get("prompt_tokens") if parser.usage else None
         if isinstance(prompt, int) and (cut := truncated_prompt(kind, prompt, len(body))) is not None:
             yield ProviderWarning(cut)
+
+    def _refused(self, request: ChatRequest, rejected: RequestRejected) -> ChatRequest:
+        if not (request.background and self.send_priority and "priority" in str(rejected).lower()):
+            raise _with_fix(rejected, self._kind) from None
+        # Started without priority scheduling: vLLM refuses a non-zero priority. Send none from now on.
+        self.send_priority = False
+        return request
 
     @property
     def _kind(self) -> str | None:
@@ -237,8 +231,7 @@ def read_chunk(data: bytes, where: str) -> Chunk:
     try:
         chunk = _decode_chunk(data)
     except msgspec.DecodeError as error:
-        shown = data[:120].decode(errors="replace")
-        raise StreamInterrupted(f"{where} sent a malformed chunk ({error}): {shown}") from None
+        raise malformed(where, "chunk", error, data) from None
     if chunk.error is not None:
         message = chunk.error.get("message") if isinstance(chunk.error, dict) else chunk.error
         raise StreamInterrupted(f"{where} stream failed: {message}")

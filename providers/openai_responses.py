@@ -18,7 +18,7 @@ of the next.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -33,7 +33,7 @@ from hotloop.providers.conversation import (
     ToolSpec,
     portable_call_id,
 )
-from hotloop.providers.errors import RequestRejected, StreamInterrupted
+from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import (
     Finished,
     ModelEvent,
@@ -48,7 +48,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, room_line
+from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, malformed
 
 _encode = msgspec.json.Encoder().encode
 # Reasoning comes back as encrypted items, which a stateless request sends back as they came.
@@ -135,25 +135,17 @@ class OpenAIResponsesProvider(SdkProvider[bytes]):
             sent = self._rendered[message] = render_items(message)
         return sent
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
+    async def _stream(self, request: ChatRequest) -> AsyncGenerator[ModelEvent, None]:
         parser = ResponsesParser(self._cache_min_tokens, self.where)
         body = self.request_body(request)
         self._last = None  # until this response completes, there is nothing to continue
-        try:
-            async with aclosing(self.stream_data(body, request.cache_key)) as stream:
-                async for data in stream:
-                    if isinstance(data, bytes):
-                        for event in parser.feed(data):
-                            yield event
-                    else:
-                        yield data
-        except RequestRejected as rejected:
-            if (capped := self.within_room(request, rejected)) is None:
-                raise
-            yield ProviderWarning(room_line(self.where, capped))
-            async for event in self.stream(capped):
-                yield event
-            return
+        async with aclosing(self.stream_data(body, request.cache_key)) as stream:
+            async for data in stream:
+                if isinstance(data, bytes):
+                    for event in parser.feed(data):
+                        yield event
+                else:
+                    yield data
         for event in parser.finish():
             yield event
         if self._stored and parser.response_id:
@@ -325,8 +317,7 @@ class ResponsesParser:
                 return self._warned("an unreadable event", problems, "it")
             event = salvaged
         except msgspec.DecodeError as error:
-            shown = data[:120].decode(errors="replace")
-            raise StreamInterrupted(f"{self._where} sent a malformed event ({error}): {shown}") from None
+            raise malformed(self._where, "event", error, data) from None
         if event.type not in _READ:
             return []
         events = self._read(event, problems)

@@ -6,6 +6,14 @@ no such series. `ServerWatch` turns scrapes into the figures the server panel sh
 cache's hit rate over every request the server served since the first scrape and over the last
 minute (titles and other clients included: the server's figure, not the session's), KV-cache
 use, the queue, TTFT percentiles from the histogram, and speculative decoding's acceptance.
+
+Two families say why a prefix left the cache and where a hit came from. vLLM's KV residency
+histograms (`--kv-cache-metrics`, sampled by `--kv-cache-metrics-sample`), registered in
+https://github.com/vllm-project/vllm/blob/main/vllm/v1/metrics/loggers.py, time each sampled block
+from allocation to eviction and from its last use to eviction (`Residency`). Cached prompt tokens
+by source are vLLM's `vllm:prompt_tokens_by_source{source}` (same file) and SGLang's
+`sglang:cached_tokens_total{cache_source}` (device/host/storage_<backend>, "total" when the server
+has no breakdown), https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/observability/metrics_collector.py.
 """
 
 from __future__ import annotations
@@ -60,6 +68,19 @@ SERIES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
 }
 # Ratios: the largest over labels (engines, models), never a sum.
 _RATIOS = frozenset({"kv_usage", "hit_rate_gauge", "accept_rate_gauge", "accept_length_gauge"})
+# vLLM's KV residency histograms; one development build spelled them `vllm_` rather than `vllm:`.
+RESIDENCY_SERIES: Mapping[str, tuple[str, ...]] = {
+    "lifetime": ("vllm:kv_block_lifetime_seconds", "vllm_kv_block_lifetime_seconds"),
+    "idle": ("vllm:kv_block_idle_before_evict_seconds", "vllm_kv_block_idle_before_evict_seconds"),
+    "reuse_gap": ("vllm:kv_block_reuse_gap_seconds", "vllm_kv_block_reuse_gap_seconds"),
+}
+_RESIDENCY_OF = {name: part for part, names in RESIDENCY_SERIES.items() for name in names}
+# Prompt tokens by source: series (without `_total`) → its source label and the sources that were not cached.
+SOURCE_SERIES: Mapping[str, tuple[str, frozenset[str]]] = {
+    "vllm:prompt_tokens_by_source": ("source", frozenset({"local_compute"})),
+    "sglang:cached_tokens": ("cache_source", frozenset()),
+}
+Buckets = tuple[tuple[float, float], ...]  # (upper bound, cumulative count), summed over labels
 
 
 def _terms_of(series: Mapping[str, Mapping[str, tuple[str, ...]]]) -> dict[str, tuple[str, ...]]:
@@ -90,7 +111,70 @@ class MetricsSample:
     accept_rate_gauge: float | None = None
     accept_length_gauge: float | None = None
     # (upper bound, cumulative count), summed over labels; () when the histogram has no observation yet.
-    ttft_buckets: tuple[tuple[float, float], ...] | None = None
+    ttft_buckets: Buckets | None = None
+    residency: Residency | None = None
+    # Cached prompt tokens by source, summed over other labels; () when the series has none yet.
+    cache_sources: tuple[tuple[str, float], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One histogram as scraped, summed over its label sets."""
+
+    buckets: Buckets
+    count: float
+    total: float
+
+
+@dataclass(frozen=True)
+class Evictions:
+    """Blocks evicted between two readings (sampled, on vLLM) and the medians of their stays, in seconds."""
+
+    count: int
+    lifetime: float | None = None
+    idle: float | None = None
+    reuse_gap: float | None = None
+
+
+@dataclass(frozen=True)
+class Residency:
+    """vLLM's KV residency histograms as one scrape has them: cumulative over the server's life."""
+
+    lifetime: Observed
+    idle: Observed | None = None
+    reuse_gap: Observed | None = None
+
+    @property
+    def evictions(self) -> int:
+        return int(self.lifetime.count)
+
+    def since(self, before: Residency | None) -> Evictions | None:
+        """The evictions after `before` (all of them without it); None if the server restarted in between."""
+        if before is not None and before.lifetime.count > self.lifetime.count:
+            return None
+        count = self.evictions - (before.evictions if before is not None else 0)
+        return Evictions(
+            count,
+            _median(self.lifetime, before.lifetime if before else None),
+            _median(self.idle, before.idle if before else None),
+            _median(self.reuse_gap, before.reuse_gap if before else None),
+        )
+
+
+def duration(seconds: float) -> str:
+    """A stay in seconds, as precise as its size needs: "41 s", "2.5 s", "0.25 s", "< 0.01 s"."""
+    if seconds >= 10:
+        return f"{seconds:,.0f} s"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    # Below 10 ms a median interpolated within vLLM's finest buckets claims more than they know.
+    return f"{seconds:.2f} s" if seconds >= 0.01 else "< 0.01 s"
+
+
+def _median(now: Observed | None, before: Observed | None) -> float | None:
+    if now is None:
+        return None
+    return _bucket_quantile(0.5, _diff(before.buckets if before else None, now.buckets))
 
 
 def parse_metrics(text: str, at: float) -> MetricsSample:
@@ -103,7 +187,15 @@ def parse_metrics(text: str, at: float) -> MetricsSample:
 
     readings: dict[str, list[float]] = {}
     buckets: dict[float, float] | None = None
+    residency: dict[str, Observed] = {}
+    sources: dict[str, float] | None = None
     for family in text_string_to_metric_families(text):
+        if family.name in _RESIDENCY_OF:
+            residency[_RESIDENCY_OF[family.name]] = _observed(family.samples)
+            continue
+        by_source = SOURCE_SERIES.get(family.name.removesuffix("_total"))
+        if by_source is not None:
+            sources = _add_sources(sources or {}, family.samples, *by_source)
         terms = _TERMS.get(family.name.removesuffix("_total"), ())
         if "ttft" in terms:
             buckets = _add_buckets(buckets or {}, family.samples)
@@ -111,12 +203,41 @@ def parse_metrics(text: str, at: float) -> MetricsSample:
         for term in terms:
             readings.setdefault(term, []).extend(_values(family.samples))
     values = {term: max(found, default=0.0) if term in _RATIOS else sum(found) for term, found in readings.items()}
-    return MetricsSample(at=at, **values, ttft_buckets=None if buckets is None else tuple(sorted(buckets.items())))
+    return MetricsSample(
+        at=at,
+        **values,
+        ttft_buckets=None if buckets is None else tuple(sorted(buckets.items())),
+        residency=Residency(residency["lifetime"], residency.get("idle"), residency.get("reuse_gap"))
+        if "lifetime" in residency
+        else None,
+        cache_sources=None if sources is None else tuple(sorted(sources.items())),
+    )
 
 
 def _values(samples: Iterable[Sample]) -> list[float]:
     """A family's readings, one per label set; `_created` timestamps and NaNs left out."""
     return [s.value for s in samples if not s.name.endswith("_created") and math.isfinite(s.value)]
+
+
+def _observed(samples: Iterable[Sample]) -> Observed:
+    samples = list(samples)
+    finite = [s for s in samples if math.isfinite(s.value)]
+    return Observed(
+        tuple(sorted(_add_buckets({}, samples).items())),
+        sum(s.value for s in finite if s.name.endswith("_count")),
+        sum(s.value for s in finite if s.name.endswith("_sum")),
+    )
+
+
+def _add_sources(
+    sources: dict[str, float], samples: Iterable[Sample], label: str, uncached: frozenset[str]
+) -> dict[str, float]:
+    for sample in samples:
+        source = sample.labels.get(label)
+        counted = not sample.name.endswith("_created") and math.isfinite(sample.value)
+        if source is not None and source not in uncached and counted:
+            sources[source] = sources.get(source, 0.0) + sample.value
+    return sources
 
 
 def _add_buckets(buckets: dict[float, float], samples: Iterable[Sample]) -> dict[float, float]:
@@ -147,6 +268,11 @@ class ServerStats:
     cache_reported: bool = False
     ttft_reported: bool = False
     spec_reported: bool = False
+    # The latest residency reading as scraped (for the cache explainer), and the evictions since the first scrape
+    # (the server's whole life when none came since); None when the server has no residency histograms.
+    residency: Residency | None = None
+    evictions: Evictions | None = None
+    cache_sources: tuple[tuple[str, float], ...] | None = None  # cached tokens by source, since the first scrape
 
 
 class ServerWatch:
@@ -177,7 +303,25 @@ class ServerWatch:
             cache_reported=_has_cache_counters(sample) or sample.hit_rate_gauge is not None,
             ttft_reported=sample.ttft_buckets is not None,
             spec_reported=_has_spec_series(sample),
+            residency=sample.residency,
+            evictions=_evictions_since(self.first, sample),
+            cache_sources=_sources_since(self.first, sample),
         )
+
+
+def _evictions_since(first: MetricsSample, now: MetricsSample) -> Evictions | None:
+    if now.residency is None:
+        return None
+    since = now.residency.since(first.residency)
+    return since if since is not None and since.count > 0 else now.residency.since(None)
+
+
+def _sources_since(first: MetricsSample, now: MetricsSample) -> tuple[tuple[str, float], ...] | None:
+    if now.cache_sources is None:
+        return None
+    earlier = dict(first.cache_sources or ())
+    since = tuple((source, tokens - earlier.get(source, 0.0)) for source, tokens in now.cache_sources)
+    return since if any(tokens > 0 for _, tokens in since) else now.cache_sources
 
 
 def _has_cache_counters(sample: MetricsSample) -> bool:
@@ -231,13 +375,21 @@ def _spec_length(sample: MetricsSample) -> float | None:
 
 def _quantile(q: float, before: MetricsSample, now: MetricsSample) -> float | None:
     """Prometheus's histogram_quantile over the requests since `before` (all of them if none came since)."""
-    if not now.ttft_buckets:
+    since = _diff(before.ttft_buckets, now.ttft_buckets)
+    return _bucket_quantile(q, since if since and since[-1][1] > 0 else now.ttft_buckets)
+
+
+def _diff(before: Buckets | None, now: Buckets | None) -> Buckets | None:
+    """The observations in `now` that `before` did not have, bucket by bucket."""
+    if not now:
         return None
-    earlier = dict(before.ttft_buckets or ())
-    buckets = [(bound, count - earlier.get(bound, 0.0)) for bound, count in now.ttft_buckets]
-    if buckets[-1][1] <= 0:
-        buckets = list(now.ttft_buckets)
-    if buckets[-1][1] <= 0:
+    earlier = dict(before or ())
+    return tuple((bound, count - earlier.get(bound, 0.0)) for bound, count in now)
+
+
+def _bucket_quantile(q: float, buckets: Buckets | None) -> float | None:
+    """Prometheus's histogram_quantile; None with no observation."""
+    if not buckets or buckets[-1][1] <= 0:
         return None
     rank = q * buckets[-1][1]
     lower_bound, lower_count = 0.0, 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -22,8 +22,8 @@ import msgspec
 
 from hotloop.providers.base import output_cap
 from hotloop.providers.conversation import ChatRequest, Message
-from hotloop.providers.errors import ProviderError, Stalled, StreamInterrupted
-from hotloop.providers.events import ProviderWarning, StreamStarted
+from hotloop.providers.errors import ProviderError, RequestRejected, Stalled, StreamInterrupted
+from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
 from hotloop.providers.failures import backoff, explain, retry_line, root_cause
 from hotloop.providers.server_fixes import room_left
 
@@ -179,8 +179,9 @@ def utf8(data: bytes) -> tuple[bytes, bool]:
     return data, False
 
 
-def room_line(where: str, capped: ChatRequest) -> str:
-    return f"{where} has room for {capped.max_tokens:,} more tokens in its window: the answer is capped there"
+def malformed(where: str, what: str, error: msgspec.DecodeError, data: bytes) -> StreamInterrupted:
+    """The error for event data that is not the JSON it should be, quoting the start of it."""
+    return StreamInterrupted(f"{where} sent a malformed {what} ({error}): {data[:120].decode(errors='replace')}")
 
 
 class SdkProvider(Generic[Rendered]):
@@ -249,13 +250,30 @@ class SdkProvider(Generic[Rendered]):
         window = self.server.max_model_len(self.model) if self.server is not None else None
         return output_cap(self.max_tokens, window)
 
-    def within_room(self, request: ChatRequest, refusal: ProviderError) -> ChatRequest | None:
-        """`request` capped at the room a server that refused its cap says its window has left (vLLM, SGLang),
-        by its own count; None if the cap wasn't why."""
-        room, cap = room_left(str(refusal)), self.cap(request)
-        if room is None or cap is None or cap <= room:
-            return None
-        return msgspec.structs.replace(request, max_tokens=room)
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
+        """`_stream`'s events. A server that refused the cap for want of room in its window (vLLM and SGLang say
+        how much is left, by their own count) is asked again capped there; any other refusal goes to `_refused`."""
+        while True:
+            try:
+                async with aclosing(self._stream(request)) as events:
+                    async for event in events:
+                        yield event
+                return
+            except RequestRejected as rejected:
+                room, cap = room_left(str(rejected)), self.cap(request)
+                if room is not None and cap is not None and cap > room:
+                    request = msgspec.structs.replace(request, max_tokens=room)
+                    line = f"{self.where} has room for {room:,} more tokens in its window: the answer is capped there"
+                    yield ProviderWarning(line)
+                else:
+                    request = self._refused(request, rejected)
+
+    def _stream(self, request: ChatRequest) -> AsyncGenerator[ModelEvent, None]:
+        raise NotImplementedError  # each protocol reads its own events
+
+    def _refused(self, request: ChatRequest, rejected: RequestRejected) -> ChatRequest:
+        """The request to send again after `rejected`; or the error to raise, which a protocol may know a fix for."""
+        raise rejected
 
     @property
     def kept(self) -> int:

@@ -119,12 +119,14 @@ class SessionLog:
         forked_at_turn: int = 0,
         origin: str = "",
         side_of: str = "",
+        session_id: str | None = None,
     ) -> SessionLog:
         """A new log; `forked_from` (a parent's header) makes it a fork of that session at `forked_at_turn`;
-        `origin` and `side_of` mark a watched session (`SessionHeader`)."""
+        `origin` and `side_of` mark a watched session (`SessionHeader`); `session_id` is one the session was
+        already known by (its requests' routing key before the log existed), else a new one."""
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
-        session_id = new_session_id()
+        session_id = session_id or new_session_id()
         started = time.time()
         stamp = datetime.fromtimestamp(started).strftime("%Y%m%dT%H%M%S")
         path = folder / f"{stamp}_{session_id}.jsonl"

@@ -19,6 +19,7 @@ from hotloop.agent.events import (
     Notice,
     ProviderSwitched,
     ResponseFinished,
+    SideRequest,
     StepFinished,
     StepStarted,
     ToolFinished,
@@ -27,7 +28,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.agent.figures import compaction_summary
+from hotloop.agent.figures import compaction_summary, side_request_summary
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import (
     ReasoningDelta,
@@ -138,7 +139,7 @@ class Projection:
             if self.turn is not None:
                 self.turn.end, self.turn.wall = event.reason, event.wall
             self.step = None
-        elif isinstance(event, Notice | ProviderSwitched | Compacted):
+        elif isinstance(event, Notice | ProviderSwitched | Compacted | SideRequest):
             (self.turn.notes if self.turn is not None else self.preamble).append(_note(event))
         elif isinstance(event, _STEP_EVENTS):
             self._step_event(self.step or self._new_step(0, "", "", event.ts), event)
@@ -223,10 +224,13 @@ def project(events: list[AgentEvent]) -> Projection:
     return projection
 
 
-def _note(event: Notice | ProviderSwitched | Compacted) -> str:
-    """What an export says of an event between the steps: a notice, a switch and its cost, a compaction."""
+def _note(event: Notice | ProviderSwitched | Compacted | SideRequest) -> str:
+    """What an export says of an event between the steps: a notice, a switch and its cost, a compaction, a
+    side request."""
     if isinstance(event, ProviderSwitched):
         return describe_switch(event)
+    if isinstance(event, SideRequest):
+        return side_request_summary(event)
     if isinstance(event, Compacted):
         return f"{compaction_summary(event)}; the summary that replaced them:\n{event.summary}"
     return f"{event.level}: {event.message}"

@@ -19,8 +19,10 @@ import msgspec
 from hotloop.agent.events import (
     AgentEvent,
     Compacted,
+    OwnRequest,
     ProviderSwitched,
     SessionTitled,
+    SideRequest,
     StepFinished,
     StepStarted,
     TurnStarted,
@@ -36,6 +38,7 @@ _TURN_PREFIX = b'{"type":"turn_started"'
 _STEP_PREFIX = b'{"type":"step_finished"'
 _TITLE_PREFIX = b'{"type":"session_titled"'
 _COMPACTED_PREFIX = b'{"type":"compacted"'
+_SIDE_PREFIX = b'{"type":"side_request"'
 _STARTED_PREFIX = b'{"type":"step_started"'
 _SWITCHED_PREFIX = b'{"type":"provider_switched"'
 _HEADER_PREFIX = b'{"type":"session",'
@@ -73,6 +76,7 @@ _server = msgspec.json.Decoder(_Server)
 _header = msgspec.json.Decoder(_Header)
 _step = msgspec.json.Decoder(StepFinished)
 _compacted = msgspec.json.Decoder(Compacted)
+_side = msgspec.json.Decoder(SideRequest)
 _titled = msgspec.json.Decoder(SessionTitled)
 _used = msgspec.json.Decoder(_Used)
 
@@ -127,7 +131,7 @@ class Summary(msgspec.Struct, gc=False):
             self.titled = event.title
         elif isinstance(event, ProviderSwitched):
             self.learn(event.provider, event.base_url, event.cost_per_hour)
-        elif isinstance(event, (StepFinished, Compacted)) and event.ts >= self.own_since:
+        elif isinstance(event, (StepFinished, Compacted, SideRequest)) and event.ts >= self.own_since:
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
@@ -140,8 +144,11 @@ class Summary(msgspec.Struct, gc=False):
         if cost_per_hour is not None:
             self.hourly[provider] = cost_per_hour
 
-    def _price(self, step: StepFinished | Compacted) -> None:
-        provider, model = (step.provider, step.model) if isinstance(step, Compacted) else (self.provider, self.model)
+    def _price(self, step: StepFinished | OwnRequest) -> None:
+        if isinstance(step, StepFinished):
+            provider, model = self.provider, self.model
+        else:
+            provider, model = step.provider, step.model
         provider, model = provider or "", model or ""
         cost = StepPricer(self.servers, self.hourly).price(step, provider, model)
         if cost is None:
@@ -164,6 +171,8 @@ class Summary(msgspec.Struct, gc=False):
                     self.provider, self.model = used.provider, used.model
                 elif line.startswith(_COMPACTED_PREFIX):
                     self.observe(_compacted.decode(line))
+                elif line.startswith(_SIDE_PREFIX):
+                    self.observe(_side.decode(line))
                 elif line.startswith(_TITLE_PREFIX):
                     self.observe(_titled.decode(line))
                 elif line.startswith(_SWITCHED_PREFIX):

@@ -9,7 +9,8 @@ figures say what the latency techniques saved: parallel tools (the sum of tool t
 the tool phases' wall time), early dispatch (tool time that ran while the model was still
 writing), and the cache (tokens read from it × the prefill cost per uncached token, fitted
 over this session's own steps; in dollars, each step priced against its prompt billed whole as
-uncached input).
+uncached input). Where the cache bills writes by lifetime (Anthropic), one line prices the
+session with 5-minute and with 1-hour writes (`lifetime_line`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from hotloop.agent.cache_lifetime import TTL_NAMES, CacheRhythm, compare_lifetimes, input_price
 from hotloop.agent.events import AgentEvent, ApprovalAsked, ApprovalDecided, ResponseFinished, TurnStarted
 from hotloop.agent.figures import short_model
 from hotloop.agent.pricing import StepPricer, money
@@ -243,6 +245,16 @@ def render(turn: TurnWaterfall, width: int, cost: float | None) -> Text:
     legend.append(Text("bold: the critical path"))
     text.append_text(_flowed(legend, "  ", width, "dim"))
     return text
+
+
+def lifetime_line(events: list[AgentEvent], pricer: StepPricer | None = None) -> str | None:
+    """On a cache that bills its writes by lifetime (Anthropic's): the session priced both ways; None elsewhere."""
+    rhythm = CacheRhythm()
+    for event in events:
+        rhythm.observe(event)
+    provider, model = rhythm.using
+    compared = compare_lifetimes(rhythm, input_price(model, pricer.servers.get(provider, "") if pricer else ""))
+    return None if compared is None else f"cache lifetime: written {TTL_NAMES[rhythm.wrote]} · {compared}"
 
 
 def _cache_saved(turn: TurnWaterfall, cost: float | None) -> list[str]:

@@ -4,7 +4,9 @@
 tokens. Each full block's hash chains its parent's, so a block hits only if everything
 before it is identical too. Partial blocks are never cached. Evictable blocks leave in LRU
 order; a finished request's blocks are queued tail first, so a prompt's last blocks are
-evicted before its first ones, as in vLLM.
+evicted before its first ones, as in vLLM. Each block's stay is kept as vLLM's KV-cache metrics
+keep it (birth, last use, its last four uses), and an evicted block's `Eviction` waits for the
+metrics to `drain` it; unlike vLLM, which samples (`--kv-cache-metrics-sample`), every block is kept.
 
 `BreakpointCache` is Anthropic's explicit caching. Only a prefix that ends at a
 `cache_control` breakpoint is written, only if it is at least the minimum cacheable length,
@@ -15,9 +17,10 @@ ends at a content-block boundary at, or up to 20 blocks before, one of its break
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 BLOCK_SIZE = 16
 
@@ -32,15 +35,48 @@ def block_hashes(tokens: Sequence[int], block_size: int = BLOCK_SIZE, root: int 
     return hashes
 
 
-class PrefixCache:
-    """An LRU set of block hashes with vLLM's hit accounting."""
+@dataclass(frozen=True)
+class Eviction:
+    """An evicted block's stay, in seconds: birth to eviction, last use to eviction, and the gaps between uses."""
 
-    def __init__(self, capacity_blocks: int = 16_384, block_size: int = BLOCK_SIZE) -> None:
+    lifetime: float
+    idle: float
+    reuse_gaps: tuple[float, ...]
+
+
+class _Stay:
+    """One block's birth and uses, as vLLM's `BlockMetricsState` (vllm/v1/core/kv_cache_metrics.py) keeps them."""
+
+    __slots__ = ("born", "last", "uses")
+
+    def __init__(self, now: float) -> None:
+        self.born = self.last = now
+        # vLLM keeps only the last four uses: its reuse gaps are those between them.
+        self.uses: deque[float] = deque(maxlen=4)
+
+    def used(self, now: float) -> None:
+        self.last = now
+        self.uses.append(now)
+
+    def evicted(self, now: float) -> Eviction:
+        uses = list(self.uses)
+        return Eviction(now - self.born, now - self.last, tuple(b - a for a, b in pairwise(uses)))
+
+
+class PrefixCache:
+    """An LRU set of block hashes with vLLM's hit accounting, and each block's stay for the residency metrics."""
+
+    def __init__(
+        self, capacity_blocks: int = 16_384, block_size: int = BLOCK_SIZE, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.capacity_blocks = capacity_blocks
         self.block_size = block_size
-        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.clock = clock
+        self._blocks: OrderedDict[int, _Stay] = OrderedDict()
+        self._evicted: list[Eviction] = []
         self.queries = 0
         self.hits = 0
+        self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -49,11 +85,14 @@ class PrefixCache:
         """Cached tokens for a prompt of `num_tokens` whose full blocks hash to `hashes`.
 
         The last prompt token is always recomputed to get logits, so the hit is capped at
-        `num_tokens - 1`, rounded down to whole blocks.
+        `num_tokens - 1`, rounded down to whole blocks. Each block hit counts as a use.
         """
         cached = self.peek(hashes, num_tokens)
         self.queries += num_tokens
         self.hits += cached
+        now = self.clock()
+        for block_hash in hashes[: cached // self.block_size]:
+            self._blocks[block_hash].used(now)
         return cached
 
     def peek(self, hashes: Sequence[int], num_tokens: int) -> int:
@@ -68,13 +107,23 @@ class PrefixCache:
 
     def insert(self, hashes: Sequence[int]) -> None:
         """Record a request's blocks as computed; the earliest blocks become the most recent."""
+        now = self.clock()
         for block_hash in reversed(hashes):
-            self._blocks[block_hash] = None
-            self._blocks.move_to_end(block_hash)
+            if block_hash in self._blocks:
+                self._blocks.move_to_end(block_hash)
+            else:
+                self._blocks[block_hash] = _Stay(now)
         while len(self._blocks) > self.capacity_blocks:
-            self._blocks.popitem(last=False)
+            self._evicted.append(self._blocks.popitem(last=False)[1].evicted(now))
+            self.evictions += 1
+
+    def drain(self) -> list[Eviction]:
+        """The evictions since the last drain, oldest first."""
+        evicted, self._evicted = self._evicted, []
+        return evicted
 
     def clear(self) -> None:
+        # A reset is not an eviction: vLLM's collector forgets its blocks without observing them.
         self._blocks.clear()
 
 

@@ -375,7 +375,7 @@ def test_too_many_breakpoints_are_capped_with_a_warning(
     write_config(isolated_home, FAST_SIM + '[providers.sim-anthropic]\ncache_ttl = "2h"\n')
     assert main(["run", "--provider", "sim-anthropic", "hello"]) == 2
     assert one_line_error(capsys.readouterr().err).endswith(
-        "providers.sim-anthropic.cache_ttl must be one of 5m, 1h (got '2h')"
+        "providers.sim-anthropic.cache_ttl must be one of auto, 5m, 1h (got '2h')"
     )
 
 

@@ -127,7 +127,7 @@ def test_config_show_prints_every_setting_as_toml_that_loads_back_the_same(
         shown["sim"]["scenario"] == str(isolated_home / "scenario.json") and shown["sim"]["scheduling_policy"] == "fcfs"
     )
     assert set(shown["routing"]) == settings_of(RoutingSettings) and shown["routing"]["helper_tier"] == "balanced"
-    assert shown["latency"] == {"early_dispatch": True, "memo_ttl": 0.0, "prefetch": False}
+    assert shown["latency"] == {"early_dispatch": True, "memo_ttl": 0.0, "prefetch": True}
     assert shown["tiers"]["strong"] == {"provider": "claude.work", "model": "claude-sonnet-4-5"}
     assert set(shown["tiers"]) == {"fast", "balanced", "strong"}
     assert shown["mcp"]["github"]["args"] == ["-y", "@modelcontextprotocol/server-github"]
@@ -241,7 +241,7 @@ def test_an_unknown_setting_anywhere_is_refused_in_one_line(
         ("[providers.x]\nkind = 'openai'\nmax_tokens = 0", "providers.x.max_tokens must be positive"),
         (
             "[providers.sim-anthropic]\ncache_ttl = '2h'",
-            "providers.sim-anthropic.cache_ttl must be one of 5m, 1h (got '2h')",
+            "providers.sim-anthropic.cache_ttl must be one of auto, 5m, 1h (got '2h')",
         ),
         (
             "[providers.claude]\nkind = 'anthropic'\nmax_tokens = 2048\nthinking_budget = 4096",

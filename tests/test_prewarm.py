@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from hotloop.agent.events import AgentEvent, Notice, StepFinished, StepStarted, TurnFinished, decode
+from hotloop.agent.events import AgentEvent, SideRequest, StepFinished, StepStarted, TurnFinished, decode
+from hotloop.agent.figures import SessionTotals
 from hotloop.config import ANTHROPIC_URL, CacheSettings, Choice, load_config
 from hotloop.core.prewarm import verdict
 from hotloop.core.session import Session, SessionOptions
@@ -47,12 +50,12 @@ def logged(session: Session) -> list[AgentEvent]:
     return [decode(line) for line in log.path.read_bytes().splitlines()[1:]]  # the first line is the header
 
 
-def prewarm_lines(events: list[AgentEvent]) -> list[str]:
-    return [e.message for e in events if isinstance(e, Notice) and e.message.startswith("pre-warm (")]
+def sides(events: list[AgentEvent]) -> list[SideRequest]:
+    return [e for e in events if isinstance(e, SideRequest)]
 
 
-async def prewarmed(session: Session, count: int) -> None:
-    await wait_until(lambda: session.prewarmer.spent.requests >= count, what=f"{count} pre-warm(s) answered")
+async def prewarmed(events: list[AgentEvent], count: int) -> None:
+    await wait_until(lambda: len(sides(events)) >= count, what=f"{count} pre-warm(s) answered")
 
 
 @pytest.mark.parametrize("provider", ["sim", "sim-anthropic"])
@@ -60,7 +63,7 @@ async def test_the_first_step_reads_the_prewarmed_prefix(isolated_home: Path, wo
     session, events = session_on(isolated_home, workspace, FAST, provider)
     await session.open()
     try:
-        await prewarmed(session, 1)
+        await prewarmed(events, 1)
         await session.turn("hello")
         warm, step = records(session)
         # The pre-warm is the first step's request but for its last user turn, with a one-token answer.
@@ -68,27 +71,35 @@ async def test_the_first_step_reads_the_prewarmed_prefix(isolated_home: Path, wo
         assert step.cached_tokens >= warm.prompt_tokens - ASK_TOKENS
         (finished,) = [e for e in events if isinstance(e, StepFinished)]
         assert present(present(finished.usage).cache_read) >= warm.prompt_tokens - ASK_TOKENS
-        # A side request with its usage, in the log (not in the live transcript) and counted apart from the steps.
-        assert prewarm_lines(events) == []
-        (line,) = prewarm_lines(logged(session))
-        assert line.startswith(
-            f"pre-warm (start, side request): {provider} sim-balanced, {warm.prompt_tokens:,} prompt"
-        )
-        spent = session.prewarmer.spent
-        assert (spent.requests, spent.prompt, spent.output) == (1, warm.prompt_tokens, 1)
+        # A side request with its usage: shown, logged, and counted in the totals but not as a step.
+        (side,) = sides(events)
+        assert sides(logged(session)) == [side]
+        assert (side.kind, side.why, side.provider, side.outcome) == ("pre-warm", "start", provider, "answered")
+        usage = present(side.usage)
+        assert (usage.prompt_total, usage.output) == (warm.prompt_tokens, 1)
+        totals = SessionTotals()
+        for event in events:
+            if isinstance(event, StepStarted | StepFinished | SideRequest):
+                totals.add(event)
+        step_usage = present(finished.usage)
+        assert (totals.steps, totals.side_requests) == (1, 1)
+        assert totals.prompt == warm.prompt_tokens + present(step_usage.prompt_total)
+        # The hit rate is the step's own: the pre-warm's write is not a miss of the session's.
+        assert totals.cache_hit == present(step_usage.cache_read) / present(step_usage.prompt_total)
+        # Sent before the log existed, under the id the log then took: one routing key for the whole session.
+        assert present(session.log).id == present(session.agent).cache_key
     finally:
         await session.close()
 
 
 async def test_off_sends_nothing_extra(isolated_home: Path, workspace: Path) -> None:
-    session, _ = session_on(isolated_home, workspace, FAST + '[cache]\nprewarm = "off"\n')
+    session, events = session_on(isolated_home, workspace, FAST + '[cache]\nprewarm = "off"\n')
     await session.open()
     try:
         assert session.prewarmer.task is None
         await session.turn("hello")
         (step,) = records(session)
-        assert step.cached_tokens == 0 and prewarm_lines(logged(session)) == []
-        assert session.prewarmer.spent.requests == 0
+        assert step.cached_tokens == 0 and sides(logged(session)) == sides(events) == []
     finally:
         await session.close()
     assert 'prewarm = "off"' in load_config().to_toml()
@@ -132,42 +143,40 @@ async def test_a_prompt_sent_at_once_does_not_wait_for_the_prewarm(isolated_home
         assert warm_at_step == [False] and finished.reason == "answer"
         await wait_until(warming.done)
         written = logged(session)
-        assert warming.cancelled() and prewarm_lines(written) == [
-            "pre-warm (start, side request) cancelled: a prompt went out"
-        ]
-        notice = next(e for e in written if isinstance(e, Notice) and e.message.startswith("pre-warm ("))
+        (side,) = sides(written)
+        assert warming.cancelled() and (side.outcome, side.usage) == ("cancelled", None)
         ended = next(e for e in written if isinstance(e, TurnFinished))
-        assert written.index(notice) < written.index(ended)  # ended before the turn did, its prefill undone
-        assert session.prewarmer.spent.requests == 1 and session.prewarmer.spent.prompt == 0
+        assert written.index(side) < written.index(ended)  # ended before the turn did, its prefill undone
     finally:
         await session.close()
 
 
 async def test_a_prompt_typed_at_once_sends_no_prewarm(isolated_home: Path, workspace: Path) -> None:
     # Sooner than the pre-warm's delay: it would only be cancelled (and it can't help a step sent now).
-    session, _ = session_on(isolated_home, workspace, FAST)
+    session, events = session_on(isolated_home, workspace, FAST)
     session.prewarmer.delay = 60.0
     await session.open()
     try:
         warming = present(session.prewarmer.task)
         await session.turn("hello")
         await wait_until(warming.done)
-        assert warming.cancelled() and len(records(session)) == 1 and session.prewarmer.spent.requests == 0
-        assert prewarm_lines(logged(session)) == []
+        assert warming.cancelled() and len(records(session)) == 1
+        assert sides(logged(session)) == sides(events) == []
     finally:
         await session.close()
 
 
 async def test_a_switch_prewarms_the_new_provider(isolated_home: Path, workspace: Path) -> None:
-    session, _ = session_on(isolated_home, workspace, FAST)
+    session, events = session_on(isolated_home, workspace, FAST)
     await session.open()
     try:
-        await prewarmed(session, 1)
+        await prewarmed(events, 1)
         await session.switch(Choice(provider="sim-anthropic"))
-        await prewarmed(session, 2)
+        await prewarmed(events, 2)
         assert [r.path for r in records(session)] == ["/v1/chat/completions", "/v1/messages"]
         await session.turn("hello")
-        assert prewarm_lines(logged(session))[-1].startswith("pre-warm (switch, side request): sim-anthropic")
+        last = sides(logged(session))[-1]
+        assert (last.why, last.provider, last.outcome) == ("switch", "sim-anthropic", "answered")
         step = records(session)[-1]
         assert step.path == "/v1/messages" and step.cached_tokens >= records(session)[1].prompt_tokens - ASK_TOKENS
     finally:
@@ -177,15 +186,15 @@ async def test_a_switch_prewarms_the_new_provider(isolated_home: Path, workspace
 async def test_after_an_idle_gap_past_the_cache_lifetime_the_prefix_is_warmed_again(
     isolated_home: Path, workspace: Path
 ) -> None:
-    session, _ = session_on(isolated_home, workspace, FAST, "sim-anthropic")
+    session, events = session_on(isolated_home, workspace, FAST, "sim-anthropic")
     await session.open()
     try:
-        await prewarmed(session, 1)
+        await prewarmed(events, 1)
         await session.turn("hello")
         agent = present(session.agent)
         session.prewarmer.after_turn(agent, lifetime=0.0)  # as if the 5 minutes had passed
-        await prewarmed(session, 2)
-        assert prewarm_lines(logged(session))[-1].startswith("pre-warm (idle, side request)")
+        await prewarmed(events, 2)
+        assert sides(logged(session))[-1].why == "idle"
         # The conversation's history is part of the prefix now: the idle pre-warm carries it.
         assert records(session)[-1].prompt_tokens > records(session)[0].prompt_tokens
     finally:
@@ -197,3 +206,32 @@ def test_a_self_hosted_openai_compatible_server_has_no_idle_timer() -> None:
     provider = OpenAIChatProvider(ProviderOptions(name="local", base_url="http://127.0.0.1:9/v1", api_key="k"))
     judged = verdict(CacheSettings(), provider, 2_000)
     assert judged.send and judged.lifetime is None
+
+
+def test_a_side_request_reads_as_one_line_and_counts_in_the_summary() -> None:
+    from hotloop.agent.events import encode
+    from hotloop.providers.events import UsageLedger
+    from hotloop.sessions.summary import Summary
+    from hotloop.tui.fold import TranscriptFold
+    from hotloop.tui.items import NoticeItem
+
+    usage = UsageLedger(12_030, cache_read=0, cache_write=12_030, uncached=0, output=1)
+    side = SideRequest(
+        kind="pre-warm", why="start", provider="anthropic", model="claude-sonnet-4-5", usage=usage, model_time=0.46
+    )
+    (item, _), *_ = TranscriptFold().apply(side)
+    assert isinstance(item, NoticeItem) and item.message == (
+        "pre-warm (start, side request) · anthropic claude-sonnet-4-5 · "
+        "prompt 12,030 (cache read 0 · write 12,030 · uncached 0) · out 1 · 0.46 s"
+    )
+    cancelled = msgspec.structs.replace(side, usage=None, outcome="cancelled")
+    (item, _), *_ = TranscriptFold().apply(cancelled)
+    assert isinstance(item, NoticeItem) and item.message.endswith(
+        "cancelled: a prompt went out first; usage not reported"
+    )
+    # The session list's summary prices it (the hosted API's write at 1.25× $3/M, one output token at $15/M).
+    summary = Summary(costed=True)
+    summary.learn("anthropic", ANTHROPIC_URL)
+    summary.scan(encode(side) + b"\n")
+    assert summary.tokens == 12_031 and summary.priced == 1
+    assert summary.cost == str(Decimal("12030") * Decimal("3.75") / 1_000_000 + Decimal("15") / 1_000_000)

@@ -28,7 +28,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from hotloop.agent.events import (
     AgentEvent,
+    Compacted,
     ResponseFinished,
+    SideRequest,
     StepFinished,
     StepStarted,
     ToolFinished,
@@ -39,6 +41,7 @@ from hotloop.agent.events import (
 from hotloop.config import load_config
 from hotloop.core.session import Session, SessionOptions
 from hotloop.core.telemetry import ENV_ENDPOINT, ENV_TRACES_ENDPOINT, Telemetry
+from hotloop.providers.events import UsageLedger
 
 ERROR = 2  # Status.STATUS_CODE_ERROR
 SECRET = "sk-test-telemetry-secret-0123456789"
@@ -271,6 +274,36 @@ async def test_a_cancelled_step_and_unreported_figures(receiver: Receiver, isola
     assert request.attributes["gen_ai.provider.name"] == "openai"  # OpenAI's own API: the conventions' name
     assert not [name for name in request.attributes if "usage" in name or "first_chunk" in name]
     assert "gen_ai.response.finish_reasons" not in request.attributes
+
+
+async def test_side_requests_and_compactions_get_spans_of_their_own(receiver: Receiver, isolated_home: Path) -> None:
+    """A pre-warm and a compaction's summary request are `chat` spans with their own figures and kind."""
+    configure(isolated_home)
+    telemetry = Telemetry(f"{receiver.url}/v1/traces", load_config(), notify=lambda event: None)
+    now = time.time()
+    usage = UsageLedger(3_000, cache_read=0, cache_write=None, uncached=3_000, output=1)
+    summary = UsageLedger(9_000, cache_read=8_960, cache_write=None, uncached=40, output=300)
+    for event in (
+        SideRequest(kind="pre-warm", why="start", provider="sim", model="m", usage=usage, model_time=0.4, ts=now),
+        SideRequest(
+            kind="pre-warm", why="idle", provider="sim", model="m", usage=None, model_time=0.1, outcome="cancelled",
+            ts=now + 1,
+        ),
+        Compacted(
+            trigger="auto", turns=3, summary="s", provider="sim", model="m", usage=summary, ttft=0.1,
+            model_time=2.0, ts=now + 5,
+        ),
+    ):  # fmt: skip
+        telemetry.observe(event)
+    await telemetry.close()
+    warm, cancelled, compaction = receiver.named("chat ")
+    assert (warm.start, warm.end) == (ns(now - 0.4), ns(now))
+    assert warm.attributes["hotloop.request.kind"] == "pre-warm" and warm.status != ERROR
+    assert (warm.attributes["gen_ai.usage.input_tokens"], warm.attributes["gen_ai.usage.output_tokens"]) == (3_000, 1)
+    assert cancelled.status == ERROR and cancelled.attributes["error.type"] == "cancelled"
+    assert not [name for name in cancelled.attributes if "usage" in name]
+    assert compaction.attributes["hotloop.request.kind"] == "compaction"
+    assert compaction.attributes["gen_ai.usage.cache_read.input_tokens"] == 8_960
 
 
 def run_cli(home: Path, *args: str, env: dict[str, str], code: str = "") -> subprocess.CompletedProcess[str]:

@@ -12,13 +12,15 @@ from hotloop.agent.events import (
     AgentEvent,
     Compacted,
     Notice,
+    OwnRequest,
     ProviderSwitched,
+    SideRequest,
     StepFinished,
     StepStarted,
     TurnFinished,
     TurnStarted,
 )
-from hotloop.agent.figures import counted
+from hotloop.agent.figures import counted, side_request_summary
 from hotloop.agent.pricing import StepPricer, dollars
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import TextDelta
@@ -60,6 +62,9 @@ class TranscriptFold:
             return [(NoticeItem("info", describe_switch(event)), 1)]
         if isinstance(event, Compacted):
             return [(CompactionItem(event, self._cost(event)), 1)]
+        if isinstance(event, SideRequest):
+            cost = self._cost(event)
+            return [(NoticeItem("info", side_request_summary(event) + (f" · {cost}" if cost else "")), 1)]
         return []
 
     def apply_all(self, events: list[AgentEvent]) -> list[tuple[Item, int]]:
@@ -96,7 +101,7 @@ class TranscriptFold:
             items.append((NoticeItem("warning", f"turn cancelled{calls}"), 1))
         return items
 
-    def _cost(self, event: StepFinished | Compacted) -> str | None:
+    def _cost(self, event: StepFinished | OwnRequest) -> str | None:
         """What a step cost, for its strip; None without a price (the status bar's total says
         `price unknown` once, rather than every strip)."""
         cost = None if self.pricer is None else self.pricer.cost(event)

@@ -6,7 +6,6 @@ The pass-through is started inside the app's event loop (its handlers call the s
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -55,16 +54,17 @@ class WatchApp(App[None]):
         """What the upstream says of itself (vLLM, llama.cpp, SGLang, the simulator), for the panel, until the end."""
         from hotloop.config import ProviderSettings, Target
         from hotloop.core.runtime import Runtime
-        from hotloop.core.server_watch import follow_server
+        from hotloop.core.server_watch import ServerFollower
         from hotloop.providers.errors import ProviderError
 
         target = self.watch_.upstream.openai
         settings = ProviderSettings(target.name, "openai", base_url=f"{target.url}/v1")
-        runtime, nudge = Runtime(config), asyncio.Event()
-        screen.nudge = nudge.set
+        runtime = Runtime(config)
         try:
             provider = await runtime.connect(Target(settings, None))
-            await follow_server(runtime, lambda: provider, lambda: screen.answering > 0, nudge, screen.server_report)
+            follower = ServerFollower(lambda: runtime, lambda: provider, lambda: screen.answering > 0)
+            screen.nudge = follower.nudge
+            await follower.run(screen.server_report)
         except ProviderError:
             screen.server_report(None)  # a server that doesn't describe itself: no panel, as in a session
         finally:

@@ -25,6 +25,7 @@ from hotloop.agent.events import (
     Notice,
     ProviderSwitched,
     SessionTitled,
+    SideRequest,
     StepFinished,
     StepStarted,
     TurnFinished,
@@ -138,10 +139,12 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         if isinstance(event, StepStarted):
             self.status.state = f"step {event.step}"
             self.totals.add(event)
-        elif isinstance(event, (StepFinished, Compacted)):
+        elif isinstance(event, (StepFinished, Compacted, SideRequest)):
             self.totals.add(event)
             self.status.totals = self.totals
-            self._measure_context()
+            self.status.show_detail(self.session.cache_lifetime())
+            if not isinstance(event, SideRequest):
+                self._measure_context()
         elif isinstance(event, ProviderSwitched):
             self.status.provider, self.status.model = event.provider, event.model
             self.status.tier = self.session.tier_label(event.provider, event.model)
@@ -166,9 +169,13 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         self.transcript.fast_forward(session.events)
         since = own_spending_since(session.header)
         for event in session.events:
-            if isinstance(event, StepStarted) or (isinstance(event, (StepFinished, Compacted)) and event.ts >= since):
+            # A fork's steps before `since` are its parent's; who answers them still says how the rest are priced.
+            if isinstance(event, StepStarted) or (
+                isinstance(event, (StepFinished, Compacted, SideRequest)) and event.ts >= since
+            ):
                 self.totals.add(event)
         self.status.totals = self.totals
+        self.status.show_detail(self.session.cache_lifetime())
         self._measure_context()
         self.say(f"continuing session {session.header.id}")
 

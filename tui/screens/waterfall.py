@@ -31,13 +31,17 @@ class WaterfallScreen(ModalScreen[None]):
         self.plain = ""
 
     def compose(self) -> ComposeResult:
-        from hotloop.sessions.waterfall import prefill_cost, render, waterfalls
+        from rich.text import Text
+
+        from hotloop.sessions.waterfall import lifetime_line, prefill_cost, render, waterfalls
 
         # Inside the border, the padding and the scrollbar's gutter: lines drawn wider would wrap.
         width = max(self.app.size.width * 95 // 100 - 6, 40)
         cost = prefill_cost(self.events)
         # Prompts, model and tool names label the bars.
         drawn = [inert_text(render(turn, width, cost)) for turn in waterfalls(self.events, self.pricer)]
+        if drawn and (lifetime := lifetime_line(self.events, self.pricer)) is not None:
+            drawn.append(Text(lifetime, "bold"))
         self.plain = "\n".join(text.plain for text in drawn)  # what it says, for a test or a copy
         body = Group(*drawn) if drawn else "No turns yet."
         with VerticalScroll():

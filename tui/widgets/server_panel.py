@@ -8,6 +8,11 @@ hotloop started watching, so it is labelled the server's; the session's own rate
 bar's. A figure reads "not reported" only when the server has no such series, "no requests yet"
 when it has one but nothing was asked, and the last minute's hit rate "–" when that minute holds
 no request.
+
+Two sections appear only for a server that has the series: vLLM's KV residency (`--kv-cache-metrics`:
+how many sampled blocks were evicted and the medians of how long they stayed, sat idle and went between
+uses) and where cached prompt tokens came from (vLLM's `prompt_tokens_by_source`, SGLang's
+`cached_tokens_total{cache_source}`: GPU, host memory, storage, a KV transfer).
 """
 
 from __future__ import annotations
@@ -20,18 +25,24 @@ from textual.widgets import Static
 
 from hotloop.agent.figures import short_model
 from hotloop.agent.text import inert
+from hotloop.providers.server_metrics import duration
 
 if TYPE_CHECKING:
     from hotloop.core.server_watch import ServerReport
-    from hotloop.providers.server_metrics import ServerStats
+    from hotloop.providers.server_metrics import Evictions, ServerStats
 
 NOT_REPORTED = "not reported"
 NONE_YET = "no requests yet"
 QUIET = "–"  # the last minute's hit rate, with no request (or no scrape) in that minute
 NO_DRAFTS = "no drafts"
+NO_EVICTIONS = "none yet"
 # Not "session": the rates count every request the server served, the session's among them.
 SERVER_HIT_RATE = "server hit rate"
-EMPTY = (NOT_REPORTED, NONE_YET, QUIET, NO_DRAFTS)
+EMPTY = (NOT_REPORTED, NONE_YET, QUIET, NO_DRAFTS, NO_EVICTIONS)
+KV_RESIDENCY = "KV residency (sampled)"
+CACHED_FROM = "cached tokens from"
+# The servers' names for where cached tokens came from, in the panel's words.
+_SOURCES = {"local_cache_hit": "GPU", "device": "GPU", "host": "host memory", "external_kv_transfer": "KV transfer"}
 # The flag that turns a server's /metrics on, where it is off by default.
 _METRICS_FLAGS = {"llama.cpp": "llama-server --metrics", "sglang": "--enable-metrics"}
 
@@ -88,7 +99,44 @@ class ServerPanel(Static):
         _row(text, "TTFT p50", _seconds(stats.ttft_p50, ttft_empty))
         _row(text, "TTFT p95", _seconds(stats.ttft_p95, ttft_empty))
         _spec_rows(text, stats)
+        _residency_rows(text, stats.evictions)
+        _source_rows(text, stats.cache_sources)
         return text
+
+
+def _residency_rows(text: Text, evictions: Evictions | None) -> None:
+    # No rows for a server without the histograms: vLLM has them only with --kv-cache-metrics.
+    if evictions is None:
+        return
+    text.append(f"{KV_RESIDENCY}\n", "dim")
+    if not evictions.count:
+        _row(text, "  evictions", NO_EVICTIONS)
+        return
+    _row(text, "  evictions", f"{evictions.count:,}")
+    for label, value in (
+        ("  evicted after", evictions.lifetime),
+        ("  idle before", evictions.idle),
+        ("  reuse gap", evictions.reuse_gap),
+    ):
+        if value is not None:
+            _row(text, label, duration(value))
+
+
+def _source_rows(text: Text, sources: tuple[tuple[str, float], ...] | None) -> None:
+    """Each source's share of the cached tokens; nothing when the server names no source ("total" is none)."""
+    named = [(source, tokens) for source, tokens in sources or () if source != "total"]
+    if not named:
+        return
+    text.append(f"{CACHED_FROM}\n", "dim")
+    cached = sum(tokens for _, tokens in named)
+    if cached <= 0:
+        _row(text, "  any source", NONE_YET)
+        return
+    for source, tokens in sorted(named, key=lambda item: -item[1]):
+        if tokens > 0:
+            # HiCache's storage tier is its L3, named by backend (`storage_mooncake`).
+            name = _SOURCES.get(source, source.replace("storage_", "L3 ", 1).replace("_", " "))
+            _row(text, f"  {inert(name)[:15]}", f"{tokens / cached:.0%}")
 
 
 def _quiet_minute(stats: ServerStats) -> str:

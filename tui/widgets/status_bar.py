@@ -51,6 +51,8 @@ class StatusBar(Static):
         counts = Text(f"prompt {totals.prompt:,} · out {totals.output:,}")
         if totals.unreported:
             counts.append(f" · {counted(totals.unreported, 'step')} without usage", "dim")
+        if totals.side_requests:
+            counts.append(f" · incl. {counted(totals.side_requests, 'pre-warm')}", "dim")
         cache = Text("cache hit ")
         hit = totals.cache_hit
         if hit is None:
@@ -72,6 +74,16 @@ class StatusBar(Static):
             "cache": cache,
             "context": self._context_meter(),
         }
+
+    def show_detail(self, lifetime: str | None) -> None:
+        """The cost's detail, as a tooltip: what the totals count, and on Anthropic the cache lifetime and why."""
+        totals = self.totals
+        lines = [f"{totals.cost} over {counted(totals.steps, 'step')}"]
+        if totals.side_requests:
+            lines.append(f"includes {counted(totals.side_requests, 'pre-warm')} (side requests, not steps)")
+        if lifetime is not None:
+            lines.append(lifetime)
+        self.tooltip = "\n".join(lines)
 
     def _context_meter(self) -> Text:
         if self.context is None:
