@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -39,12 +40,15 @@ from hotloop.providers.conversation import (
     UserMessage,
 )
 from hotloop.providers.events import UsageLedger
-from hotloop.providers.server_metrics import Residency, duration
+
+if TYPE_CHECKING:
+    from hotloop.providers.server_metrics import Residency
 
 BLOCK = 16
 # Block rounding, the recomputed last token and Anthropic's generation prompt fit in two blocks.
 SLACK_TOKENS = 2 * BLOCK
 ANTHROPIC_TTL = 300.0
+ONE_HOUR = 3600.0
 _encode = msgspec.msgpack.Encoder().encode
 
 
@@ -133,6 +137,7 @@ class CacheExplainer:
         self._compacted = False  # the conversation was replaced by its summary since the last request
         self._named_held: set[HeldTools] = set()  # each held-back change is named once
         self._residency: Residency | None = None  # the server's reading at the last step
+        self._lifetime = ANTHROPIC_TTL
 
     def compacted(self) -> None:
         """The conversation was compacted: the next request's miss past the static prefix is that, not a fault."""
@@ -199,6 +204,8 @@ class CacheExplainer:
         before, self._residency = self._residency, residency
         if not missed or residency is None or before is None:
             return ""
+        from hotloop.providers.server_metrics import duration  # only for a server that reports residency
+
         evicted = residency.since(before)
         # vLLM samples the blocks it times: none sampled says nothing about the miss, so nothing is said.
         if evicted is None or not evicted.count or evicted.lifetime is None:
@@ -250,6 +257,8 @@ class CacheExplainer:
         # Below the minimum nothing is written: such a step read nothing, and left nothing for the next to read.
         if usage.below_cache_min is not None or previous_usage.below_cache_min is not None:
             return ""
+        if previous_usage.cache_write:  # a prefix is kept for the lifetime its last write asked (Anthropic's 5m or 1h)
+            self._lifetime = ONE_HOUR if previous_usage.cache_write_1h else ANTHROPIC_TTL
         expected = min(previous_usage.prompt_total, usage.prompt_total) // block * block
         if previous_usage.cache_write is not None:
             # A server that reports writes (Anthropic) holds only what the previous step read and wrote.
@@ -291,9 +300,10 @@ class CacheExplainer:
                 else:
                     role = _role(messages[index]) if index < len(messages) else "message"
                 return f"message {index + 1} ({role}) changed"
-        if anthropic and current.sent - previous.sent > ANTHROPIC_TTL:
+        if anthropic and current.sent - previous.sent > self._lifetime:
             elapsed = current.sent - previous.sent
-            return f"the cached prefix expired ({elapsed:,.0f} s since the last request; the TTL is 5 min)"
+            ttl = "1 h" if self._lifetime == ONE_HOUR else "5 min"
+            return f"the cached prefix expired ({elapsed:,.0f} s since the last request; the TTL is {ttl})"
         return "evicted: nothing changed, yet the server no longer had the prefix"
 
     def _tools_digest(self, tools: tuple[ToolSpec, ...]) -> dict[str, str]:

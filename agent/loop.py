@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -56,7 +56,9 @@ from hotloop.providers.conversation import Message, ToolResultMessage, UserMessa
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import CUT_SHORT, ProviderWarning, ServerHint, ToolCallReady
 from hotloop.providers.lanes import Lanes
-from hotloop.providers.server_metrics import Residency
+
+if TYPE_CHECKING:
+    from hotloop.providers.server_metrics import Residency
 
 
 class Agent:

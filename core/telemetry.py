@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
     from hotloop.agent.pricing import StepPricer
-    from hotloop.config import Config, ProviderSettings
+    from hotloop.config import Config
 
 ENV_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"  # a base URL: /v1/traces is added
 ENV_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"  # the whole URL
@@ -191,19 +191,10 @@ class Telemetry:
         from opentelemetry.trace import SpanKind
 
         self._end_step(None, event.ts, "a new step began")
-        settings = self._config.providers.get(event.provider)
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": _provider_name(event.provider, settings),
-            "gen_ai.request.model": event.model,
-            "hotloop.provider": event.provider,
+        attributes = self._request(event.provider, event.model) | {
             "hotloop.turn": event.turn,
             "hotloop.step": event.step,
         }
-        if settings is not None:
-            attributes["hotloop.protocol"] = settings.protocol
-        if tier := self._config.tier_of(event.provider, event.model):
-            attributes["hotloop.tier"] = tier
         span = self._tracer.start_span(
             f"chat {event.model}",
             context=self._under(self._turn),
@@ -212,6 +203,30 @@ class Telemetry:
             start_time=_ns(event.ts),
         )
         self._step = _Step(span, event.provider, event.model)
+
+    def _request(self, provider: str, model: str) -> dict[str, AttributeValue]:
+        """What a `chat` span says of where its request went."""
+        settings = self._config.providers.get(provider)
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            # The conventions' names for the vendors' own APIs (`openai`, `anthropic`), else the configured one.
+            "gen_ai.provider.name": settings.sdk if settings is not None and settings.key_required else provider,
+            "gen_ai.request.model": model,
+            "hotloop.provider": provider,
+        }
+        if settings is not None:
+            attributes["hotloop.protocol"] = settings.protocol
+        if tier := self._config.tier_of(provider, model):
+            attributes["hotloop.tier"] = tier
+        return attributes
+
+    def _cost(self, event: StepFinished | OwnRequest) -> dict[str, AttributeValue]:
+        """A request's dollars as the printer prices them; nothing when no price is known."""
+        cost = self._pricer.cost(event)
+        if cost is None:
+            return {}
+        priced = {"hotloop.cost.usd": float(cost.total), "hotloop.cost.source": cost.source}
+        return priced | ({"hotloop.cost.priced_as": cost.priced_as} if cost.priced_as else {})
 
     def _tool_started(self, event: ToolStarted) -> None:
         from opentelemetry.trace import SpanKind
@@ -261,14 +276,7 @@ class Telemetry:
         step = self._step
         if step is None:
             return
-        for name, value in _step_attributes(event).items():
-            step.span.set_attribute(name, value)
-        cost = self._pricer.cost(event)
-        if cost is not None:
-            step.span.set_attribute("hotloop.cost.usd", float(cost.total))
-            step.span.set_attribute("hotloop.cost.source", cost.source)
-            if cost.priced_as:
-                step.span.set_attribute("hotloop.cost.priced_as", cost.priced_as)
+        step.span.set_attributes(_step_attributes(event) | self._cost(event))
         if self.capture and step.text:
             message = {"role": "assistant", "parts": [{"type": "text", "content": self._masked("".join(step.text))}]}
             step.span.set_attribute(
@@ -281,18 +289,8 @@ class Telemetry:
         from opentelemetry.trace import SpanKind, StatusCode
 
         kind = event.kind if isinstance(event, SideRequest) else "compaction"
-        settings = self._config.providers.get(event.provider)
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": _provider_name(event.provider, settings),
-            "gen_ai.request.model": event.model,
-            "hotloop.provider": event.provider,
-            "hotloop.request.kind": kind,
-            "hotloop.model_time": event.model_time,
-            **_usage_attributes(event.usage),
-        }
-        if (cost := self._pricer.cost(event)) is not None:
-            attributes |= {"hotloop.cost.usd": float(cost.total), "hotloop.cost.source": cost.source}
+        attributes = self._request(event.provider, event.model) | _usage_attributes(event.usage)
+        attributes |= {"hotloop.request.kind": kind, "hotloop.model_time": event.model_time} | self._cost(event)
         span = self._tracer.start_span(
             f"chat {event.model}",
             context=self._under(self._turn),
@@ -388,11 +386,6 @@ class Telemetry:
         # A daemon thread: a collector that never answers can't hold the process up at exit.
         threading.Thread(target=shut_down, name="hotloop-telemetry-close", daemon=True).start()
         await asyncio.to_thread(done.wait, CLOSE_WAIT)
-
-
-def _provider_name(name: str, settings: ProviderSettings | None) -> str:
-    """The conventions' `gen_ai.provider.name`: `openai` or `anthropic` for their own APIs, else the configured name."""
-    return settings.sdk if settings is not None and settings.key_required else name
 
 
 def _step_attributes(step: StepFinished) -> dict[str, AttributeValue]:

@@ -124,3 +124,31 @@ async def test_auto_switches_the_simulators_anthropic_side_to_one_hour_writes(
         assert usage.cache_write and usage.cache_write_1h == usage.cache_write  # billed as the server split them
     finally:
         await session.close()
+
+
+def test_the_explainer_judges_expiry_by_the_lifetime_the_last_write_asked() -> None:
+    from hotloop.agent.cache_explainer import CacheExplainer
+    from hotloop.providers.conversation import ChatRequest, Message, UserMessage
+
+    def verdict(hour: bool) -> str:
+        explainer = CacheExplainer()
+        messages: list[Message] = [UserMessage("hello")]
+        written = UsageLedger(
+            5_000, cache_read=0, cache_write=5_000, uncached=0, output=5, cache_write_1h=5_000 if hour else 0
+        )
+        explainer.fingerprint(ChatRequest(system="rules", tools=(), messages=tuple(messages)), "claude", MODEL, T0)
+        assert explainer.explain(written, messages, anthropic=True) == ""
+        messages.append(UserMessage("again"))
+        missed = UsageLedger(5_040, cache_read=0, cache_write=5_040, uncached=0, output=5)
+        explainer.fingerprint(
+            ChatRequest(system="rules", tools=(), messages=tuple(messages)), "claude", MODEL, T0 + 600
+        )
+        return explainer.explain(missed, messages, anthropic=True)
+
+    # Ten minutes later: past a 5-minute write's life, within a 1-hour one's (where only an eviction explains it).
+    assert verdict(hour=False).startswith(
+        "cache miss: the cached prefix expired (600 s since the last request; the TTL is 5 min)"
+    )
+    assert verdict(hour=True).startswith(
+        "cache miss: evicted: nothing changed, yet the server no longer had the prefix"
+    )

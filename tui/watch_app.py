@@ -64,6 +64,7 @@ class WatchApp(App[None]):
             provider = await runtime.connect(Target(settings, None))
             follower = ServerFollower(lambda: runtime, lambda: provider, lambda: screen.answering > 0)
             screen.nudge = follower.nudge
+            self.watch_.residency = follower.residency
             await follower.run(screen.server_report)
         except ProviderError:
             screen.server_report(None)  # a server that doesn't describe itself: no panel, as in a session

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -40,6 +41,9 @@ from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import WatchedRequest
 
 Sink = Callable[[str, AgentEvent], None]
+
+if TYPE_CHECKING:
+    from hotloop.providers.server_metrics import Residency
 
 
 @dataclass
@@ -81,10 +85,18 @@ class _Turn:
 class Conversation:
     """Emits a conversation's events to its session log, then to the sink, in order."""
 
-    def __init__(self, info: ConversationInfo, log: SessionLog, sink: Sink) -> None:
+    def __init__(
+        self,
+        info: ConversationInfo,
+        log: SessionLog,
+        sink: Sink,
+        residency: Callable[[], Residency | None] = lambda: None,
+    ) -> None:
+        """`residency` is the upstream's KV residency as last scraped, for the explainer to quote (the watch app's)."""
         self.info = info
         self.log = log
         self._sink = sink
+        self._residency = residency
         self._explainer = CacheExplainer()
         self._turn = _Turn()
 
@@ -136,9 +148,8 @@ class Conversation:
         if reader.problem:
             self.emit(Notice(level="error", message=reader.problem))
         anthropic, timings = reader.protocol == "anthropic", stream.timings
-        note = self._explainer.explain(
-            stream.usage, [], anthropic, cache_block(None, timings.source if timings else "")
-        )
+        block = cache_block(None, timings.source if timings else "")
+        note = self._explainer.explain(stream.usage, [], anthropic, block, self._residency())
         if reader.cache_miss_reason:
             note = (
                 f"{note}; Anthropic's diagnostics: {reader.cache_miss_reason}"

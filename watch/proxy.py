@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 import msgspec
@@ -47,6 +48,9 @@ _HOP = frozenset(
 )
 _AUTH = ("authorization", "x-api-key", "api-key")
 _KEPT_ERROR = 4096  # bytes of a refusal's body kept to say what it was
+
+if TYPE_CHECKING:
+    from hotloop.providers.server_metrics import Residency
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Watch:
         self._lineage = Lineage()
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
+        self.residency: Callable[[], Residency | None] = lambda: None  # the upstream's, where a frontend scrapes it
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on `host:port` (0: a free port); the pass-through's root URL, which Anthropic clients take as
@@ -291,7 +296,7 @@ class Watch:
         )
         self.conversations[log.id] = info
         conversation = self._open[log.id] = Conversation(
-            info, log, lambda conversation, event: self.sink(conversation, event)
+            info, log, lambda conversation, event: self.sink(conversation, event), lambda: self.residency()
         )
         return conversation
 
