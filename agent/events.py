@@ -92,6 +92,7 @@ class ResponseFinished(Event, frozen=True):
     # `decode_tps` is then the server's too; otherwise hotloop measured it.
     figures_by: str = ""
     server_prefill: float | None = None
+    answered_by: str = ""  # the model the server says answered ("": it said none)
 
 
 class StepFinished(Event, frozen=True):

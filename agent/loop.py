@@ -392,6 +392,7 @@ class Agent:
             cache_note=self._explainer.explain(stream.usage, self.messages, anthropic, block, self.server_residency()),
             figures_by=timings.source if timings is not None else "",
             server_prefill=timings.prefill if timings is not None else None,
+            answered_by=stream.answered_by,
         )
 
     @property

@@ -115,6 +115,7 @@ class StepAccumulator:
     calls: list[ToolCall] = field(default_factory=list)
     usage: UsageLedger | None = None
     timings: ServerTimings | None = None  # what the server measured itself, when it says
+    answered_by: str = ""  # the model the server says answered
     finish_reason: str = ""
     first_byte: float | None = None
     first_token: float | None = None
@@ -146,7 +147,7 @@ class StepAccumulator:
         elif isinstance(event, ToolCallReady):
             self.calls.append(ToolCall(event.call_id, event.name, event.arguments))
         elif isinstance(event, Usage):
-            self.usage, self.timings = event.ledger, event.timings
+            self.usage, self.timings, self.answered_by = event.ledger, event.timings, event.model
             self._stop_named()
         elif isinstance(event, Finished):
             self.finish_reason = event.reason

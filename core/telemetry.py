@@ -156,6 +156,8 @@ class Telemetry:
         elif isinstance(event, ResponseFinished):
             if self._step is not None:
                 self._step.responded = event.ts
+                if event.answered_by:
+                    self._step.span.set_attribute("gen_ai.response.model", event.answered_by)
         elif isinstance(event, ToolStarted):
             self._tool_started(event)
         elif isinstance(event, ToolFinished):
@@ -290,7 +292,8 @@ class Telemetry:
 
         kind = event.kind if isinstance(event, SideRequest) else "compaction"
         attributes = self._request(event.provider, event.model) | _usage_attributes(event.usage)
-        attributes |= {"hotloop.request.kind": kind, "hotloop.model_time": event.model_time} | self._cost(event)
+        own: dict[str, AttributeValue] = {"hotloop.request.kind": kind, "hotloop.model_time": event.model_time}
+        attributes |= own | self._cost(event)
         span = self._tracer.start_span(
             f"chat {event.model}",
             context=self._under(self._turn),

@@ -266,6 +266,7 @@ class Diagnostics(msgspec.Struct, gc=False):
 
 class MessageHead(msgspec.Struct, gc=False):
     id: str = ""
+    model: str = ""
     usage: dict[str, Any] | None = None
     diagnostics: Diagnostics | None = None
 
@@ -328,11 +329,10 @@ class MessageParser:
         self._calls = 0
         self._ids = CallIds(where)
         self._streamed = 0  # characters of text, thinking and arguments, to check the usage against
-        self._start_usage: dict[str, Any] | None = None
+        self._head = MessageHead()  # message_start's message: its usage, the model that answered, diagnostics
         self._delta_usage: dict[str, Any] | None = None
         self._stop_reason: str | None = None
         self.message_id = ""
-        self._diagnosis: Diagnostics | None = None
 
     def feed(self, event: StreamEvent) -> list[ModelEvent]:
         kind = event.type
@@ -343,8 +343,7 @@ class MessageParser:
         if kind == "content_block_stop":
             return self._stop(event.index)
         if kind == "message_start" and event.message is not None:
-            self._start_usage = event.message.usage
-            self.message_id, self._diagnosis = event.message.id, event.message.diagnostics
+            self._head, self.message_id = event.message, event.message.id
         elif kind == "message_delta":
             return self._message_delta(event)
         elif kind == "error":
@@ -423,15 +422,16 @@ class MessageParser:
         if event.usage is None:
             return []
         self._delta_usage = event.usage
-        ledger = UsageLedger.from_anthropic(self._start_usage, self._delta_usage).checked(self._streamed)
-        raw = {"message_start": self._start_usage or {}, "message_delta": self._delta_usage}
-        return [Usage(ledger=self._diagnosed(ledger.with_cache_minimum(self._cache_min_tokens)), raw=raw)]
+        ledger = UsageLedger.from_anthropic(self._head.usage, self._delta_usage).checked(self._streamed)
+        raw = {"message_start": self._head.usage or {}, "message_delta": self._delta_usage}
+        ledger = self._diagnosed(ledger.with_cache_minimum(self._cache_min_tokens))
+        return [Usage(ledger=ledger, raw=raw, model=self._head.model)]
 
     def _diagnosed(self, ledger: UsageLedger) -> UsageLedger:
         """The ledger, with the server's cache diagnostics if the response carries them."""
-        if self._diagnosis is None:
+        if (diagnosis := self._head.diagnostics) is None:
             return ledger
-        reason = self._diagnosis.cache_miss_reason or {}
+        reason = diagnosis.cache_miss_reason or {}
         kind, missed = reason.get("type"), reason.get("cache_missed_input_tokens")
         return DiagnosedUsage(
             **msgspec.structs.asdict(ledger),

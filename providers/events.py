@@ -310,6 +310,7 @@ class Usage(Event, frozen=True):
     ledger: UsageLedger
     raw: dict[str, Any] = msgspec.field(default_factory=dict)
     timings: ServerTimings | None = None
+    model: str = ""  # the model the server says answered ("": it said none)
 
 
 class StreamStarted(Event, frozen=True):

@@ -218,6 +218,7 @@ class Chunk(msgspec.Struct, gc=False):
     """The parts of a `chat.completion.chunk` hotloop reads; everything else is ignored."""
 
     choices: list[Choice] = []
+    model: str = ""
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None  # llama.cpp's own measurements, in its last chunk
     error: Any = None
@@ -283,7 +284,8 @@ class ChunkParser:
             ledger = UsageLedger.from_openai(chunk.usage).checked(self._streamed)
             timings = ServerTimings.from_llama_cpp(chunk.timings) if chunk.timings else None
             raw = {**chunk.usage, "timings": chunk.timings} if chunk.timings else chunk.usage
-            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=raw, timings=timings))
+            ledger = ledger.with_cache_minimum(self._cache_min_tokens)
+            events.append(Usage(ledger=ledger, raw=raw, timings=timings, model=chunk.model))
         return events
 
     def finish(self) -> list[ModelEvent]:

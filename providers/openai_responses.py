@@ -210,6 +210,7 @@ class _Item(msgspec.Struct, gc=False):
 
 class _Response(msgspec.Struct, gc=False):
     id: str = ""
+    model: str = ""
     status: str = ""
     usage: dict[str, Any] | None = None
     incomplete_details: dict[str, Any] | None = None
@@ -426,7 +427,8 @@ class ResponsesParser:
                 if timings
                 else (response.usage, None)
             )
-            events.append(Usage(ledger=ledger.with_cache_minimum(self._cache_min_tokens), raw=raw, timings=server))
+            ledger = ledger.with_cache_minimum(self._cache_min_tokens)
+            events.append(Usage(ledger=ledger, raw=raw, timings=server, model=response.model))
         if kind == "response.incomplete" or response.status == "incomplete":
             reason = (response.incomplete_details or {}).get("reason")
             events.append(Finished(_INCOMPLETE.get(str(reason), "length")))

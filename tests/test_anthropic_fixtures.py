@@ -73,6 +73,7 @@ async def test_tool_use_stream_parses_exactly() -> None:
     assert [e.ledger for e in events if isinstance(e, Usage)] == [
         UsageLedger(prompt_total=377, cache_read=0, cache_write=0, uncached=377, output=65)
     ]
+    assert [e.model for e in events if isinstance(e, Usage)] == ["claude-sonnet-4-20250514"]  # message_start's
     assert isinstance(events[-1], Finished) and events[-1].reason == "tool_calls"
 
 

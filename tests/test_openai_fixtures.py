@@ -71,6 +71,7 @@ async def test_openai_parallel_tool_calls_parse_exactly() -> None:
     usage = [e for e in events if isinstance(e, Usage)]
     assert [u.ledger for u in usage] == [UsageLedger(prompt_total=149, output=60, reasoning=0)]
     assert usage[0].ledger.cache_read is None and usage[0].ledger.uncached is None
+    assert usage[0].model == "gpt-4o-2024-08-06"  # the snapshot that answered, not the alias asked for
     # The finish comes with its chunk, before the call it makes ready (the first was ready when the second
     # began): a call cut off by the output limit is known as such before anything could start it.
     assert [type(e).__name__ for e in events][-3:] == ["Finished", "ToolCallReady", "Usage"]

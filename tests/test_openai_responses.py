@@ -79,6 +79,7 @@ async def test_a_recorded_function_call_stream_parses_exactly() -> None:
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": 55,
             },
+            model="gpt-4o-2024-08-06",  # response.completed's: the snapshot that answered
             ts=events[8].ts,
         ),
         Finished("tool_calls", ts=events[9].ts),

@@ -202,6 +202,7 @@ async def test_a_turn_is_a_tree_of_spans_carrying_each_steps_own_figures(
         assert figures["gen_ai.operation.name"] == "chat"
         assert figures["gen_ai.provider.name"] == "sim"  # the simulator is no provider of the conventions' list
         assert figures["gen_ai.request.model"] == begun.model
+        assert figures["gen_ai.response.model"] == begun.model  # what the server's chunks said answered
         assert figures["gen_ai.usage.input_tokens"] == usage.prompt_total
         assert figures["gen_ai.usage.output_tokens"] == usage.output
         assert figures.get("gen_ai.usage.cache_read.input_tokens") == usage.cache_read

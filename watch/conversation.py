@@ -168,6 +168,7 @@ class Conversation:
             cache_note=note,
             figures_by=timings.source if timings is not None else "",
             server_prefill=timings.prefill if timings is not None else None,
+            answered_by=stream.answered_by,
         )
         self.emit(response)
         calls = [ToolCallReady(n, call.id, call.name, call.arguments) for n, call in enumerate(stream.calls)]
