@@ -83,45 +83,46 @@ def call(name: str, seconds: float, **arguments: str) -> dict[str, Any]:
     return {"name": name, "arguments": {**arguments, "seconds": seconds}}
 
 
+def research(query: str, site: str, patterns: tuple[str, str], last: str, answer: str) -> list[dict[str, Any]]:
+    """The task's five steps: three searches at once, three fetches, two greps, one last fetch, then the answer."""
+    return [
+        {
+            "tool_calls": [call("search", s, query=f"{query} ({n})") for n, s in enumerate((1.6, 0.4, 0.3))],
+            "decode_ms": TOOL_DECODE_MS,
+        },
+        {
+            "tool_calls": [
+                call("fetch", s, url=f"https://docs.example/{site}/{n}") for n, s in enumerate((0.9, 0.2, 0.3))
+            ],
+            "decode_ms": TOOL_DECODE_MS,
+        },
+        {
+            "tool_calls": [call("grep", s, pattern=p) for p, s in zip(patterns, (0.2, 0.3), strict=True)],
+            "decode_ms": TOOL_DECODE_MS,
+        },
+        {"tool_calls": [call("fetch", 0.4, url=f"https://docs.example/{site}/{last}")], "decode_ms": TOOL_DECODE_MS},
+        {"text": answer},
+    ]
+
+
 QUERY = "how does the prefix cache decide what to evict when blocks are shared between requests"
-STEPS = [
-    {
-        "tool_calls": [call("search", s, query=f"{QUERY} ({n})") for n, s in enumerate((1.6, 0.4, 0.3))],
-        "decode_ms": TOOL_DECODE_MS,
-    },
-    {
-        "tool_calls": [call("fetch", s, url=f"https://docs.example/cache/{n}") for n, s in enumerate((0.9, 0.2, 0.3))],
-        "decode_ms": TOOL_DECODE_MS,
-    },
-    {
-        "tool_calls": [call("grep", s, pattern=p) for p, s in (("evict", 0.2), ("free_queue", 0.3))],
-        "decode_ms": TOOL_DECODE_MS,
-    },
-    {"tool_calls": [call("fetch", 0.4, url="https://docs.example/cache/lru")], "decode_ms": TOOL_DECODE_MS},
-    {
-        "text": "## How eviction works\n\n"
-        + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 6
-    },
-]
+STEPS = research(
+    QUERY,
+    "cache",
+    ("evict", "free_queue"),
+    "lru",
+    "## How eviction works\n\n" + "Blocks return to a free queue in reverse order, so a prompt's tail goes first. " * 6,
+)
 # Another task the same prompt once led to (another project's cache): what "defaults, wrong guesses" learned from.
 # Same shape and tool times, other arguments, so each guess runs as long as a right one would and is never used.
 OTHER = "how does the scheduler decide which waiting request to preempt when the KV cache runs out"
-WRONG_STEPS = [
-    {
-        "tool_calls": [call("search", s, query=f"{OTHER} ({n})") for n, s in enumerate((1.6, 0.4, 0.3))],
-        "decode_ms": TOOL_DECODE_MS,
-    },
-    {
-        "tool_calls": [call("fetch", s, url=f"https://docs.example/sched/{n}") for n, s in enumerate((0.9, 0.2, 0.3))],
-        "decode_ms": TOOL_DECODE_MS,
-    },
-    {
-        "tool_calls": [call("grep", s, pattern=p) for p, s in (("preempt", 0.2), ("waiting", 0.3))],
-        "decode_ms": TOOL_DECODE_MS,
-    },
-    {"tool_calls": [call("fetch", 0.4, url="https://docs.example/sched/fcfs")], "decode_ms": TOOL_DECODE_MS},
-    {"text": "## How preemption works\n\n" + "The newest running request is preempted first. " * 6},
-]
+WRONG_STEPS = research(
+    OTHER,
+    "sched",
+    ("preempt", "waiting"),
+    "fcfs",
+    "## How preemption works\n\n" + "The newest running request is preempted first. " * 6,
+)
 PROMPT = "Research how the prefix cache evicts shared blocks, then summarize."
 SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
 CONFIGURATIONS = (

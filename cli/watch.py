@@ -38,6 +38,12 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     watch.add_argument("--port", type=int, default=0, metavar="N", help="listen on this port (default: a free one)")
     watch.add_argument("--json", action="store_true", help="stream every event as a JSON line, with its conversation")
     watch.add_argument(
+        "--otel",
+        action="store_true",
+        help="export each conversation's spans over OTLP ([telemetry] otlp_endpoint, OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "else http://localhost:4318)",
+    )
+    watch.add_argument(
         "--run",
         nargs=argparse.REMAINDER,
         metavar="CMD",
@@ -68,7 +74,7 @@ def _watch(args: argparse.Namespace) -> int:
     try:
         upstream = _upstream(args, config, simulator.url if simulator is not None else None)
         if args.run is None and not args.json and sys.stdout.isatty():
-            return _in_the_app(upstream, config, args.port)
+            return _in_the_app(upstream, config, args.port, args.otel)
         running = watch(
             upstream,
             folder=paths.sessions_dir(),
@@ -76,6 +82,8 @@ def _watch(args: argparse.Namespace) -> int:
             json_lines=args.json,
             command=args.run or (),
             secrets=config.secrets(),
+            config=config,
+            otel=args.otel,
         )
         try:
             return asyncio.run(running)
@@ -86,7 +94,7 @@ def _watch(args: argparse.Namespace) -> int:
             simulator.stop()
 
 
-def _in_the_app(upstream: Upstream, config: Config, port: int) -> int:
+def _in_the_app(upstream: Upstream, config: Config, port: int, otel: bool) -> int:
     """The watched traffic in the terminal app, until it is quit."""
     from hotloop import paths
     from hotloop.tui.watch_app import WatchApp
@@ -99,7 +107,7 @@ def _in_the_app(upstream: Upstream, config: Config, port: int) -> int:
         workspace=Path.cwd(),
         secrets=config.secrets(),
     )
-    WatchApp(watched, "127.0.0.1", port, config).run()
+    WatchApp(watched, "127.0.0.1", port, config, otel).run()
     return 0
 
 

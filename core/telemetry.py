@@ -1,11 +1,7 @@
-"""OpenTelemetry spans from the event stream: a turn, its model requests (side requests too), and their tool calls.
+"""OpenTelemetry: a session's event stream (and each watched conversation's) as spans, exported over OTLP.
 
-A sink beside the log: `Session.emit` hands it every event, and it builds the spans after the
-fact from the events' own wall-clock `ts` (`start_time`/`end_time` in ns), so a span says when
-the thing happened, not when the event was seen: parallel tool calls overlap as they ran.
-Names and attributes follow the GenAI semantic conventions (`invoke_agent`, `chat {model}`,
-`execute_tool {name}`, `gen_ai.*`); hotloop's own figures, which the conventions lack, go under
-`hotloop.`. A figure a provider didn't report is left out, never 0.
+A sink beside the log: `Session.emit` hands it every event, and `spans.py` turns them into spans (a turn, its
+model requests, side requests too, and their tool calls), named by the GenAI semantic conventions.
 
 The official SDK exports them over OTLP/HTTP (protobuf) through a `BatchSpanProcessor`: a
 bounded queue emptied by its own thread, so a step never waits on the collector. An unreachable
@@ -18,39 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hotloop import __version__
-from hotloop.agent.events import (
-    AgentEvent,
-    Compacted,
-    Notice,
-    OwnRequest,
-    ProviderSwitched,
-    ResponseFinished,
-    SideRequest,
-    StepFinished,
-    StepStarted,
-    ToolFinished,
-    ToolStarted,
-    TurnFinished,
-    TurnStarted,
-)
-from hotloop.providers.events import TextDelta, UsageLedger
+from hotloop.agent.events import AgentEvent, Notice
+from hotloop.core.spans import Spans
 from hotloop.sessions.masking import Masker
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-    from opentelemetry.trace import Span, Tracer
-    from opentelemetry.util.types import AttributeValue
+    from opentelemetry.trace import Tracer
 
     from hotloop.agent.pricing import StepPricer
     from hotloop.config import Config
@@ -62,7 +40,6 @@ TRACES_PATH = "/v1/traces"
 EXPORT_TIMEOUT = 3.0  # seconds one batch may take, retries included
 CLOSE_WAIT = 5.0  # seconds closing waits for the last batch, whatever the collector does
 QUEUE_SIZE = 2048  # spans held for export; beyond that the oldest are dropped, never a step slowed
-ENDED_BADLY = frozenset({"cancelled", "error", "interrupted"})
 
 
 def traces_endpoint(config: Config, asked: bool, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -89,21 +66,8 @@ def start_telemetry(
     return None if endpoint is None else Telemetry(endpoint, config, notify, conversation)
 
 
-def _ns(ts: float) -> int:
-    return int(ts * 1e9)
-
-
-@dataclass
-class _Step:
-    span: Span
-    provider: str
-    model: str
-    responded: float | None = None  # the ts of its ResponseFinished: the model's part ends there
-    text: list[str] = field(default_factory=list)
-
-
 class Telemetry:
-    """Turns a session's events into spans and exports them; `observe` is the sink, `close` the end."""
+    """Exports a session's spans (and any other stream's); `observe` is the session's sink, `close` the end."""
 
     def __init__(
         self,
@@ -121,12 +85,9 @@ class Telemetry:
         # The SDK logs each failed export with its retries; the user gets one Notice instead (`_failed`).
         logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
         self.endpoint = endpoint
-        self.capture = config.telemetry.capture_content
         self._config = config
-        self._pricer: StepPricer = config.pricer()
         self._masker = Masker(config.secrets())
         self._notify = notify
-        self._conversation = conversation
         self._loop = asyncio.get_running_loop()
         self._warned = False
         exporter = _reporting(OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT), self._failed)
@@ -135,233 +96,19 @@ class Telemetry:
         self._provider: TracerProvider = TracerProvider(resource=resource, shutdown_on_exit=False)
         self._provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=QUEUE_SIZE))
         self._tracer: Tracer = self._provider.get_tracer("hotloop", __version__)
-        self._turn: Span | None = None
-        self._step: _Step | None = None
-        self._tools: dict[str, Span] = {}
-        self._last_ts = 0.0
-
-    # -- the sink ---------------------------------------------------------------------------
+        self.spans = Spans(self._tracer, config, config.pricer(), self._masker, conversation)
+        self._streams: dict[str, Spans] = {}
 
     def observe(self, event: AgentEvent) -> None:
-        """One event of the stream: a span begun, given its figures, or ended."""
-        self._last_ts = max(self._last_ts, event.ts)
-        if isinstance(event, TextDelta):
-            if self.capture and self._step is not None:
-                self._step.text.append(event.text)
-        elif isinstance(event, TurnStarted):
-            self._turn_started(event)
-        elif isinstance(event, StepStarted):
-            self._pricer.learn(event)
-            self._step_started(event)
-        elif isinstance(event, ResponseFinished):
-            if self._step is not None:
-                self._step.responded = event.ts
-                if event.answered_by:
-                    self._step.span.set_attribute("gen_ai.response.model", event.answered_by)
-        elif isinstance(event, ToolStarted):
-            self._tool_started(event)
-        elif isinstance(event, ToolFinished):
-            self._tool_finished(event)
-        elif isinstance(event, StepFinished):
-            self._step_finished(event)
-        elif isinstance(event, TurnFinished):
-            self._turn_finished(event)
-        elif isinstance(event, ProviderSwitched):
-            self._pricer.learn(event)
-        elif isinstance(event, Compacted | SideRequest):
-            self._own_request(event)
+        """One event of the session's stream."""
+        self.spans.observe(event)
 
-    def _turn_started(self, event: TurnStarted) -> None:
-        from opentelemetry.trace import SpanKind
-
-        self._end_open("a new turn began")
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": "hotloop",
-            "hotloop.turn": event.turn,
-        }
-        if (conversation := self._conversation()) is not None:
-            attributes["gen_ai.conversation.id"] = conversation
-        if self.capture:
-            parts = [{"type": "text", "content": self._masked(text)} for text in (event.prompt, event.context) if text]
-            attributes["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": parts}])
-        self._turn = self._tracer.start_span(
-            "invoke_agent hotloop", kind=SpanKind.INTERNAL, attributes=attributes, start_time=_ns(event.ts)
-        )
-
-    def _step_started(self, event: StepStarted) -> None:
-        from opentelemetry.trace import SpanKind
-
-        self._end_step(None, event.ts, "a new step began")
-        attributes = self._request(event.provider, event.model) | {
-            "hotloop.turn": event.turn,
-            "hotloop.step": event.step,
-        }
-        span = self._tracer.start_span(
-            f"chat {event.model}",
-            context=self._under(self._turn),
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=_ns(event.ts),
-        )
-        self._step = _Step(span, event.provider, event.model)
-
-    def _request(self, provider: str, model: str) -> dict[str, AttributeValue]:
-        """What a `chat` span says of where its request went."""
-        settings = self._config.providers.get(provider)
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "chat",
-            # The conventions' names for the vendors' own APIs (`openai`, `anthropic`), else the configured one.
-            "gen_ai.provider.name": settings.sdk if settings is not None and settings.key_required else provider,
-            "gen_ai.request.model": model,
-            "hotloop.provider": provider,
-        }
-        if settings is not None:
-            attributes["hotloop.protocol"] = settings.protocol
-        if tier := self._config.tier_of(provider, model):
-            attributes["hotloop.tier"] = tier
-        return attributes
-
-    def _cost(self, event: StepFinished | OwnRequest) -> dict[str, AttributeValue]:
-        """A request's dollars as the printer prices them; nothing when no price is known."""
-        cost = self._pricer.cost(event)
-        if cost is None:
-            return {}
-        priced = {"hotloop.cost.usd": float(cost.total), "hotloop.cost.source": cost.source}
-        return priced | ({"hotloop.cost.priced_as": cost.priced_as} if cost.priced_as else {})
-
-    def _tool_started(self, event: ToolStarted) -> None:
-        from opentelemetry.trace import SpanKind
-
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": event.name,
-            "gen_ai.tool.call.id": event.call_id,
-            "gen_ai.tool.type": "function",
-            # Dispatched while the model was still answering: its arguments were complete in the stream.
-            "hotloop.tool.early_dispatch": self._step is not None and self._step.responded is None,
-        }
-        if self.capture:
-            attributes["gen_ai.tool.call.arguments"] = self._masked(event.arguments)
-        parent = self._step.span if self._step is not None else self._turn
-        self._tools[event.call_id] = self._tracer.start_span(
-            f"execute_tool {event.name}",
-            context=self._under(parent),
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=_ns(event.ts),
-        )
-
-    def _tool_finished(self, event: ToolFinished) -> None:
-        from opentelemetry.trace import StatusCode
-
-        span = self._tools.pop(event.call_id, None)
-        if span is None:  # a result with no start seen (a memo or a prefetch): it ran for `duration` up to now
-            self._tool_started(
-                ToolStarted(call_id=event.call_id, name=event.name, arguments="", ts=event.ts - event.duration)
-            )
-            span = self._tools.pop(event.call_id)
-        span.set_attribute("hotloop.tool.status", event.status)
-        span.set_attribute("hotloop.tool.duration", event.duration)
-        if event.reused:
-            span.set_attribute("hotloop.tool.reused", event.reused)  # "memo" or "prefetch"
-        if event.reused == "prefetch":
-            span.set_attribute("hotloop.tool.prefetch_ahead", event.ahead)
-        if self.capture:
-            span.set_attribute("gen_ai.tool.call.result", self._masked(event.result))
-        if event.status != "ok":
-            span.set_attribute("error.type", event.status)
-            span.set_status(StatusCode.ERROR, event.status)
-        span.end(end_time=_ns(event.ts))
-
-    def _step_finished(self, event: StepFinished) -> None:
-        step = self._step
-        if step is None:
-            return
-        step.span.set_attributes(_step_attributes(event) | self._cost(event))
-        if self.capture and step.text:
-            message = {"role": "assistant", "parts": [{"type": "text", "content": self._masked("".join(step.text))}]}
-            step.span.set_attribute(
-                "gen_ai.output.messages", json.dumps([{**message, "finish_reason": event.finish_reason}])
-            )
-        self._end_step(event.cut or None, event.ts)
-
-    def _own_request(self, event: OwnRequest) -> None:
-        """A compaction's summary request or a pre-warm: a `chat` span of its own, under the turn if one is open."""
-        from opentelemetry.trace import SpanKind, StatusCode
-
-        kind = event.kind if isinstance(event, SideRequest) else "compaction"
-        attributes = self._request(event.provider, event.model) | _usage_attributes(event.usage)
-        own: dict[str, AttributeValue] = {"hotloop.request.kind": kind, "hotloop.model_time": event.model_time}
-        attributes |= own | self._cost(event)
-        span = self._tracer.start_span(
-            f"chat {event.model}",
-            context=self._under(self._turn),
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=_ns(event.ts - event.model_time),
-        )
-        if isinstance(event, SideRequest) and event.outcome != "answered":
-            span.set_attribute("error.type", event.outcome)
-            span.set_status(StatusCode.ERROR, event.error or event.outcome)
-        span.end(end_time=_ns(event.ts))
-
-    def _turn_finished(self, event: TurnFinished) -> None:
-        from opentelemetry.trace import StatusCode
-
-        self._end_step("cancelled" if event.reason == "cancelled" else None, event.ts)
-        self._end_tools(event.ts)
-        if self._turn is None:
-            return
-        self._turn.set_attribute("hotloop.turn.end", event.reason)
-        self._turn.set_attribute("hotloop.turn.steps", event.steps)
-        if event.reason in ENDED_BADLY:
-            self._turn.set_attribute("error.type", event.reason)
-            self._turn.set_status(StatusCode.ERROR, event.reason)
-        self._turn.end(end_time=_ns(event.ts))
-        self._turn = None
-
-    # -- spans still open ---------------------------------------------------------------------
-
-    def _end_step(self, cut: str | None, ts: float, why: str = "") -> None:
-        """End the open step's span where its model part ended (`cut`: how it stopped short, an error)."""
-        from opentelemetry.trace import StatusCode
-
-        step, self._step = self._step, None
-        if step is None:
-            return
-        if cut or why:
-            step.span.set_attribute("error.type", cut or "interrupted")
-            step.span.set_status(StatusCode.ERROR, cut or why)
-        step.span.end(end_time=_ns(step.responded if step.responded is not None else ts))
-
-    def _end_tools(self, ts: float) -> None:
-        from opentelemetry.trace import StatusCode
-
-        for span in self._tools.values():
-            span.set_status(StatusCode.ERROR, "ended with its turn")
-            span.end(end_time=_ns(ts))
-        self._tools.clear()
-
-    def _end_open(self, why: str) -> None:
-        """End whatever is still open at the last event's time, as an error saying `why`."""
-        from opentelemetry.trace import StatusCode
-
-        self._end_step(None, self._last_ts, why)
-        self._end_tools(self._last_ts)
-        if self._turn is not None:
-            self._turn.set_attribute("error.type", "interrupted")
-            self._turn.set_status(StatusCode.ERROR, why)
-            self._turn.end(end_time=_ns(self._last_ts))
-            self._turn = None
-
-    def _under(self, parent: Span | None) -> Context | None:
-        from opentelemetry.trace import set_span_in_context
-
-        return set_span_in_context(parent) if parent is not None else None
-
-    def _masked(self, text: str) -> str:
-        return self._masker.masked(text.encode()).decode(errors="replace")
+    def stream(self, conversation: str, pricer: Callable[[], StepPricer]) -> Spans:
+        """The spans of another stream of events (a watched conversation, its id), sent by this exporter."""
+        if conversation not in self._streams:
+            spans = Spans(self._tracer, self._config, pricer(), self._masker, lambda: conversation)
+            self._streams[conversation] = spans
+        return self._streams[conversation]
 
     # -- export ---------------------------------------------------------------------------------
 
@@ -379,7 +126,8 @@ class Telemetry:
 
     async def close(self) -> None:
         """End what is open, send what is queued, and stop, waiting at most `CLOSE_WAIT` seconds."""
-        self._end_open("the session closed")
+        for spans in (self.spans, *self._streams.values()):
+            spans.end_open("the session closed")
         done = threading.Event()
 
         def shut_down() -> None:
@@ -389,47 +137,6 @@ class Telemetry:
         # A daemon thread: a collector that never answers can't hold the process up at exit.
         threading.Thread(target=shut_down, name="hotloop-telemetry-close", daemon=True).start()
         await asyncio.to_thread(done.wait, CLOSE_WAIT)
-
-
-def _step_attributes(step: StepFinished) -> dict[str, AttributeValue]:
-    """A finished step's figures as attributes: the conventions' where they have one, `hotloop.` otherwise."""
-    usage = step.usage
-    figures: dict[str, int | float | str | None] = {
-        "gen_ai.response.time_to_first_chunk": step.ttft,
-        "hotloop.decode.tokens_per_second": step.decode_tps,
-        "hotloop.decode.measured_by": (step.figures_by or "hotloop") if step.decode_tps is not None else None,
-        "hotloop.server_prefill_time": step.server_prefill,
-        "hotloop.model_time": step.model_time,
-        "hotloop.step.wall": step.wall,
-        "hotloop.step.tool_count": step.tool_count,
-        "hotloop.step.tool_wall": step.tool_wall,
-        "hotloop.step.tool_sum": step.tool_sum,
-        "hotloop.cache.verdict": step.cache_note or None,
-        "hotloop.route": step.route or None,
-    }
-    attributes: dict[str, AttributeValue] = {name: value for name, value in figures.items() if value is not None}
-    attributes |= _usage_attributes(usage)
-    if step.finish_reason:
-        attributes["gen_ai.response.finish_reasons"] = (step.finish_reason,)
-    return attributes
-
-
-def _usage_attributes(usage: UsageLedger | None) -> dict[str, AttributeValue]:
-    """A request's usage, the figures it reported; none of them when it reported no usage."""
-    if usage is None:
-        return {}
-    figures = {
-        "gen_ai.usage.input_tokens": usage.prompt_total,  # cached tokens included, as the conventions ask
-        "gen_ai.usage.output_tokens": usage.output,
-        "gen_ai.usage.cache_read.input_tokens": usage.cache_read,
-        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write,
-        "gen_ai.usage.reasoning.output_tokens": usage.reasoning,
-        "hotloop.usage.uncached_input_tokens": usage.uncached,  # prefilled from scratch
-        "hotloop.usage.cache_creation_1h.input_tokens": usage.cache_write_1h,
-        "hotloop.usage.below_cache_min": usage.below_cache_min,
-        "hotloop.usage.distrust": usage.distrust,
-    }
-    return {name: value for name, value in figures.items() if value is not None}
 
 
 def _reporting(exporter: SpanExporter, failed: Callable[[], None]) -> SpanExporter:

@@ -12,13 +12,19 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hotloop import InputError
+from hotloop.agent.events import AgentEvent, Notice
+from hotloop.core.telemetry import Telemetry, start_telemetry
 from hotloop.headless.watch_table import HEADING, JsonLines, WatchTable
+from hotloop.watch.conversation import ConversationInfo, Sink
 from hotloop.watch.proxy import Upstream, Watch
+
+if TYPE_CHECKING:
+    from hotloop.config import Config
 
 
 def recipes(url: str) -> list[str]:
@@ -42,7 +48,10 @@ async def watch(
     secrets: Sequence[str] = (),
     out: TextIO | None = None,
     err: TextIO | None = None,
+    config: Config | None = None,
+    otel: bool = False,
 ) -> int:
+    """`config` and `otel` say where spans go, if anywhere (`[telemetry]`, the OTLP variables, `--otel`)."""
     out, err = out or sys.stdout, err or sys.stderr
     lines: list[str] = []
 
@@ -54,7 +63,14 @@ async def watch(
 
     watched = Watch(upstream, lambda conversation, event: None, folder=folder, workspace=Path.cwd(), secrets=secrets)
     table = WatchTable(watched.conversations, line)
-    watched.sink = JsonLines(out, list(secrets)) if json_lines else table
+    sink: Sink = JsonLines(out, list(secrets)) if json_lines else table
+
+    def warned(event: AgentEvent) -> None:  # an export that failed: one line, as a session's notice
+        if isinstance(event, Notice):
+            print(f"{event.level}: {event.message}", file=err, flush=True)
+
+    telemetry = start_telemetry(config, otel, warned, lambda: None) if config is not None else None
+    watched.sink = with_spans(sink, telemetry, watched.conversations) if telemetry is not None else sink
     try:
         url = await watched.start(port=port)
     except OSError as error:
@@ -71,11 +87,24 @@ async def watch(
             await asyncio.Event().wait()
     finally:
         await watched.aclose()
+        if telemetry is not None:
+            await telemetry.close()
         if not json_lines:
             if command:
                 print("\n".join([HEADING, *lines]), file=out)
             print("\n".join(table.summary()), file=out, flush=True)
     return status
+
+
+def with_spans(sink: Sink, telemetry: Telemetry, conversations: Mapping[str, ConversationInfo]) -> Sink:
+    """`sink`, and each watched conversation's events as spans of its own, as a session's are (`--otel`)."""
+
+    def both(conversation: str, event: AgentEvent) -> None:
+        sink(conversation, event)
+        if (info := conversations.get(conversation)) is not None:
+            telemetry.stream(conversation, info.pricer).observe(event)
+
+    return both
 
 
 async def _run(command: Sequence[str], url: str, stdout: TextIO | None) -> int:

@@ -54,8 +54,7 @@ class WatchTable:
             return
         pricer = self._pricers.get(conversation)
         if pricer is None:
-            hourly = {info.provider: info.cost_per_hour} if info.cost_per_hour is not None else {}
-            pricer = self._pricers[conversation] = StepPricer(servers={info.provider: info.base_url}, hourly=hourly)
+            pricer = self._pricers[conversation] = info.pricer()
         pricer.learn(event)
         if isinstance(event, ResponseFinished):
             self._line(self._row(conversation, event, pricer))

@@ -28,6 +28,7 @@ from hotloop.agent.loop import Agent
 from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolRegistry
+from hotloop.core.server_watch import ServerReport
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
@@ -254,3 +255,17 @@ def logged_agent(sim: EmbeddedSimulator, protocol: str, workspace: Path, log: Se
         cache_key=log.id,
     )
     return agent, recorder
+
+
+def drawn(report: ServerReport) -> str:
+    """The server panel as it draws `report`, as text."""
+    from hotloop.tui.widgets.server_panel import ServerPanel
+
+    panel = ServerPanel()
+    panel.report = report
+    return str(panel.render())
+
+
+def rows(panel: str) -> dict[str, str]:
+    """The panel's figures: label → value."""
+    return {line[:18].strip(): line[18:] for line in panel.splitlines()[3:] if line}

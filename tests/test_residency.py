@@ -23,9 +23,9 @@ from hotloop.providers.vllm import ServerInfo, scrape
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import SimConfig
 from hotloop.sim.metrics import RESIDENCY_BUCKETS
-from hotloop.tui.widgets.server_panel import CACHED_FROM, KV_RESIDENCY, ServerPanel
+from hotloop.tui.widgets.server_panel import CACHED_FROM, KV_RESIDENCY
 
-from support import FIXTURES, present, start_sim
+from support import FIXTURES, drawn, present, rows, start_sim
 
 MODEL = "sim-fast"
 LLAMA_CPP = (FIXTURES / "llamacpp" / "metrics_stock.prom").read_text()
@@ -52,16 +52,6 @@ async def settled(provider: OpenAIChatProvider, sim: EmbeddedSimulator) -> Metri
 def reading(text: str, series: str) -> float:
     """One series' value summed over its label sets, as the exposition has it."""
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.split("{")[0] == series)
-
-
-def drawn(report: ServerReport) -> str:
-    panel = ServerPanel()
-    panel.report = report
-    return str(panel.render())
-
-
-def rows(panel: str) -> dict[str, str]:
-    return {line[:18].strip(): line[18:] for line in panel.splitlines()[3:] if line}
 
 
 VLLM = ServerInfo("vllm", (), None, True)

@@ -31,9 +31,8 @@ from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.server_metrics import ServerStats, ServerWatch, parse_metrics
 from hotloop.providers.vllm import ServerInfo, discover, scrape
 from hotloop.sim.engine import SimConfig
-from hotloop.tui.widgets.server_panel import ServerPanel
 
-from support import FIXTURES, present, serving, start_sim, wait_until
+from support import FIXTURES, drawn, present, rows, serving, start_sim, wait_until
 
 RECORDINGS = FIXTURES / "llamacpp"
 METRICS = (RECORDINGS / "metrics_stock.prom").read_text()
@@ -100,17 +99,6 @@ async def read_server(routes: dict[str, tuple[str, str]], model: str) -> tuple[S
             await provider.aclose()
     stats = ServerWatch().observe(sample) if sample is not None else None
     return info, stats, drawn(ServerReport(info, url, model, stats))
-
-
-def drawn(report: ServerReport) -> str:
-    panel = ServerPanel()
-    panel.report = report
-    return str(panel.render())
-
-
-def rows(panel: str) -> dict[str, str]:
-    """The panel's figures: label → value."""
-    return {line[:18].strip(): line[18:] for line in panel.splitlines()[3:] if line}
 
 
 async def test_a_recorded_llama_cpp_server_reads_as_it_reported() -> None:

@@ -351,3 +351,40 @@ def test_an_unreachable_collector_is_one_warning_and_the_run_still_succeeds(isol
     assert len(warnings) == 1 and f"127.0.0.1:{port}/v1/traces" in warnings[0], result.stderr
     assert "Traceback" not in result.stderr and "opentelemetry" not in result.stderr
     assert took < 30  # bounded: the export's own timeout and the close's wait, never a hang
+
+
+WATCHED = """
+import anthropic, openai
+
+chat = openai.OpenAI(api_key="sk-watched-key-0123456789")  # OPENAI_BASE_URL comes from hotloop watch
+chat.chat.completions.create(model="sim-balanced", messages=[{"role": "user", "content": "say hello"}])
+messages = anthropic.Anthropic(api_key="sk-watched-key-0123456789")
+messages.messages.create(model="sim-fast", max_tokens=50, messages=[{"role": "user", "content": "say hi"}])
+"""
+
+
+def test_hotloop_watch_sends_each_watched_conversation_as_spans_of_its_own(
+    isolated_home: Path, receiver: Receiver, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Another agent's traffic, measured by the pass-through: the same spans a session sends, one trace each."""
+    from hotloop.cli import main
+
+    (isolated_home / "config.toml").write_text(
+        "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+        f'[telemetry]\notlp_endpoint = "{receiver.url}"\n'
+    )
+    script = tmp_path / "agent.py"
+    script.write_text(WATCHED)
+    assert main(["watch", "--upstream", "sim", "--json", "--run", sys.executable, str(script)]) == 0
+    events = [json.loads(line) for line in capfd.readouterr().out.splitlines()]
+    finished = {event["conversation"]: event for event in events if event["type"] == "response_finished"}
+    turns = receiver.named("invoke_agent")
+    assert sorted(span.attributes["gen_ai.conversation.id"] for span in turns) == sorted(finished)
+    requests = receiver.named("chat ")
+    assert [span.attributes["gen_ai.response.model"] for span in requests] == ["sim-balanced", "sim-fast"]
+    for turn in turns:
+        (request,) = [span for span in requests if span.trace_id == turn.trace_id]
+        response = finished[turn.attributes["gen_ai.conversation.id"]]
+        assert request.parent_id == turn.span_id
+        assert request.attributes["gen_ai.usage.input_tokens"] == response["usage"]["prompt_total"]
+        assert request.attributes["gen_ai.usage.output_tokens"] == response["usage"]["output"]

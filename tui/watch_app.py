@@ -21,17 +21,21 @@ from hotloop.watch import HOSTED
 
 if TYPE_CHECKING:
     from hotloop.config import Config
+    from hotloop.core.telemetry import Telemetry
     from hotloop.watch import Watch
 
 
 class WatchApp(App[None]):
     TITLE = "hotloop watch"
 
-    def __init__(self, watch: Watch, host: str, port: int, config: Config | None = None) -> None:
-        """`config`: the settings a self-hosted upstream's server panel is asked with (None: no panel)."""
+    def __init__(self, watch: Watch, host: str, port: int, config: Config | None = None, otel: bool = False) -> None:
+        """`config`: the settings a self-hosted upstream's server panel is asked with (None: no panel), and where
+        spans go (with `otel`, `--otel`: the local collector if none is configured)."""
         super().__init__()
         self.watch_ = watch
         self.config = config
+        self.otel = otel
+        self.telemetry: Telemetry | None = None
         self.host, self.port = host, port
         self._palette: Palette | None = None
         self.url = ""
@@ -45,6 +49,13 @@ class WatchApp(App[None]):
         self.url = await self.watch_.start(self.host, self.port)
         screen = WatchScreen((self.url, str(self.watch_.upstream)), time.perf_counter, self.palette)
         await self.push_screen(screen)
+        if self.config is not None:
+            from hotloop.core.telemetry import start_telemetry
+
+            # A failed export is one line, as the pass-through's own are: a toast.
+            self.telemetry = start_telemetry(
+                self.config, self.otel, lambda e: self._deliver(screen, "", e), lambda: None
+            )
         self.watch_.sink = lambda conversation, event: self._deliver(screen, conversation, event)
         if self.config is not None and self.watch_.upstream != HOSTED:
             self._follow_server(screen, self.config)
@@ -80,6 +91,8 @@ class WatchApp(App[None]):
         info = self.watch_.conversations.get(conversation)
         if info is not None:
             screen.deliver(info, event)
+            if self.telemetry is not None:
+                self.telemetry.stream(conversation, info.pricer).observe(event)
         elif isinstance(event, Notice):
             self.notify(inert(event.message), severity="error" if event.level == "error" else "warning", markup=False)
 
@@ -91,3 +104,5 @@ class WatchApp(App[None]):
 
     async def on_unmount(self) -> None:
         await self.watch_.aclose()
+        if self.telemetry is not None:
+            await self.telemetry.close()

@@ -33,6 +33,7 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.loop import step_finished
+from hotloop.agent.pricing import StepPricer
 from hotloop.agent.step import CANCELLED_RESULT
 from hotloop.agent.tool_runner import ToolPhase
 from hotloop.providers.events import CUT_SHORT, ModelEvent, ProviderWarning, ServerHint, ToolCallReady
@@ -60,6 +61,11 @@ class ConversationInfo:
     base_url: str  # the upstream's, to price its steps by
     cost_per_hour: float | None  # the configured provider's, for a self-hosted upstream
     path: str  # the session log
+
+    def pricer(self) -> StepPricer:
+        """Prices the conversation's requests: by the upstream's URL, or the configured cost of its hour."""
+        hourly = {self.provider: self.cost_per_hour} if self.cost_per_hour is not None else {}
+        return StepPricer(servers={self.provider: self.base_url}, hourly=hourly)
 
 
 @dataclass

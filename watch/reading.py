@@ -177,7 +177,8 @@ class ResponseReader:
             choices.append(
                 {"index": choice.get("index", 0), "delta": message, "finish_reason": choice.get("finish_reason")}
             )
-        chunk = {"choices": choices, "usage": answer.get("usage"), "timings": answer.get("timings")}
+        chunk = {"choices": choices, "model": answer.get("model") or "", "usage": answer.get("usage")}
+        chunk["timings"] = answer.get("timings")
         return self._chat.feed(msgspec.convert(chunk, Chunk))
 
     def _whole_responses(self, answer: dict[str, Any]) -> list[ModelEvent]:
@@ -198,7 +199,8 @@ class ResponseReader:
     def _whole_message(self, answer: dict[str, Any]) -> list[ModelEvent]:
         usage = answer.get("usage")
         feed = self._messages.feed
-        events = feed(msgspec.convert({"type": "message_start", "message": {"usage": usage}}, AnthropicEvent))
+        head = {"usage": usage, "model": answer.get("model") or ""}
+        events = feed(msgspec.convert({"type": "message_start", "message": head}, AnthropicEvent))
         for index, block in enumerate(answer.get("content") or ()):
             events += feed(
                 msgspec.convert({"type": "content_block_start", "index": index, "content_block": block}, AnthropicEvent)
