@@ -11,7 +11,15 @@ from decimal import Decimal
 from pathlib import Path
 
 from hotloop.agent.cache_lifetime import CacheRhythm, compare_lifetimes, input_price
-from hotloop.agent.events import AgentEvent, Notice, ResponseFinished, StepFinished, StepStarted, TurnStarted
+from hotloop.agent.events import (
+    AgentEvent,
+    Notice,
+    ResponseFinished,
+    SideRequest,
+    StepFinished,
+    StepStarted,
+    TurnStarted,
+)
 from hotloop.agent.pricing import StepPricer
 from hotloop.config import ANTHROPIC_URL, load_config
 from hotloop.core.session import Session, SessionOptions
@@ -152,3 +160,21 @@ def test_the_explainer_judges_expiry_by_the_lifetime_the_last_write_asked() -> N
     assert verdict(hour=True).startswith(
         "cache miss: evicted: nothing changed, yet the server no longer had the prefix"
     )
+
+
+def test_the_status_bars_cost_detail_says_the_lifetime_as_text_not_markup() -> None:
+    from rich.text import Text
+
+    from hotloop.agent.figures import SessionTotals
+    from hotloop.tui.widgets.status_bar import StatusBar
+
+    bar = StatusBar()
+    totals = SessionTotals()
+    totals.add(SideRequest(kind="pre-warm", why="start", provider="sim", model="m", usage=None, model_time=0.1))
+    bar.totals = totals
+    bar.show_detail("cache writes: 5-minute, as configured ([providers] cache_ttl)")
+    assert isinstance(bar.tooltip, Text)
+    assert bar.tooltip.plain.splitlines() == [
+        "0 steps and 1 pre-warm (side requests): price unknown",
+        "cache writes: 5-minute, as configured ([providers] cache_ttl)",
+    ]

@@ -78,12 +78,11 @@ class StatusBar(Static):
     def show_detail(self, lifetime: str | None) -> None:
         """The cost's detail, as a tooltip: what the totals count, and on Anthropic the cache lifetime and why."""
         totals = self.totals
-        lines = [f"{totals.cost} over {counted(totals.steps, 'step')}"]
-        if totals.side_requests:
-            lines.append(f"includes {counted(totals.side_requests, 'pre-warm')} (side requests, not steps)")
+        side = f" and {counted(totals.side_requests, 'pre-warm')} (side requests)" if totals.side_requests else ""
+        lines = [f"{counted(totals.steps, 'step')}{side}: {totals.cost}"]
         if lifetime is not None:
             lines.append(lifetime)
-        self.tooltip = "\n".join(lines)
+        self.tooltip = Text("\n".join(lines))  # not markup: "[providers]" is text
 
     def _context_meter(self) -> Text:
         if self.context is None:
