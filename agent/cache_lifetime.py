@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from hotloop.agent.events import AgentEvent, Compacted, ResponseFinished, SideRequest, StepStarted, TurnStarted
-from hotloop.agent.pricing import Ttl, price_step
+from hotloop.agent.figures import counted
+from hotloop.agent.pricing import Ttl, money, price_step
 from hotloop.providers.events import UsageLedger
 
 LIFETIME: dict[Ttl, float] = {"5m": 300.0, "1h": 3600.0}
@@ -101,16 +102,15 @@ class CacheRhythm:
         pauses = [use.gap for use in self.uses if use.after_pause and use.gap is not None]
         long = sum(gap > LIFETIME["5m"] for gap in pauses)
         if cost["1h"] < cost["5m"]:
-            why = f"{long} of your {len(pauses)} pauses outlived 5 minutes"
-            return Choice("1h", why, cost)
+            return Choice("1h", f"{long} of your {counted(len(pauses), 'pause')} outlived 5 minutes", cost)
         if not pauses:
             return Choice("5m", "no pause between turns yet", cost)
-        why = f"{'no' if not long else f'only {long} of your {len(pauses)}'} pauses outlived 5 minutes"
-        return Choice("5m", f"{why}, the longest {_minutes(max(pauses))}", cost)
+        some = f"only {long} of your {counted(len(pauses), 'pause')}" if long else "no pause"
+        return Choice("5m", f"{some} outlived 5 minutes, the longest {_minutes(max(pauses))}", cost)
 
 
 def compare_lifetimes(rhythm: CacheRhythm, price: Callable[[Decimal], Decimal | None]) -> str | None:
-    """`1-hour writes would have saved $0.41 this session (2 of your 3 pauses outlived 5 minutes)`; None without a
+    """`1-hour writes would have saved $0.4100 this session (2 of your 3 pauses outlived 5 minutes)`; None without a
     request that reported its writes. `price` turns input-token equivalents into dollars, None without a price."""
     choice = rhythm.choice()
     if choice is None:
@@ -118,7 +118,7 @@ def compare_lifetimes(rhythm: CacheRhythm, price: Callable[[Decimal], Decimal | 
     other: Ttl = "1h" if rhythm.wrote == "5m" else "5m"
     difference = choice.cost[rhythm.wrote] - choice.cost[other]
     dollars = price(abs(difference))
-    amount = f"${dollars:.2f}" if dollars is not None else f"≈ {abs(difference):,.0f} input tokens' worth"
+    amount = money(dollars) if dollars is not None else f"≈ {abs(difference):,.0f} input tokens' worth"
     name = TTL_NAMES[other]
     if not difference:
         return f"{name} writes would have cost the same this session ({choice.why})"

@@ -70,14 +70,14 @@ def test_short_pauses_keep_five_minute_writes_and_say_what_an_hour_would_cost() 
     # 5m: 100,000 × 1.25, then 100,000 × 0.1 + 5,000 × 1.25, then 105,000 × 0.1 + 2,000 × 1.25.
     # 1h: the same reads, every write at 2×.
     assert choice.cost == {"5m": Decimal(154_250), "1h": Decimal(234_500)}
-    assert (choice.ttl, choice.why) == ("5m", "no pauses outlived 5 minutes, the longest 2 min 10 s")
+    assert (choice.ttl, choice.why) == ("5m", "no pause outlived 5 minutes, the longest 2 min 10 s")
     price = input_price(MODEL, ANTHROPIC_URL)  # $3 a million input tokens: 80,250 × 3 / 1e6 = $0.24
     assert compare_lifetimes(rhythm, price) == (
-        "1-hour writes would have cost $0.24 more this session (no pauses outlived 5 minutes, the longest 2 min 10 s)"
+        "1-hour writes would have cost $0.2408 more this session (no pause outlived 5 minutes, the longest 2 min 10 s)"
     )
     assert compare_lifetimes(rhythm, lambda equivalents: None) == (  # no price: the difference in tokens
         "1-hour writes would have cost ≈ 80,250 input tokens' worth more this session "
-        "(no pauses outlived 5 minutes, the longest 2 min 10 s)"
+        "(no pause outlived 5 minutes, the longest 2 min 10 s)"
     )
 
 
@@ -86,12 +86,12 @@ def test_a_pause_past_five_minutes_makes_one_hour_writes_the_choice_and_prices_t
     choice = present(rhythm_of(events).choice())
     # 5m writes the whole 107,000 again at 1.25×; 1h reads the 105,000 it kept and writes 2,000 at 2×.
     assert choice.cost == {"5m": Decimal(275_000), "1h": Decimal(234_500)}
-    assert (choice.ttl, choice.why) == ("1h", "1 of your 1 pauses outlived 5 minutes")
+    assert (choice.ttl, choice.why) == ("1h", "1 of your 1 pause outlived 5 minutes")
     # The waterfall's line, at the price table's input price: 40,500 × $3 / 1e6.
     pricer = StepPricer(servers={"anthropic": ANTHROPIC_URL})
     assert lifetime_line(events, pricer) == (
-        "cache lifetime: written 5-minute · 1-hour writes would have saved $0.12 this session "
-        "(1 of your 1 pauses outlived 5 minutes)"
+        "cache lifetime: written 5-minute · 1-hour writes would have saved $0.1215 this session "
+        "(1 of your 1 pause outlived 5 minutes)"
     )
 
 
