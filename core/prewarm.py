@@ -153,7 +153,8 @@ class Prewarmer:
             return None
         self.cancel_idle()
         previous = self.task
-        self.task = asyncio.create_task(self._send(runtime, Target(settings, provider.model), request, why, previous))
+        target = Target(settings, provider.model)
+        self.task = asyncio.create_task(self._send(runtime, target, request, why, previous, _ttl(provider)))
         return self.task
 
     def turn_started(self) -> None:
@@ -185,12 +186,7 @@ class Prewarmer:
     def _choose_lifetime(self, provider: Provider) -> None:
         """Write for 1 hour from the next request on once the session's pauses make that cheaper, and back."""
         choice = self.rhythm.choice()
-        if provider.protocol != "anthropic" or choice is None or choice.ttl == _ttl(provider):
-            return
-        from hotloop.providers.anthropic import AnthropicProvider  # loaded already: the provider is one
-
-        if isinstance(provider, AnthropicProvider):
-            provider.cache_ttl = choice.ttl
+        if choice is not None and choice.ttl != _ttl(provider) and _write_for(provider, choice.ttl):
             said = f"cache lifetime: {TTL_NAMES[choice.ttl]} writes from the next request on: {choice.why}"
             self.emit(Notice(level="info", message=said))
 
@@ -219,13 +215,20 @@ class Prewarmer:
             await asyncio.gather(self.task, return_exceptions=True)
 
     async def _send(
-        self, runtime: Runtime, target: Target, request: ChatRequest, why: Why, previous: asyncio.Task[None] | None
+        self,
+        runtime: Runtime,
+        target: Target,
+        request: ChatRequest,
+        why: Why,
+        previous: asyncio.Task[None] | None,
+        ttl: Ttl,
     ) -> None:
         if previous is not None and not previous.done():
             previous.cancel()  # the prefix it was warming is no longer the one the next step sends
         if why != "idle":
             await asyncio.sleep(self.delay)
         provider = await runtime.helper(target)  # its own instance: the main agent's model never changes
+        _write_for(provider, ttl)  # the lifetime the steps write for: a 5-minute pre-warm would expire under them
         started = time.perf_counter()
         usage: UsageLedger | None = None
 
@@ -261,3 +264,15 @@ def _ttl(provider: Provider) -> Ttl:
     """The lifetime `provider` writes its cache for: an Anthropic provider's choice; "5m" names the rest's none."""
     ttl: Ttl = getattr(provider, "cache_ttl", "5m")
     return ttl
+
+
+def _write_for(provider: Provider, ttl: Ttl) -> bool:
+    """Ask `provider`'s cache writes for `ttl`, if it is an Anthropic provider (the only kind with a choice)."""
+    if provider.protocol != "anthropic":
+        return False
+    from hotloop.providers.anthropic import AnthropicProvider  # loaded already: the provider is one
+
+    if isinstance(provider, AnthropicProvider):
+        provider.cache_ttl = ttl
+        return True
+    return False

@@ -26,7 +26,7 @@ from hotloop.core.session import Session, SessionOptions
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.waterfall import lifetime_line
 
-from support import present
+from support import present, wait_until
 
 T0 = 1_700_000_000.0
 MODEL = "claude-sonnet-4-5"
@@ -110,11 +110,12 @@ async def test_auto_switches_the_simulators_anthropic_side_to_one_hour_writes(
     isolated_home: Path, workspace: Path
 ) -> None:
     (isolated_home / "config.toml").write_text(
-        '[routing]\ntitles = false\n[cache]\nprewarm = "off"\n'
+        "[routing]\ntitles = false\n"
         "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\ncache_min_tokens = 64\n"
     )
     events: list[AgentEvent] = []
     session = Session(load_config(), SessionOptions(provider="sim-anthropic", workspace=workspace), events.append)
+    session.prewarmer.delay = 60.0  # no start pre-warm: the first request is the first step's
     await session.open()
     try:
         # What the session has seen so far: a pause of 400 s between two turns (a test can't wait it out).
@@ -130,6 +131,10 @@ async def test_auto_switches_the_simulators_anthropic_side_to_one_hour_writes(
         last = [e for e in events if isinstance(e, StepFinished)][-1]
         usage = present(last.usage)
         assert usage.cache_write and usage.cache_write_1h == usage.cache_write  # billed as the server split them
+        # The idle pre-warm writes for the lifetime the steps chose: a 5-minute one would expire under them.
+        session.prewarmer.after_turn(present(session.agent), lifetime=0.0)
+        await wait_until(lambda: any(isinstance(e, SideRequest) for e in events), what="the idle pre-warm")
+        assert b'"ttl":"1h"' in requests[-1].body and b'"max_tokens":1,' in requests[-1].body
     finally:
         await session.close()
 
