@@ -130,11 +130,15 @@ class Prewarmer:
         self._preempted = False  # the running pre-warm was cancelled for a turn, not by close()
 
     def start(self, agent: Agent, why: Why) -> asyncio.Task[None] | None:
-        """Send `agent`'s static prefix ahead in the background, if the verdict says so; the task, if one went."""
+        """Send `agent`'s static prefix ahead in the background, if the verdict says so; the task, if one went.
+
+        First, on Anthropic, the cache lifetime the session's pauses so far choose (`cache_ttl = "auto"`)."""
         config, runtime, provider = self._config(), self._runtime(), agent.provider
         settings = config.providers.get(provider.name)
         if settings is None or runtime is None:
             return None
+        if settings.cache_ttl == "auto":  # a resumed session's pauses, or a provider switched to, choose at once
+            self._choose_lifetime(provider)
         request = prewarm_request(agent)
         tokens = len(msgspec.json.encode(request)) // CHARS_PER_TOKEN
         judged = verdict(config.cache, provider, tokens, _ttl(provider))

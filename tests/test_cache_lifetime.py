@@ -183,3 +183,31 @@ def test_the_status_bars_cost_detail_says_the_lifetime_as_text_not_markup() -> N
         "0 steps and 1 pre-warm (side requests): price unknown",
         "cache writes: 5-minute, as configured ([providers] cache_ttl)",
     ]
+
+
+async def test_a_resumed_session_writes_for_the_lifetime_its_pauses_chose(isolated_home: Path, workspace: Path) -> None:
+    (isolated_home / "config.toml").write_text(
+        '[routing]\ntitles = false\n[cache]\nprewarm = "off"\n'
+        "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\ncache_min_tokens = 64\n"
+    )
+    first = Session(load_config(), SessionOptions(provider="sim-anthropic", workspace=workspace), lambda e: None)
+    await first.open()
+    try:
+        await first.turn("hello")
+        log = present(first.log)
+        for event in session_with_a_pause(400, t0=time.time() - 415):  # as if the log held a 400 s pause
+            log.write(event)
+    finally:
+        await first.close()
+    events: list[AgentEvent] = []
+    options = SessionOptions(provider="sim-anthropic", workspace=workspace, resume=log.path)
+    resumed = Session(load_config(), options, events.append)
+    await resumed.open()
+    try:
+        said = [e.message for e in events if isinstance(e, Notice) and e.message.startswith("cache lifetime")]
+        assert said and said[0].startswith("cache lifetime: 1-hour writes from the next request on: ")
+        await resumed.turn("again")
+        requests = present(present(resumed.runtime).simulator).server.requests
+        assert b'"ttl":"1h"' in requests[-1].body
+    finally:
+        await resumed.close()
