@@ -46,7 +46,7 @@ from hotloop.core.context_meter import ContextMeter
 from hotloop.core.log_keeper import LogKeeper
 from hotloop.core.mcp_controls import McpControls
 from hotloop.core.prewarm import Prewarmer
-from hotloop.core.server_watch import ServerFollower, ServerReport
+from hotloop.core.server_watch import ServerFollower
 from hotloop.core.switch_menu import SwitchOption, probe_all, switch_options
 from hotloop.core.telemetry import Telemetry, start_telemetry  # imports the SDK only when configured
 from hotloop.providers.events import CUT_SHORT
@@ -129,7 +129,8 @@ class Session(McpControls):
         self.meter = ContextMeter()
         self._turns = 0  # turns in flight
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
-        self.server = ServerFollower(lambda: self.runtime, self._provider_now, lambda: self.busy)
+        # What the provider's server says of itself (`server_watch.py`), once a frontend follows it.
+        self.server = ServerFollower(lambda: self.runtime, self._provider, lambda: self.busy)
         self._ready = False
         self.telemetry: Telemetry | None = None  # spans of the stream (`core/telemetry.py`), from open() on
         self.prewarmer = Prewarmer(lambda: self.config, lambda: self.runtime, self.emit)  # core/prewarm.py
@@ -365,6 +366,9 @@ class Session(McpControls):
         """On Anthropic: the lifetime the cache is written for, why, and what the other would have cost so far."""
         return self.prewarmer.lifetime_detail(self.agent.provider) if self.agent is not None else None
 
+    def _provider(self) -> Provider | None:
+        return self.agent.provider if self.agent is not None else None
+
     def tier_label(self, provider: str, model: str) -> str | None:
         """The tier that names this provider and model, as the status bar shows it (`auto → fast`)."""
         tier = self.config.tier_of(provider, model)
@@ -416,13 +420,6 @@ class Session(McpControls):
     async def switch_options(self) -> list[SwitchOption]:
         """Every tier, provider and model, each with what switching to it would cost now."""
         return switch_options(self.config, self.agent, await self._probes if self._probes is not None else {})
-
-    def watch_server(self, report: Callable[[ServerReport | None], None]) -> None:
-        """Report what the current provider's server says of itself (`server_watch.py`), from now until closed."""
-        self.server.follow(report)
-
-    def _provider_now(self) -> Provider | None:
-        return self.agent.provider if self.agent is not None else None
 
     # -- closing ------------------------------------------------------------------------
 

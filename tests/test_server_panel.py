@@ -325,7 +325,7 @@ async def test_running_drops_to_zero_soon_after_a_cancelled_turn(
         session = Session(load_config(), options, emit=lambda event: None)
         try:
             await session.open()
-            session.watch_server(reports.append)
+            session.server.follow(reports.append)
             turn = asyncio.create_task(session.turn("go"))
             await wait_until(lambda: running() == 1)
             turn.cancel()

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.agent.tools.processes import RUN_ID
+from hotloop.agent.tools import shell
+from hotloop.agent.tools.processes import RUN_ID, subreaper_problem
 from hotloop.agent.tools.registry import OUTPUT_LIMIT, ToolContext, ToolError, cap_output
 from hotloop.agent.tools.sandbox import bwrap_argv, bwrap_problem, sandbox_problem
 from hotloop.agent.tools.shell import ShellSettings, sandbox_notice, shell_tool
@@ -176,6 +178,149 @@ async def test_what_left_the_group_is_stopped_at_a_cancel(tmp_path: Path) -> Non
         await task
     pids = pids_in(pane.text)
     await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+
+
+# A process that clears its environment and leaves the group, double-forked: its parent (the subshell) has
+# exited before the command's end, so only the subreaper keeps it a descendant of the call.
+ORPHANED_BARE = (
+    "(setsid env -i sh -c 'echo $$ > d.pid; exec sleep 300' >/dev/null 2>&1 &); "
+    "until [ -s d.pid ]; do sleep 0.01; done; cat d.pid"
+)
+needs_subreaper = pytest.mark.skipif(subreaper_problem() is not None, reason=f"no subreaper: {subreaper_problem()}")
+
+
+def gone(pid: int) -> bool:
+    """Not even a zombie: reaped."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def zombie_children() -> list[int]:
+    """This process's children that have exited and that no one has reaped."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+        except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
+            continue
+        if state == "Z" and int(parent) == os.getpid():
+            found.append(int(entry))
+    return found
+
+
+@needs_setsid
+@needs_subreaper
+async def test_an_orphan_that_cleared_its_environment_is_stopped_when_the_command_ends(tmp_path: Path) -> None:
+    result = await run(tmp_path, ORPHANED_BARE)
+    assert result.startswith("exit 0 · ")
+    [pid] = pids_in(result)
+    # Killed and reaped by the call's subreaper before the call returned: not left to a container's init.
+    assert gone(pid)
+    assert not zombie_children()
+
+
+@needs_setsid
+@needs_subreaper
+async def test_an_orphan_that_cleared_its_environment_is_stopped_at_a_timeout(tmp_path: Path) -> None:
+    with pytest.raises(ToolError) as error:
+        await run(tmp_path, f"{ORPHANED_BARE}; sleep 100", timeout=2)
+    assert str(error.value).startswith("timed out after 2 s; the command was killed\n")
+    [pid] = pids_in(str(error.value))
+    assert gone(pid)
+    assert not zombie_children()
+
+
+@needs_setsid
+@needs_subreaper
+async def test_an_orphan_that_cleared_its_environment_is_stopped_at_a_cancel(tmp_path: Path) -> None:
+    pane = Pane()
+    task = run(tmp_path, f"{ORPHANED_BARE}; sleep 100", pane)
+    await wait_until(lambda: len(pids_in(pane.text)) == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [pid] = pids_in(pane.text)
+    assert gone(pid)
+    assert not zombie_children()
+
+
+# What a command can see of how it was started: its environment, the signals the shell ignores and those
+# its children start with blocked, its session and group (its own), its open files.
+SEEN = (
+    "env | grep -v ^HOTLOOP_RUN_ID= | sort; grep -E '^SigIgn' /proc/$$/status; grep -E '^SigBlk' /proc/self/status; "
+    "ps -o sid=,pgid= -p $$ | tr -s ' '; echo $$; cd /proc/$$/fd && echo *"
+)
+
+
+@needs_subreaper
+async def test_the_subreaper_changes_nothing_a_command_sees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LC_ALL", "C")  # a C locale: Python's start would add LC_CTYPE to its own environment
+    reaped = await run(tmp_path, SEEN)
+    monkeypatch.setattr(shell, "use_subreaper", False)
+    direct = await run(tmp_path, SEEN)
+
+    def seen(result: str) -> list[str]:
+        lines = result.rstrip("\n").split("\n")[1:]
+        pid = lines[-2]
+        assert lines[-3].split() == [pid, pid]  # its own session and group
+        return lines[:-3] + lines[-1:]
+
+    assert seen(reaped) == seen(direct)
+    assert "LC_CTYPE" not in reaped
+    ignored = int(re.findall(r"SigIgn:\t(\w+)", reaped)[0], 16)
+    assert not ignored & (1 << signal.SIGPIPE - 1 | 1 << signal.SIGXFSZ - 1)  # which Python's start ignores
+
+
+@needs_setsid
+async def test_without_a_subreaper_the_reason_is_said_once_and_commands_run_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reason = "a subreaper (prctl PR_SET_CHILD_SUBREAPER) is Linux's alone"
+    monkeypatch.setattr(shell, "subreaper_problem", lambda: reason)
+    notice = sandbox_notice(ShellSettings())
+    assert notice == (
+        "run_shell can't keep what a command leaves running as its descendant here: one that clears its "
+        f"environment and leaves its process group may outlive the call ({reason})"
+    )
+    if sandbox_problem() is None:  # sandboxed, a command needs no subreaper: its PID namespace ends with bwrap
+        assert sandbox_notice(ShellSettings(sandbox="workspace-write")) is None
+    result = await run(tmp_path, f"echo $PPID; {ESCAPING}")
+    assert int(result.split("\n")[1]) == os.getpid()  # the shell is hotloop's own child, as before
+    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)[1:]), timeout=5)
+
+
+@needs_subreaper
+async def test_a_command_that_signals_its_parent_still_ends_whole(tmp_path: Path) -> None:
+    # SIGTERM to the subreaper is ignored; SIGKILL ends it, and the sweep falls back to the group and the tag.
+    assert (await run(tmp_path, "kill $PPID; echo still here")).endswith("\nstill here\n")
+    result = await run(tmp_path, "kill -9 $PPID; sleep 100 & echo $!; wait", timeout=10)
+    assert result.startswith("killed by SIGKILL · ")
+    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)), timeout=5)
+
+
+# A hotloop that runs a command which prints its background child's pid, then waits to be killed.
+HOTLOOP_RUNNING = """
+import asyncio, sys
+from pathlib import Path
+from hotloop.agent.tools.registry import ToolContext
+from hotloop.agent.tools.shell import ShellSettings, shell_tool
+tool = shell_tool(ShellSettings(), set())
+context = ToolContext("c1", Path(sys.argv[1]), lambda text: print(text, end="", flush=True))
+asyncio.run(tool.handler({"command": "sleep 100 & echo $!; wait"}, context))
+"""
+
+
+@needs_subreaper
+async def test_when_hotloop_dies_its_commands_die_with_it(tmp_path: Path) -> None:
+    hotloop = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOTLOOP_RUNNING, str(tmp_path), stdout=asyncio.subprocess.PIPE
+    )
+    assert hotloop.stdout is not None
+    pid = int(await asyncio.wait_for(hotloop.stdout.readline(), timeout=15))
+    assert not dead(pid)
+    hotloop.kill()  # no sweep: the subreaper reads EOF on its socket, kills what is below it and exits
+    await hotloop.wait()
+    await wait_until(lambda: dead(pid), timeout=5)
 
 
 # Credentials by other names, agents' sockets, and a variable no one listed: none reaches a command.

@@ -246,7 +246,7 @@ async def test_the_last_minute_empties_after_a_minute_without_requests(
     session = Session(load_config(), SessionOptions(workspace=workspace), emit=lambda event: None)
     try:
         await session.open()
-        session.watch_server(reports.append)
+        session.server.follow(reports.append)
         await session.turn("list the files")
         after_turn = clock.now
         await wait_until(lambda: clock.now > after_turn + 90)  # the scrapes of a minute and a half of quiet

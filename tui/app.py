@@ -169,7 +169,7 @@ class HotloopApp(App[None]):
                 status.state = "connecting…"
                 wait = min(wait * 2, RECONNECT_MAX)
         self.main.show_provider()
-        self.session.watch_server(self.main.server_report)
+        self.session.server.follow(self.main.server_report)
         status.state = "ready"
         self.main.next_prompt()
 

@@ -12,7 +12,8 @@ Everything a call started goes when it ends, however it ends (see `processes.py`
 a cancel (Esc) its processes get SIGTERM, then SIGKILL after KILL_GRACE; after a normal exit,
 whatever the command left running in the background is stopped the same way, since nothing would
 ever stop it otherwise and it may hold the output pipe open. That includes what left the process
-group (`setsid`, a double fork), found by a tag in its environment.
+group (`setsid`, a double fork), found by a tag in its environment and, on Linux, because it stays a
+descendant of the subreaper the shell runs under (`subreaper.py`) even once its parent has exited.
 
 The model reads the head and the tail of a long output, with the cut said between them (the tail
 is where a command says what failed); the pane gets all of it as it comes.
@@ -26,6 +27,8 @@ import collections
 import os
 import secrets
 import signal
+import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
@@ -34,7 +37,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from hotloop.agent.tools.processes import KILL_GRACE, RUN_ID, stop
+from hotloop.agent.tools.processes import KILL_GRACE, RUN_ID, SUBREAPER, stop, subreaper_problem
 from hotloop.agent.tools.registry import OUTPUT_LIMIT, Tool, ToolContext, ToolError, cap_output
 from hotloop.agent.tools.sandbox import NO_BWRAP, bwrap_argv, bwrap_problem, find_bwrap, sandbox_problem
 from hotloop.agent.tools.workspace import real_root
@@ -42,6 +45,7 @@ from hotloop.secret_policy import allowed_environment
 
 DRAIN = 0.2  # seconds to wait, after the command exits, for output still in the pipe
 VARIABLE = r"^[A-Za-z_][A-Za-z0-9_]*$"  # lower case too: http_proxy and its kin are spelled so
+use_subreaper = True  # off only to measure the path without it (benchmarks/shell_reaper.py)
 
 
 class ShellSettings(Struct, frozen=True, forbid_unknown_fields=True):
@@ -72,10 +76,22 @@ def command_environment(workspace: Path, settings: ShellSettings, hidden_env: It
 
 
 def sandbox_notice(settings: ShellSettings) -> str | None:
-    """The one warning to show when the sandbox asked for can't be provided; None when all is as configured."""
-    if settings.sandbox == "off" or (problem := sandbox_problem()) is None:
-        return None
-    return f"run_shell's sandbox is unavailable, commands will run unsandboxed: {problem}"
+    """The one warning to show when commands can't be contained as configured; None when all is as configured.
+
+    Without the sandbox asked for, or without it and without a subreaper (see processes.py).
+    """
+    sandboxed = settings.sandbox != "off" and (problem := sandbox_problem()) is None
+    said = (
+        []
+        if settings.sandbox == "off" or sandboxed
+        else [f"run_shell's sandbox is unavailable, commands will run unsandboxed: {problem}"]
+    )
+    if not sandboxed and (missing := subreaper_problem()) is not None:
+        said.append(
+            "run_shell can't keep what a command leaves running as its descendant here: one that clears its "
+            f"environment and leaves its process group may outlive the call ({missing})"
+        )
+    return "; ".join(said) or None
 
 
 @cache
@@ -118,12 +134,20 @@ class _Captured:
 
 
 class _Command(asyncio.SubprocessProtocol):
-    """The running command: its output decoded as it arrives, when it exited, and when its pipe closed."""
+    """The running command: its output decoded as it arrives, when it exited, and when its pipe closed.
+
+    Under a subreaper, the process started is the subreaper: it tells (`told`) the shell's pid and when
+    it started, then its exit status; `gone` is when the process started has exited, either way.
+    """
 
     def __init__(self, emit: Callable[[str], None], limit: int) -> None:
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[None] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
+        self.gone: asyncio.Future[None] = loop.create_future()
+        # The shell's pid and start on the monotonic clock; why it could not start; None if the subreaper died first.
+        self.spawned: asyncio.Future[tuple[int, float] | OSError | None] = loop.create_future()
+        self._code: int | None = None
         self.output = _Captured(limit)
         self._emit = emit
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -141,16 +165,44 @@ class _Command(asyncio.SubprocessProtocol):
         _settle(self.closed)
 
     def process_exited(self) -> None:
+        _settle(self.gone)
         _settle(self.exited)
+        if not self.spawned.done():
+            self.spawned.set_result(None)
+
+    def told(self, line: str) -> None:
+        """A line from the subreaper: `pid PID STARTED`, `exit CODE` or `error ERRNO MESSAGE`."""
+        word, _, rest = line.partition(" ")
+        if word == "exit":
+            self._code = int(rest)
+            _settle(self.exited)
+        elif not self.spawned.done() and word in ("pid", "error"):
+            number, _, more = rest.partition(" ")
+            self.spawned.set_result((int(number), float(more)) if word == "pid" else OSError(int(number), more))
 
     @property
     def returncode(self) -> int | None:
+        if self._code is not None:
+            return self._code
         return None if self._transport is None else self._transport.get_returncode()
 
     def _add(self, text: str) -> None:
         if text:
             self.output.add(text)
             self._emit(text)
+
+
+class _Lines(asyncio.Protocol):
+    """The subreaper's socket: each line it writes, handed to `told`."""
+
+    def __init__(self, told: Callable[[str], None]) -> None:
+        self._told = told
+        self._pending = b""
+
+    def data_received(self, data: bytes) -> None:
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        for line in lines:
+            self._told(line.decode(errors="replace"))
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -183,40 +235,46 @@ class _Shell:
             raise ToolError("timeout must be a positive number of seconds")
         return min(float(asked), self.settings.timeout)
 
-    async def _argv(self, command: str, workspace: Path) -> tuple[list[str], str]:
-        """The argv that runs `command`, and how it is run, for the preview."""
+    async def _argv(self, command: str, workspace: Path) -> tuple[list[str], str, bool]:
+        """The argv that runs `command`, how it is run (for the preview), and whether under the subreaper.
+
+        A sandboxed command runs under none: its PID namespace ends with bwrap, and everything in it.
+        """
         argv = [_shell(), "-c", command]
         if self.settings.sandbox == "off":
-            return argv, "unsandboxed"
+            return _unsandboxed(argv, "unsandboxed")
         bwrap = find_bwrap()
         problem = NO_BWRAP if bwrap is None else await asyncio.to_thread(bwrap_problem, bwrap)
         if bwrap is None or problem is not None:
-            return argv, f"UNSANDBOXED (the sandbox is unavailable: {problem})"
+            return _unsandboxed(argv, f"UNSANDBOXED (the sandbox is unavailable: {problem})")
         network = "with network" if self.settings.network else "no network"
         # In a thread: it reads /proc/net/unix and looks at every socket listed there.
         sandboxed = await asyncio.to_thread(
             bwrap_argv, bwrap, argv, workspace, network=self.settings.network, read_only=self.protected
         )
-        return sandboxed, f"sandboxed: {network}"
+        return sandboxed, f"sandboxed: {network}", False
 
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> str:
         command = _command(args)
-        _, mode = await self._argv(command, real_root(ctx.workspace))
+        _, mode, _ = await self._argv(command, real_root(ctx.workspace))
         return f"$ {command}\nin {real_root(ctx.workspace)} · {mode} · timeout {self._timeout(args):g} s"
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         command, timeout = _command(args), self._timeout(args)
         workspace = real_root(ctx.workspace)
-        argv, _ = await self._argv(command, workspace)
+        argv, _, reaped = await self._argv(command, workspace)
+        shown = _shell() if reaped else argv[0]
         tag = secrets.token_hex(16)  # the model never sees it, so no command can name it
         env = command_environment(workspace, self.settings, self.hidden_env) | {RUN_ID: tag}
         loop = asyncio.get_running_loop()
+        # The subreaper's socket: its stdin (the shell gets /dev/null), hotloop's end non-inheritable.
+        ours, theirs = socket.socketpair() if reaped else (None, None)
         started = time.monotonic()
         try:
             transport, running = await loop.subprocess_exec(
                 lambda: _Command(ctx.emit_output, self.settings.output_limit),
                 *argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL if theirs is None else theirs.fileno(),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 cwd=workspace,
@@ -224,10 +282,25 @@ class _Shell:
                 start_new_session=True,
             )
         except OSError as error:
-            raise ToolError(f"could not start {argv[0]} in {workspace}: {error.strerror or error}") from None
-        group = transport.get_pid()  # with a new session, the group's id is the shell's pid
+            if ours is not None:
+                ours.close()
+            raise ToolError(f"could not start {shown} in {workspace}: {error.strerror or error}") from None
+        finally:
+            if theirs is not None:
+                theirs.close()
+        # With a new session, the group's id is the shell's pid: the one started, or the one the subreaper tells.
+        reaper, group = (transport.get_pid(), None) if reaped else (None, transport.get_pid())
+        control: asyncio.Transport | None = None
         try:
+            if ours is not None:
+                control, _ = await loop.connect_accepted_socket(lambda: _Lines(running.told), ours)
             async with asyncio.timeout(timeout):
+                if reaped:
+                    spawned = await asyncio.shield(running.spawned)
+                    if isinstance(spawned, OSError):
+                        raise ToolError(f"could not start {shown} in {workspace}: {spawned.strerror or spawned}")
+                    if spawned is not None:
+                        group, started = spawned
                 await asyncio.shield(running.exited)
                 took = time.monotonic() - started
                 await asyncio.wait([running.closed], timeout=DRAIN)
@@ -238,11 +311,27 @@ class _Shell:
                 ) from None
         finally:
             try:
-                await stop(group, tag, running.exited, running.closed)
-                await asyncio.wait([running.exited], timeout=KILL_GRACE)  # reaped, before the transport closes
+                await stop(group, tag, running.exited, running.closed, reaper)
             finally:
-                transport.close()
+                try:
+                    if control is not None:
+                        control.write_eof()  # the release: the subreaper kills what is left, reaps it and exits
+                    elif ours is not None:
+                        ours.close()
+                    await asyncio.wait([running.gone], timeout=KILL_GRACE)  # reaped, before the transport closes
+                finally:
+                    if control is not None:
+                        control.close()
+                    transport.close()
         return running.output.after(f"{_status(running.returncode)} · {took:.2f} s")
+
+
+def _unsandboxed(argv: list[str], mode: str) -> tuple[list[str], str, bool]:
+    """`argv` run under the subreaper where there can be one (see processes.py), else as it is."""
+    if not use_subreaper or subreaper_problem() is not None:
+        return argv, mode, False
+    # -I -S: no site, no user's PYTHON* variables, no folder of the script's on sys.path: a fast, clean start.
+    return [sys.executable, "-I", "-S", str(SUBREAPER), *argv], mode, True
 
 
 def _command(args: dict[str, Any]) -> str:

@@ -1,0 +1,88 @@
+"""What running each command under the subreaper costs: run_shell's wall per call, with it and without.
+
+Each case is the median of RUNS calls of `run_shell` (the handler, as the loop calls it), the two
+paths taken in turn so that the machine's drift falls on both: `true` (the cost of a call itself)
+and `sleep 0.2`. Also the duration the status line reports (`exit 0 · 0.00 s`), which counts from
+the shell's start, not the subreaper's. "without" is the path hotloop takes where there is no
+subreaper (not Linux): `shell.use_subreaper` off, nothing else changed. Then, with `--parallel`,
+benchmarks/parallel_tools.py's run_shell case, with and without.
+
+    python benchmarks/shell_reaper.py [--runs N] [--parallel]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from hotloop.agent.tools import shell
+from hotloop.agent.tools.processes import subreaper_problem
+from hotloop.agent.tools.registry import ToolContext
+from hotloop.agent.tools.shell import ShellSettings, shell_tool
+
+RUNS = 21
+COMMANDS = ("true", "sleep 0.2")
+
+
+async def call(command: str, workspace: Path, reaped: bool) -> tuple[float, float]:
+    """One call's wall in seconds, and the duration its status line says."""
+    shell.use_subreaper = reaped
+    tool = shell_tool(ShellSettings(), set())
+    started = time.perf_counter()
+    result = await tool.handler({"command": command}, ToolContext("bench", workspace))
+    wall = time.perf_counter() - started
+    return wall, float(result.split("\n", 1)[0].split(" · ")[1].removesuffix(" s"))
+
+
+async def measure(runs: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        workspace = Path(folder)
+        for command in COMMANDS:
+            walls: dict[bool, list[float]] = {True: [], False: []}
+            said: dict[bool, list[float]] = {True: [], False: []}
+            await call(command, workspace, True)  # warm: the first call pays for imports and caches
+            for _ in range(runs):
+                for reaped in (True, False):
+                    wall, status = await call(command, workspace, reaped)
+                    walls[reaped].append(wall)
+                    said[reaped].append(status)
+            with_, without = statistics.median(walls[True]), statistics.median(walls[False])
+            print(f"{command!r}: median of {runs}")
+            print(
+                f"  with the subreaper    {with_ * 1000:7.1f} ms wall · status says {statistics.median(said[True]):.2f} s"
+            )
+            print(
+                f"  without (old path)    {without * 1000:7.1f} ms wall · status says {statistics.median(said[False]):.2f} s"
+            )
+            print(f"  cost                  {(with_ - without) * 1000:+7.1f} ms per call")
+    shell.use_subreaper = True
+
+
+async def parallel() -> None:
+    from hotloop.benchmarks import parallel_tools  # only with --parallel: it loads the simulator
+
+    for reaped in (True, False):
+        shell.use_subreaper = reaped
+        print(f"--- benchmarks/parallel_tools.py, {'with' if reaped else 'without'} the subreaper")
+        await parallel_tools.main()
+    shell.use_subreaper = True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--parallel", action="store_true", help="also run parallel_tools.py with and without")
+    args = parser.parse_args()
+    if (problem := subreaper_problem()) is not None:
+        print(f"no subreaper here ({problem}): both paths are the old one")
+    asyncio.run(measure(args.runs))
+    if args.parallel:
+        asyncio.run(parallel())
+
+
+if __name__ == "__main__":
+    main()
