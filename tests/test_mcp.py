@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,10 +32,14 @@ def test_servers_from_the_command_line_are_named_after_their_script() -> None:
 async def test_tools_join_sorted_and_run_through_the_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-must-not-leak")
     monkeypatch.setenv("HOTLOOP_VISIBLE", "inherited")
+    monkeypatch.setenv("GITHUB_PAT", "github-pat-must-not-leak")  # a credential by a name no denylist knew
     notices: list[Notice] = []
     registry = ToolRegistry(builtin_tools())
     bridge = McpBridge(registry, notices.append, HIDDEN)
-    await bridge.start([McpServer("t", sys.executable, tuple(SERVER), {"FROM_CONFIG": "configured"}, trust_hints=True)])
+    # pass_env hands a server a variable besides the allowlist, never a provider's key even when named.
+    passing = ("HOTLOOP_VISIBLE", "OPENAI_API_KEY")
+    server = McpServer("t", sys.executable, tuple(SERVER), {"FROM_CONFIG": "configured"}, passing, trust_hints=True)
+    await bridge.start([server])
     try:
         assert notices == []
         assert [tool.name for tool in registry] == ["add", "crash", "getenv", "grep", "list_dir", "nap", "read_file"]
@@ -56,6 +61,8 @@ async def test_tools_join_sorted_and_run_through_the_agent(tmp_path: Path, monke
                         {"name": "getenv", "arguments": {"name": "OPENAI_API_KEY"}},
                         {"name": "getenv", "arguments": {"name": "HOTLOOP_VISIBLE"}},
                         {"name": "getenv", "arguments": {"name": "FROM_CONFIG"}},
+                        {"name": "getenv", "arguments": {"name": "GITHUB_PAT"}},
+                        {"name": "getenv", "arguments": {"name": "HOME"}},
                         {"name": "add", "arguments": {"a": "x"}},
                     ]
                 },
@@ -72,9 +79,16 @@ async def test_tools_join_sorted_and_run_through_the_agent(tmp_path: Path, monke
 
     # Results go back in call order, whatever order the calls finished in.
     results = [(m.is_error, m.content) for m in agent.messages if isinstance(m, ToolResultMessage)]
-    assert results[:4] == [(False, "5"), (False, "<unset>"), (False, "inherited"), (False, "configured")]
-    assert results[4][0] and "validation error" in results[4][1]
-    assert len(recorder.of(ToolFinished)) == 5
+    assert results[:5] == [
+        (False, "5"),
+        (False, "<unset>"),
+        (False, "inherited"),
+        (False, "configured"),
+        (False, "<unset>"),  # not on the allowlist, not named: a third party's program doesn't see it
+    ]
+    assert results[5] == (False, os.environ["HOME"])  # the allowlist: what run_shell's commands get
+    assert results[6][0] and "validation error" in results[6][1]
+    assert len(recorder.of(ToolFinished)) == 7
 
 
 async def test_a_server_that_fails_to_start_is_one_line_and_the_run_goes_on() -> None:

@@ -273,7 +273,14 @@ async def test_the_memo_serves_only_the_read_only_tool_and_destructive_ones_alwa
             "mcp.w is invalid (needs either command, to run a stdio server, or url, to reach an HTTP one)",
         ),
         ("command = 'x'\nurl = 'https://example.com/mcp'", "mcp.w is invalid (needs either command"),
-        ("url = 'https://example.com/mcp'\nenv = { A = 'b' }", "mcp.w is invalid (args and env are for a command"),
+        (
+            "url = 'https://example.com/mcp'\nenv = { A = 'b' }",
+            "mcp.w is invalid (args, env and pass_env are for a command",
+        ),
+        (
+            "command = 'x'\npass_env = ['ghp_secretvalue']",
+            "mcp.w.pass_env must be a list of environment variable names",
+        ),
         ("command = 'x'\nheaders_env = { A = 'B' }", "mcp.w is invalid (headers_env is for a url"),
     ],
 )
@@ -345,6 +352,7 @@ def test_claude_code_servers_become_tables_without_their_secrets(tmp_path: Path)
         'command = "npx"\n'
         'args = ["-y", "@modelcontextprotocol/server-filesystem", "."]\n'
         'env = { LOG_LEVEL = "warn" }\n'
+        'pass_env = ["API_KEY", "HOME_TOKEN"]\n'
         "\n"
         '# from project "/home/me/other"\n'
         "[mcp.fs2]\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.agent.tools.mcp_import import imported
+from hotloop.agent.tools.mcp_import import imported, to_toml
 from hotloop.cli import main
 from hotloop.secret_policy import is_secret_name, maskable, secret_values
 
@@ -84,6 +84,9 @@ def test_mcp_import_keeps_back_what_the_rule_calls_secret(tmp_path: Path) -> Non
     result = imported(source)
     assert result.servers[0].env == {"KEYBOARD_LAYOUT": "us", "LOG": "warn"}
     assert [note.split(":")[0] for note in result.notes] == ["[mcp.db] needs GITHUB_PAT", "[mcp.db] needs DATABASE_URL"]
+    # The values are the user's to export; their names are passed to the server, which sees no other of them.
+    assert result.servers[0].pass_env == ("GITHUB_PAT", "DATABASE_URL")
+    assert 'pass_env = ["GITHUB_PAT", "DATABASE_URL"]' in to_toml(result)
 
 
 def test_the_log_and_its_exports_mask_every_secret_the_environment_holds(

@@ -1,8 +1,11 @@
 """MCP servers as tool sources, through the official `mcp` SDK: stdio commands and streamable HTTP URLs.
 
 Each server runs in a task of its own, because the SDK's contexts must be entered and left
-in one task. A stdio server inherits hotloop's environment minus the provider API keys, plus the
-`env` its config gives it; an HTTP server gets the headers its `headers_env` names. A server that
+in one task. A stdio server gets the environment run_shell's commands get (`secret_policy`'s allowlist: PATH,
+HOME, the locale, toolchain roots), the variables its `pass_env` names (never a provider's API key) and the
+`env` its config gives it, as the MCP SDK's own default is an allowlist: a third party's program doesn't see
+every credential of the user's environment (`GITHUB_PAT`, `DATABASE_URL`) unless named for it. An HTTP server
+gets the headers its `headers_env` names. A server that
 won't start, or whose connection dies, is reported in one line and its tools leave the registry;
 the run goes on without them, and `restart` starts it again. A tool list listed again (the server said it
 changed, or it restarted) that differs only in descriptions is held back by the registry's guard until `/mcp
@@ -26,6 +29,7 @@ from hotloop.agent.tools.mcp_config import INVALID_NAME_CHARS, McpServer
 from hotloop.agent.tools.mcp_transport import Trace, describe, opened
 from hotloop.agent.tools.registry import HeldTools, Tool, ToolContext, ToolError, ToolRegistry
 from hotloop.providers.conversation import ToolSpec
+from hotloop.secret_policy import allowed_environment
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -122,8 +126,8 @@ class McpBridge:
             task.cancel()
 
     def _environment(self, server: McpServer) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if key not in self.hidden_env}
-        return env | server.env
+        passed = allowed_environment(os.environ, server.pass_env)
+        return {key: value for key, value in passed.items() if key not in self.hidden_env} | server.env
 
     async def _serve(self, state: McpState) -> None:
         from mcp import Client

@@ -21,6 +21,10 @@ HTTP_URL = r"^https?://[^\s/@]+(/\S*)?$"
 Url = Annotated[
     str, Meta(pattern=HTTP_URL, extra={"problem": "must be an http:// or https:// URL without credentials"})
 ]
+PassEnv = Annotated[
+    tuple[Annotated[str, Meta(pattern=ENV_NAME)], ...],
+    Meta(extra={"problem": 'must be a list of environment variable names, e.g. ["GITHUB_TOKEN"]'}),
+]
 HeadersEnv = Annotated[
     dict[str, Annotated[str, Meta(pattern=ENV_NAME)]],
     Meta(extra={"problem": 'must map header names to environment variable names, e.g. { Authorization = "MCP_AUTH" }'}),
@@ -30,14 +34,17 @@ HeadersEnv = Annotated[
 class McpServer(Struct, frozen=True, forbid_unknown_fields=True):
     """A server, as `[mcp.NAME]` declares it; each limit's `problem` is how a config error words its breach.
 
-    `command` runs a stdio server; `url` reaches a streamable HTTP one, whose `headers_env` maps each
-    header to the environment variable that holds its value, so no secret is ever in the file.
+    `command` runs a stdio server, with the environment run_shell's commands get (an allowlist), the
+    variables `pass_env` names and the values `env` gives; `url` reaches a streamable HTTP one, whose
+    `headers_env` maps each header to the environment variable that holds its value. Either way no
+    secret is ever in the file.
     """
 
     name: str
     command: Annotated[str, Meta(min_length=1, extra={"problem": "is required"})] | None = None
     args: Annotated[tuple[str, ...], Meta(extra={"problem": "must be a list of strings"})] = ()
     env: Annotated[dict[str, str], Meta(extra={"problem": "must be a table of strings"})] = {}
+    pass_env: PassEnv = ()  # variables of hotloop's environment it gets besides the allowlist: a token it needs
     url: Url | None = None
     headers_env: HeadersEnv = {}
     # Whether its tools' `readOnlyHint` is believed (they then run unasked and may be prefetched). The MCP spec calls
@@ -48,8 +55,8 @@ class McpServer(Struct, frozen=True, forbid_unknown_fields=True):
         # msgspec turns a ValueError into a validation error, which the config names and words as its own.
         if (self.command is None) == (self.url is None):
             raise ValueError("needs either command, to run a stdio server, or url, to reach an HTTP one")
-        if self.url is not None and (self.args or self.env):
-            raise ValueError("args and env are for a command; an HTTP server takes url and headers_env")
+        if self.url is not None and (self.args or self.env or self.pass_env):
+            raise ValueError("args, env and pass_env are for a command; an HTTP server takes url and headers_env")
         if self.command is not None and self.headers_env:
             raise ValueError("headers_env is for a url; a command takes args and env")
 

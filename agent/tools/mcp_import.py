@@ -5,8 +5,9 @@ under `projects.<path>.mcpServers`); Claude Desktop in `claude_desktop_config.js
 hold secrets as literals; hotloop's never does. A header becomes `headers_env` naming a variable to
 export, and an environment value that may be a secret (its name says so by `secret_policy`'s rule,
 the one run_shell and the session log follow) or uses `${VAR}` (which hotloop doesn't expand) is
-left for the user to export: a stdio server inherits hotloop's environment. Each such
-step is a note for the user, which never repeats the value.
+left for the user to export, its name in the server's `pass_env` (a stdio server sees only an
+allowlist of hotloop's environment besides). Each such step is a note for the user, which never
+repeats the value.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def to_toml(result: Imported) -> str:
                 lines.append(f"args = [{', '.join(map(_string, server.args))}]")
             if server.env:
                 lines.append(f"env = {_inline(server.env)}")
+            if server.pass_env:
+                lines.append(f"pass_env = [{', '.join(map(_string, server.pass_env))}]")
         if server.url is not None:
             lines.append(f"url = {_string(server.url)}")
             if server.headers_env:
@@ -139,7 +142,9 @@ def _server(name: str, entry: Any, where: str, notes: list[str]) -> McpServer | 
         notes.append(f"[mcp.{name}] ignores {', '.join(ignored)} (no such setting in hotloop)")
     kind = entry.get("type") or ("stdio" if "command" in entry else "http")
     if kind == "stdio":
-        given = {"command": entry.get("command"), "args": entry.get("args", []), "env": _env(name, entry, notes)}
+        env, passed = _env(name, entry, notes)
+        passed = [variable for variable in passed if re.fullmatch(ENV_NAME, variable)]  # a config's names are upper
+        given = {"command": entry.get("command"), "args": entry.get("args", []), "env": env, "pass_env": passed}
     elif kind in HTTP_TYPES:
         if kind == "sse":
             notes.append(f"[mcp.{name}] was an SSE server; hotloop speaks streamable HTTP (its URL often ends in /mcp)")
@@ -157,23 +162,27 @@ def _server(name: str, entry: Any, where: str, notes: list[str]) -> McpServer | 
         return None
 
 
-def _env(name: str, entry: dict[str, Any], notes: list[str]) -> Any:
-    """The literal, harmless part of a stdio server's `env`; the rest, the user exports."""
+def _env(name: str, entry: dict[str, Any], notes: list[str]) -> tuple[Any, list[str]]:
+    """The literal, harmless part of a stdio server's `env`, and the names of the rest, which the user exports and
+    `pass_env` hands the server."""
     env = entry.get("env", {})
     if not isinstance(env, dict):
-        return env  # McpServer says what is wrong with it
-    kept = {}
+        return env, []  # McpServer says what is wrong with it
+    kept, passed = {}, []
     for key, value in env.items():
         reference = WHOLE_REFERENCE.fullmatch(value) if isinstance(value, str) else None
         if reference and reference["name"] == key:
-            continue  # already from the environment, which the server inherits
+            passed.append(key)  # from the environment, as it is
+            continue
         if isinstance(value, str) and "${" in value:
             notes.append(f"[mcp.{name}] needs {key}: {_export(key, value)}")
+            passed.append(key)
         elif is_secret_name(key):
             notes.append(f"[mcp.{name}] needs {key}: export it (its value was not copied: it may be a secret)")
+            passed.append(key)
         else:
             kept[key] = value
-    return kept
+    return kept, passed
 
 
 def _headers_env(name: str, entry: dict[str, Any], notes: list[str]) -> Any:
