@@ -52,6 +52,11 @@ def add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="with --trace: goodput's limit on a request's answer, tools excluded (default 30)",
     )
     bench.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    bench.add_argument(
+        "--otel",
+        action="store_true",
+        help="export each agent's spans over OTLP (as [telemetry] or the local collector)",
+    )
     bench.add_argument("--provider", metavar="NAME", help="a configured provider (default: the config's)")
     bench.add_argument("--model", metavar="MODEL")
     bench.add_argument("--tier", metavar="TIER", help="fast, balanced or strong")
@@ -109,7 +114,7 @@ def _bench(args: argparse.Namespace) -> int:
         bench.Scenario.load(args.scenario)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    return asyncio.run(bench.bench(choice, args.agents, args.scenario, args.json))
+    return asyncio.run(bench.bench(choice, args.agents, args.scenario, args.json, otel=args.otel))
 
 
 def _trace(args: argparse.Namespace, choice: Choice) -> int:

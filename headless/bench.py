@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from hotloop.core.runtime import Runtime
+    from hotloop.core.telemetry import Telemetry
     from hotloop.providers.base import Provider
 
 # The built-in task: a research question in two turns, whose prompts ask for the calls: three searches and two
@@ -195,9 +196,15 @@ def decode_rate(events: list[AgentEvent]) -> float | None:
 
 
 async def run_level(
-    runtime: Runtime, provider: Provider, scenario: Scenario, agents: int, on_event: Callable[[AgentEvent], None]
+    runtime: Runtime,
+    provider: Provider,
+    scenario: Scenario,
+    agents: int,
+    on_event: Callable[[AgentEvent], None],
+    telemetry: Telemetry | None = None,
 ) -> Level:
-    """`agents` sessions at once, each the scenario's turns in order, each agent as the config says."""
+    """`agents` sessions at once, each the scenario's turns in order, each agent as the config says; with
+    `telemetry`, each agent's events are spans of their own, its key their conversation."""
     level = Level(agents)
     registry = tools_of(scenario)
     options = runtime.config.agent_options()
@@ -205,10 +212,14 @@ async def run_level(
     async def one(n: int) -> None:
         events: list[AgentEvent] = []
         level.events.append(events)
+        key = f"bench-{uuid.uuid4().hex[:12]}"
+        spans = telemetry.stream(key, runtime.config.pricer) if telemetry is not None else None
 
         def emit(event: AgentEvent) -> None:
             events.append(event)
             on_event(event)
+            if spans is not None:
+                spans.observe(event)
 
         # The config's options, all of them: the bench measures agents as the app runs them.
         agent = runtime.agent(
@@ -218,7 +229,7 @@ async def run_level(
             tools=registry,
             options=replace(options, max_tokens=scenario.max_tokens),
             system=scenario.system,
-            cache_key=f"bench-{uuid.uuid4().hex[:12]}",
+            cache_key=key,
         )
         try:
             for prompt in scenario.prompts:
@@ -270,15 +281,21 @@ def load(name: str, folder: Path) -> dict[str, Any]:
 
 
 async def bench(
-    choice: Choice, ramp: list[int], scenario_path: Path | None, json_out: bool, out: Console | None = None
+    choice: Choice,
+    ramp: list[int],
+    scenario_path: Path | None,
+    json_out: bool,
+    out: Console | None = None,
+    otel: bool = False,
 ) -> int:
     """Run the ramp; print the table and chart (or JSON) to `out` (stdout), save the result; 0 if no level
-    had an error."""
+    had an error. Spans go where the config says, or with `otel` to the local collector (`--otel`)."""
     from rich.console import Console
     from rich.live import Live
 
     from hotloop.config import load_config, resolve
     from hotloop.core.runtime import Runtime
+    from hotloop.core.telemetry import start_telemetry
     from hotloop.headless.bench_view import Progress, chart, findings
 
     scenario = Scenario.load(scenario_path)
@@ -286,6 +303,12 @@ async def bench(
     target = resolve(config, choice)
     err, out = Console(stderr=True), out or Console()
     runtime = Runtime(config)
+
+    def warned(event: AgentEvent) -> None:  # an export that failed: one line
+        if isinstance(event, Notice):
+            err.print(f"{event.level}: {event.message}", markup=False, highlight=False)
+
+    telemetry = start_telemetry(config, otel, warned, lambda: None)
     try:
         provider = await runtime.connect(target)
         result = results(provider, scenario_path.name if scenario_path else "built-in research task", scenario.task())
@@ -293,10 +316,12 @@ async def bench(
         with Live(progress, console=err, refresh_per_second=4, transient=True, auto_refresh=err.is_terminal):
             for agents in ramp:
                 progress.start(agents)
-                level = await run_level(runtime, provider, scenario, agents, progress.take)
+                level = await run_level(runtime, provider, scenario, agents, progress.take, telemetry)
                 result["levels"].append(level.figures())
     finally:
         await runtime.aclose()
+        if telemetry is not None:
+            await telemetry.close()
 
     def below_the_table(console: Console) -> None:
         console.print(findings(result), end="")

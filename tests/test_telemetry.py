@@ -388,3 +388,23 @@ def test_hotloop_watch_sends_each_watched_conversation_as_spans_of_its_own(
         assert request.parent_id == turn.span_id
         assert request.attributes["gen_ai.usage.input_tokens"] == response["usage"]["prompt_total"]
         assert request.attributes["gen_ai.usage.output_tokens"] == response["usage"]["output"]
+
+
+def test_hotloop_bench_otel_sends_each_agents_turns_as_a_conversation_of_its_own(
+    isolated_home: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hotloop.cli import main
+
+    (isolated_home / "config.toml").write_text(
+        "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+    )
+    monkeypatch.setenv(ENV_ENDPOINT, receiver.url)
+    assert main(["bench", "--agents", "2", "--json", "--otel"]) == 0
+    level = json.loads(capsys.readouterr().out)["levels"][0]
+    turns = receiver.named("invoke_agent")
+    # The built-in task: two turns an agent, each agent's under its own key (its requests' routing key too).
+    conversations = {turn.attributes["gen_ai.conversation.id"] for turn in turns}
+    assert len(turns) == level["turns"] == 4 and len(conversations) == 2
+    assert all(str(key).startswith("bench-") for key in conversations)
+    assert len(receiver.named("chat ")) == level["steps"]
+    assert len(receiver.named("execute_tool ")) > 0
