@@ -109,7 +109,7 @@ async def test_the_panel_shows_residency_and_sources_only_when_the_server_report
         await provider.aclose()
         sim.stop()
     before = rows(drawn(ServerReport(VLLM, sim.base_url, MODEL, quiet)))
-    assert before["evictions"] == "none yet" and before["any source"] == "no requests yet"
+    assert before["evictions"] == "none yet" and before["any source"] == "none yet"
     report = ServerReport(VLLM, sim.base_url, MODEL, busy)
     assert report.residency is busy.residency is not None
     panel = drawn(report)

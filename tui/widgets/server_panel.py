@@ -35,10 +35,10 @@ NOT_REPORTED = "not reported"
 NONE_YET = "no requests yet"
 QUIET = "–"  # the last minute's hit rate, with no request (or no scrape) in that minute
 NO_DRAFTS = "no drafts"
-NO_EVICTIONS = "none yet"
+NOTHING_YET = "none yet"  # no eviction, or no token cached: requests may have come
 # Not "session": the rates count every request the server served, the session's among them.
 SERVER_HIT_RATE = "server hit rate"
-EMPTY = (NOT_REPORTED, NONE_YET, QUIET, NO_DRAFTS, NO_EVICTIONS)
+EMPTY = (NOT_REPORTED, NONE_YET, QUIET, NO_DRAFTS, NOTHING_YET)
 KV_RESIDENCY = "KV residency (sampled)"
 CACHED_FROM = "cached tokens from"
 # The servers' names for where cached tokens came from, in the panel's words.
@@ -110,7 +110,7 @@ def _residency_rows(text: Text, evictions: Evictions | None) -> None:
         return
     text.append(f"{KV_RESIDENCY}\n", "dim")
     if not evictions.count:
-        _row(text, "  evictions", NO_EVICTIONS)
+        _row(text, "  evictions", NOTHING_YET)
         return
     _row(text, "  evictions", f"{evictions.count:,}")
     for label, value in (
@@ -130,7 +130,7 @@ def _source_rows(text: Text, sources: tuple[tuple[str, float], ...] | None) -> N
     text.append(f"{CACHED_FROM}\n", "dim")
     cached = sum(tokens for _, tokens in named)
     if cached <= 0:
-        _row(text, "  any source", NONE_YET)
+        _row(text, "  any source", NOTHING_YET)
         return
     for source, tokens in sorted(named, key=lambda item: -item[1]):
         if tokens > 0:
