@@ -422,9 +422,11 @@ FAULTS = [
         expect=(1,),
     ),
     Fault(
+        # Past the answer's default cap (8,192 tokens since issue 25): cut by the output limit, said, exit 1.
         "1 MB tool argument",
         [{"tool_calls": [read("README.md")], "huge_argument": 1_000_000}, DONE],
         check=log_size,
+        expect=(1,),
         timeout="10,10",  # the simulator takes over a second to start streaming 1 MB
     ),
     Fault("duplicate call ids", [{"tool_calls": [read("README.md"), read("notes.txt")], "duplicate_ids": True}, DONE]),
