@@ -99,9 +99,7 @@ class Agent:
         self.cache_key = cache_key
         self.lanes = lanes
         self._explainer = CacheExplainer()
-        # The server's KV residency as last scraped (vLLM's metrics), for the explainer to quote; a frontend that
-        # watches the server sets it.
-        self.server_residency: Callable[[], Residency | None] = lambda: None
+        self.server_residency: Callable[[], Residency | None] = lambda: None  # vLLM's, where the server is followed
         self.route = ""  # the tier that answers and why, shown on each step's strip
         self.warmth = CacheWarmth()
         self._using = (provider.name, provider.model)
@@ -229,6 +227,7 @@ class Agent:
         """
         self._repair()
         self._using = (self.provider.name, self.provider.model)
+        anthropic = self.provider.protocol == "anthropic"
         request = self._builder.request(summary_messages(self.messages), self.options.max_tokens, self.cache_key)
         self._explainer.fingerprint(request, self.provider.name, self.provider.model, time.time())
         stream = StepAccumulator(
@@ -264,7 +263,7 @@ class Agent:
             window=window,
             before_estimated=before_estimated,
             cache_note=self._explainer.explain(
-                stream.usage, self.messages, self.provider.protocol == "anthropic", residency=self.server_residency()
+                stream.usage, self.messages, anthropic, residency=self.server_residency()
             ),
         )
         self.messages, self._checked = messages, 0
