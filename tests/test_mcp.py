@@ -110,7 +110,8 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_run_goes_on() ->
     messages = sorted(n.message for n in notices)
     assert messages == [
         "MCP server 'ghost' failed to start: command not found: /nonexistent/mcp-server; continuing without its tools",
-        "MCP server 'quitter' failed to start: the server exited (stderr: cannot start: bad flag); "
+        "MCP server 'quitter' failed to start: the server exited (stderr: cannot start: bad flag); it sees only "
+        "PATH, HOME and the like of your environment: name what it needs in pass_env; "
         "continuing without its tools",
     ]
     assert all("\n" not in m for m in messages)

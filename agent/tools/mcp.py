@@ -154,8 +154,11 @@ class McpBridge:
                     state.status = "stopped"
             except Exception as error:  # the SDK raises exception groups of transport errors
                 if not state.stop.is_set():
-                    phase = "stopped" if state.ready.is_set() else "failed to start"
-                    self._report(state, f"{phase}: {describe(error, server, trace)}")
+                    started = state.ready.is_set()
+                    self._report(
+                        state,
+                        f"{'stopped' if started else 'failed to start'}: {describe(error, server, trace, started)}",
+                    )
             finally:
                 state.ready.set()
 

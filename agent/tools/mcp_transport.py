@@ -82,8 +82,8 @@ def _header_values(server: McpServer) -> dict[str, str]:
     return values
 
 
-def describe(error: BaseException, server: McpServer, trace: Trace) -> str:
-    """Why a server failed, in one line."""
+def describe(error: BaseException, server: McpServer, trace: Trace, started: bool = True) -> str:
+    """Why a server failed, in one line; one that exited before it `started` may lack a variable it needs."""
     leaf = _leaf(error)
     if isinstance(leaf, StartError):
         return str(leaf)
@@ -94,10 +94,14 @@ def describe(error: BaseException, server: McpServer, trace: Trace) -> str:
     if isinstance(leaf, PermissionError):
         return f"command not executable: {server.command}"
     reason = str(leaf) or type(leaf).__name__
+    hint = ""
     if "Connection closed" in reason:
         reason = "the server exited"
+        if not started and not server.pass_env:
+            # It sees only an allowlist of the environment: a token it read from there is missing now.
+            hint = "; it sees only PATH, HOME and the like of your environment: name what it needs in pass_env"
     stderr = _last_line(trace.errlog)
-    return f"{reason} (stderr: {stderr[:200]})" if stderr else reason
+    return (f"{reason} (stderr: {stderr[:200]})" if stderr else reason) + hint
 
 
 def _http_reason(leaf: BaseException, server: McpServer, trace: Trace) -> str:
