@@ -104,6 +104,31 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
         )
 
     @classmethod
+    def from_parts(
+        cls,
+        uncached: int | None,
+        cache_read: int | None,
+        cache_write: int | None,
+        output: int | None,
+        reasoning: int | None = None,
+        parts: tuple[UsagePart, ...] = (),
+        cache_write_1h: int | None = None,
+    ) -> UsageLedger:
+        """A prompt reported by its parts (Anthropic's way, opencode's): uncached, read and written add up to it,
+        which is unknown when the uncached part is."""
+        prompt = uncached + (cache_read or 0) + (cache_write or 0) if uncached is not None else None
+        return cls(
+            prompt_total=prompt,
+            cache_read=cache_read,
+            cache_write=cache_write,
+            uncached=uncached,
+            output=output,
+            reasoning=reasoning,
+            parts=parts,
+            cache_write_1h=cache_write_1h,
+        )
+
+    @classmethod
     def from_anthropic(cls, start: dict[str, Any] | None, delta: dict[str, Any] | None) -> UsageLedger:
         """Read Anthropic's usage: `message_start`'s, overwritten by the cumulative values of `message_delta`.
 
@@ -120,15 +145,9 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
         cache_write = _int_or_none(merged.get("cache_creation_input_tokens"))
         details = merged.get("output_tokens_details")
         reasoning = _int_or_none(details.get("thinking_tokens")) if isinstance(details, dict) else None
-        return cls(
-            prompt_total=uncached + (cache_read or 0) + (cache_write or 0) if uncached is not None else None,
-            cache_read=cache_read,
-            cache_write=cache_write,
-            uncached=uncached,
-            output=_int_or_none(merged.get("output_tokens")),
-            reasoning=reasoning,
-            cache_write_1h=_hour_writes([merged], cache_write),
-        )
+        output = _int_or_none(merged.get("output_tokens"))
+        hour = _hour_writes([merged], cache_write)
+        return cls.from_parts(uncached, cache_read, cache_write, output, reasoning, cache_write_1h=hour)
 
     @classmethod
     def _from_iterations(cls, iterations: list[dict[str, Any]], merged: dict[str, Any]) -> UsageLedger:
@@ -147,16 +166,8 @@ class UsageLedger(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
             for name in ("uncached", "cache_read", "cache_write", "output")
         )
         details = merged.get("output_tokens_details")
-        return cls(
-            prompt_total=uncached + (read or 0) + (write or 0) if uncached is not None else None,
-            cache_read=read,
-            cache_write=write,
-            uncached=uncached,
-            output=output,
-            reasoning=_int_or_none(details.get("thinking_tokens")) if isinstance(details, dict) else None,
-            parts=parts,
-            cache_write_1h=_hour_writes(iterations, write),
-        )
+        reasoning = _int_or_none(details.get("thinking_tokens")) if isinstance(details, dict) else None
+        return cls.from_parts(uncached, read, write, output, reasoning, parts, _hour_writes(iterations, write))
 
     def checked(self, streamed_chars: int) -> UsageLedger:
         """This ledger, or, if it can't be true, one with no figures that says what the server claimed.

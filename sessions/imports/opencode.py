@@ -262,14 +262,7 @@ def ledger(tokens: object) -> UsageLedger | None:
     cache = tokens.get("cache")
     cache = cache if isinstance(cache, dict) else {}
     uncached, read, write = _count(tokens.get("input")), _count(cache.get("read")), _count(cache.get("write"))
-    return UsageLedger(
-        prompt_total=uncached + (read or 0) + (write or 0) if uncached is not None else None,
-        cache_read=read,
-        cache_write=write,
-        uncached=uncached,
-        output=_count(tokens.get("output")),
-        reasoning=_count(tokens.get("reasoning")),
-    )
+    return UsageLedger.from_parts(uncached, read, write, _count(tokens.get("output")), _count(tokens.get("reasoning")))
 
 
 def _flat(tokens: Mapping[str, Any]) -> list[object]:
