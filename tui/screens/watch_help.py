@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from hotloop.tui.screens.help import HelpScreen
 
 
 def recipes(url: str) -> str:
@@ -27,15 +27,8 @@ def recipes(url: str) -> str:
     )
 
 
-class WatchHelp(ModalScreen[None]):
-    DEFAULT_CSS = """
-    WatchHelp { align: center middle; }
-    WatchHelp > VerticalScroll {
-        width: 96; max-width: 95%; height: 85%; background: $panel; border: round $accent; padding: 0 1;
-    }
-    WatchHelp Static { margin-bottom: 1; }
-    """
-    BINDINGS = [Binding("escape,f1,q", "app.pop_screen", "Close")]
+class WatchHelp(HelpScreen):
+    """The app's help screen (its look, its keys to close), on the watch's own contents."""
 
     def __init__(self, url: str, keys: list[tuple[str, str]]) -> None:
         super().__init__()
