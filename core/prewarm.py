@@ -141,7 +141,7 @@ class Prewarmer:
             self._choose_lifetime(provider)
         request = prewarm_request(agent)
         tokens = len(msgspec.json.encode(request)) // CHARS_PER_TOKEN
-        judged = verdict(config.cache, provider, tokens, _ttl(provider))
+        judged = verdict(config.cache, provider, tokens, provider.cache_ttl)
         minimum = settings.cache_min_tokens or (config.sim.cache_min_tokens if settings.is_simulator else 1024)
         if judged.send and provider.protocol == "anthropic" and tokens < minimum:
             # Anthropic caches nothing shorter: the pre-warm would write nothing for the first step to read.
@@ -158,7 +158,7 @@ class Prewarmer:
         self.cancel_idle()
         previous = self.task
         target = Target(settings, provider.model)
-        self.task = asyncio.create_task(self._send(runtime, target, request, why, previous, _ttl(provider)))
+        self.task = asyncio.create_task(self._send(runtime, target, request, why, previous, provider.cache_ttl))
         return self.task
 
     def turn_started(self) -> None:
@@ -177,7 +177,7 @@ class Prewarmer:
         if settings is not None and settings.cache_ttl == "auto":
             self._choose_lifetime(agent.provider)
         if lifetime is None and settings is not None:
-            lifetime = verdict(config.cache, agent.provider, 0, _ttl(agent.provider)).lifetime
+            lifetime = verdict(config.cache, agent.provider, 0, agent.provider.cache_ttl).lifetime
         if lifetime is None or config.cache.prewarm == "off":
             return
 
@@ -190,7 +190,8 @@ class Prewarmer:
     def _choose_lifetime(self, provider: Provider) -> None:
         """Write for 1 hour from the next request on once the session's pauses make that cheaper, and back."""
         choice = self.rhythm.choice()
-        if choice is not None and choice.ttl != _ttl(provider) and _write_for(provider, choice.ttl):
+        if choice is not None and choice.ttl != provider.cache_ttl and provider.protocol == "anthropic":
+            provider.cache_ttl = choice.ttl
             said = f"cache lifetime: {TTL_NAMES[choice.ttl]} writes from the next request on: {choice.why}"
             self.emit(Notice(level="info", message=said))
 
@@ -200,7 +201,7 @@ class Prewarmer:
         settings = config.providers.get(provider.name)
         if provider.protocol != "anthropic" or settings is None:
             return None
-        ttl = _ttl(provider)
+        ttl = provider.cache_ttl
         how = "chosen from your pauses" if settings.cache_ttl == "auto" else "as configured ([providers] cache_ttl)"
         said = f"cache writes: {TTL_NAMES[ttl]}, {how}"
         compared = compare_lifetimes(self.rhythm, input_price(provider.model, provider.base_url))
@@ -232,7 +233,7 @@ class Prewarmer:
         if why != "idle":
             await asyncio.sleep(self.delay)
         provider = await runtime.helper(target)  # its own instance: the main agent's model never changes
-        _write_for(provider, ttl)  # the lifetime the steps write for: a 5-minute pre-warm would expire under them
+        provider.cache_ttl = ttl  # the lifetime the steps write for: a 5-minute pre-warm would expire under them
         started = time.perf_counter()
         usage: UsageLedger | None = None
 
@@ -262,21 +263,3 @@ class Prewarmer:
                 self.emit(sent("cancelled"))  # it reached the server and may be billed in part: its usage unknown
             raise
         self.emit(sent("answered"))
-
-
-def _ttl(provider: Provider) -> Ttl:
-    """The lifetime `provider` writes its cache for: an Anthropic provider's choice; "5m" names the rest's none."""
-    ttl: Ttl = getattr(provider, "cache_ttl", "5m")
-    return ttl
-
-
-def _write_for(provider: Provider, ttl: Ttl) -> bool:
-    """Ask `provider`'s cache writes for `ttl`, if it is an Anthropic provider (the only kind with a choice)."""
-    if provider.protocol != "anthropic":
-        return False
-    from hotloop.providers.anthropic import AnthropicProvider  # loaded already: the provider is one
-
-    if isinstance(provider, AnthropicProvider):
-        provider.cache_ttl = ttl
-        return True
-    return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from hotloop.providers.conversation import ChatRequest, Message
 from hotloop.providers.events import ModelEvent
@@ -51,6 +51,7 @@ class Provider(Protocol):
     name: str
     model: str
     protocol: str  # "openai", "openai-responses" or "anthropic"
+    cache_ttl: Literal["5m", "1h"]  # the lifetime cache writes ask for: only Anthropic's breakpoints say one
 
     @property
     def official(self) -> bool:

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -197,6 +197,7 @@ class SdkProvider(Generic[Rendered]):
     path: str
     hosted_url: str  # the vendor's own API
     protocol: str
+    cache_ttl: Literal["5m", "1h"] = "5m"
 
     def __init__(self, options: ProviderOptions, max_tokens: int | None = None) -> None:
         import httpx2
