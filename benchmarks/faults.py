@@ -555,8 +555,11 @@ def main() -> int:
     # Here, not above: they build on this module.
     from faults_acting import ACTING
     from faults_custom import CUSTOM
+    from faults_doors import DOORS
 
-    faults = [f for f in [*FAULTS, *ACTING, *CUSTOM] if args.only is None or args.only.lower() in f.name.lower()]
+    faults = [
+        f for f in [*FAULTS, *ACTING, *CUSTOM, *DOORS] if args.only is None or args.only.lower() in f.name.lower()
+    ]
     rows: list[Row] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hotloop-faults-") as folder:
