@@ -2,7 +2,8 @@
 
 Without paths, the agent's default folders (all agents' without a name); with paths, those files and the
 `.jsonl` files and opencode databases (`opencode*.db`) under those folders. A line per session imported; what a
-file held that couldn't be read is a warning line each, and the rest is imported all the same.
+file held that couldn't be read is a warning line each, and the rest is imported all the same. What isn't a file
+(a FIFO, a device) is refused unread, a line each; the folder a session was recorded in is kept as history only.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The session's log is locked first, then read, so two hotloops continuing one session a moment
 apart can't both write: the second is refused, or reads what the first appended. The
 conversation is rebuilt, and the agent continues it on the provider, model and server it last
-used (unless the user picks others), in its workspace, with its system prompt, appending to
-the same log.
+used (unless the user picks others), with its system prompt, appending to the same log. It runs
+in the folder the user continues it from (the editor's, over ACP): the workspace a log records is
+history, never adopted, as a log (an import above all) is a file anyone could have written.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hotloop.agent.events import AgentEvent, Notice
+from hotloop.agent.text import visible
 from hotloop.config import Choice, Config, ConfigError, Target, resolve
 from hotloop.providers.errors import MissingApiKey
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.resume import Conversation, closing_events, rebuild
 from hotloop.sessions.store import LoggedSession, SessionError, read_header, read_session
+
+_PATH_SHOWN = 200  # characters of a recorded folder a note shows
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,13 @@ class Resumption:
                 [f"cannot go on with {last.provider} · {last.model} ({error}); using the default provider, {default}"],
             )
 
-    def workspace(self, fallback: Path) -> tuple[Path, list[str]]:
-        recorded = Path(self.session.header.workspace)
-        if recorded.is_dir():
-            return recorded, []
-        return fallback, [f"the session's workspace {recorded} is gone; working in {fallback}"]
+    def elsewhere(self, workspace: Path) -> list[str]:
+        """The line that says so when the session was recorded in another folder than `workspace`, where it runs."""
+        recorded = self.session.header.workspace
+        if not recorded or recorded == str(workspace):
+            return []
+        shown = visible(recorded if len(recorded) <= _PATH_SHOWN else recorded[: _PATH_SHOWN - 1] + "…")
+        return [f"recorded in {shown}; runs in {visible(str(workspace))}"]
 
     def opening_events(self, notes: list[str]) -> list[AgentEvent]:
         """What to show and log first: skipped lines, `notes`, and the end of a turn the log never finished."""

@@ -5,26 +5,35 @@ old session makes it the latest again. The mtime costs one `stat` a session, whe
 in the summary would cost reading every summary, and lag the log by up to a turn.
 
 Reading never fails on one bad line: a torn or corrupt line is skipped, with a warning that
-names the file and the line, and everything else loads.
+names the file and the line, and everything else loads. A log is read as data from anyone: a header
+whose id isn't one hotloop writes is refused, and a step's usage that no request has is read as unknown.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
 from hotloop import InputError
-from hotloop.agent.events import AgentEvent, decode
+from hotloop.agent.events import AgentEvent, Compacted, ResponseFinished, SideRequest, StepFinished, decode
 from hotloop.agent.figures import counted
 from hotloop.agent.pricing import CostTotals
+from hotloop.nesting import LIMIT, TooDeep, decoded
+from hotloop.sessions.files import NotAFile, open_file
 from hotloop.sessions.log import FORMAT_VERSION, SessionHeader, is_in_use
-from hotloop.sessions.summary import read_summary, summary_path
+from hotloop.sessions.summary import believable, implausible, read_summary, summary_path
 
 _header = msgspec.json.Decoder(SessionHeader)
 _events = msgspec.json.Decoder(AgentEvent)
 MAX_WARNINGS = 5
+MAX_HEADER = 64 * 2**20  # a header holds the system prompt; a first line past this is no header
+_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")  # what hotloop names sessions by: hex today
 
 
 class SessionError(InputError):
@@ -97,12 +106,9 @@ def past_events(folder: Path, workspace: Path, limit: int = 10, max_bytes: int =
 
 
 def summarize(path: Path) -> SessionSummary:
-    try:
-        with path.open("rb") as file:
-            header, header_size = _header_of(path, file.readline())
-            summary = read_summary(path, header_size, file)
-    except OSError as error:
-        raise SessionError(f"cannot read {path}: {error.strerror}") from None
+    with _log_file(path) as file:
+        header, header_size = _header_of(path, file.readline(MAX_HEADER))
+        summary = read_summary(path, header_size, file)
     return SessionSummary(
         header.id,
         path,
@@ -121,12 +127,21 @@ def summarize(path: Path) -> SessionSummary:
 
 def read_header(path: Path) -> tuple[SessionHeader, int]:
     """The session's header and its size in bytes, or a SessionError that says what is wrong."""
+    with _log_file(path) as file:
+        first = file.readline(MAX_HEADER)
+    return _header_of(path, first)
+
+
+@contextmanager
+def _log_file(path: Path) -> Iterator[BinaryIO]:
+    """The log open for reading; a SessionError if it isn't a regular file or can't be read."""
     try:
-        with path.open("rb") as file:
-            first = file.readline()
+        with open_file(path) as file:
+            yield file
+    except NotAFile as refused:
+        raise SessionError(f"{path} is {refused}: not a hotloop session log") from None
     except OSError as error:
         raise SessionError(f"cannot read {path}: {error.strerror}") from None
-    return _header_of(path, first)
 
 
 def _header_of(path: Path, first: bytes) -> tuple[SessionHeader, int]:
@@ -134,7 +149,7 @@ def _header_of(path: Path, first: bytes) -> tuple[SessionHeader, int]:
         raise SessionError(f"{path} is empty: not a hotloop session log")
     try:
         # A byte that isn't UTF-8 (a hostile workspace path, say) costs a replacement character, not the session.
-        header = _header.decode(first if first.isascii() else first.decode("utf-8", errors="replace").encode())
+        header = decoded(_header.decode, first if first.isascii() else first.decode("utf-8", errors="replace").encode())
     except msgspec.DecodeError:
         version = _format_of(first)
         if version is not None and version > FORMAT_VERSION:
@@ -142,12 +157,14 @@ def _header_of(path: Path, first: bytes) -> tuple[SessionHeader, int]:
         raise SessionError(f"{path} is not a hotloop session log (its first line is not a session header)") from None
     if header.format > FORMAT_VERSION:
         raise _newer(path, header.format)
+    if not _ID.fullmatch(header.id):
+        raise SessionError(f"{path} is not a hotloop session log (its header's id is not a session id)")
     return header, len(first)
 
 
 def _format_of(line: bytes) -> int | None:
     try:
-        value = msgspec.json.decode(line)
+        value = decoded(msgspec.json.decode, line)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     version = value.get("format") if isinstance(value, dict) else None
@@ -171,21 +188,21 @@ class LoggedSession:
 
 def read_session(path: Path) -> LoggedSession:
     """Every readable event of a session, or a SessionError if the file isn't a readable session."""
-    header, header_size = read_header(path)
+    with _log_file(path) as file:
+        header, header_size = _header_of(path, file.readline(MAX_HEADER))
+        data = file.read()
     try:
-        data = path.read_bytes()[header_size:]
-    except OSError as error:
-        raise SessionError(f"cannot read {path}: {error.strerror}") from None
-    try:
-        return LoggedSession(header, header_size, _events.decode_lines(data), [])
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        pass  # a bad line somewhere: read line by line to keep everything else
-    events, skipped, mangled = [], [], []
+        return _believed(path, LoggedSession(header, header_size, _events.decode_lines(data), []))
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        pass  # a bad line somewhere (or one nested past the stack): line by line, each refused if too deep
+    events, skipped, mangled, deep = [], [], [], []
     for number, line in enumerate(data.split(b"\n"), start=2):
         if not line.strip():
             continue
         try:
             events.append(decode(line))
+        except TooDeep:
+            deep.append(number)
         except UnicodeDecodeError:
             try:
                 events.append(decode(line.decode("utf-8", errors="replace").encode()))
@@ -196,7 +213,23 @@ def read_session(path: Path) -> LoggedSession:
             skipped.append(number)
     warnings = _lines_said(path, skipped, "not a complete event, skipped", "more unreadable lines skipped")
     warnings += _lines_said(path, mangled, "bytes that are not UTF-8, shown as �", "more lines with bytes not UTF-8")
-    return LoggedSession(header, header_size, events, warnings)
+    warnings += _lines_said(path, deep, f"nested deeper than {LIMIT} levels, skipped", "more lines nested too deep")
+    return _believed(path, LoggedSession(header, header_size, events, warnings))
+
+
+def _believed(path: Path, session: LoggedSession) -> LoggedSession:
+    """`session` with every usage no request has marked unknown, and one warning that says so."""
+    claims: list[str] = []
+    events = session.events
+    for n, event in enumerate(events):
+        if isinstance(event, (StepFinished, ResponseFinished, Compacted, SideRequest)):
+            claim = implausible(event.usage)
+            if claim is not None:
+                events[n] = believable(event)
+                claims.append(claim)
+    if claims:
+        session.warnings.append(f"{path.name}: usage no request has ({claims[0]}), read as unknown")
+    return session
 
 
 def _lines_said(path: Path, numbers: list[int], problem: str, more: str) -> list[str]:

@@ -4,15 +4,20 @@ The log writes `<log name>.summary.json` at every turn end: the log's size at th
 the turns, their prompts, the tokens used, their dollars and the model the last step ran on. A reader takes the summary
 and scans only what the log gained since (a turn in flight, or a process killed mid-turn); a log without
 a summary is scanned whole.
+
+A step's usage that no request can have (a negative count, more than `MAX_STEP_TOKENS`) is never summed:
+`believable` marks it unknown, here and wherever a log is read back, and a summary file whose totals such
+steps can't add up to is set aside and the log scanned again.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from contextlib import nullcontext
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import msgspec
 
@@ -21,6 +26,7 @@ from hotloop.agent.events import (
     Compacted,
     OwnRequest,
     ProviderSwitched,
+    ResponseFinished,
     SessionTitled,
     SideRequest,
     StepFinished,
@@ -28,11 +34,17 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.agent.pricing import CostTotals, StepPricer
+from hotloop.providers.events import UsageLedger
+from hotloop.sessions.files import NotAFile, open_file
 
 if TYPE_CHECKING:
     from hotloop.sessions.log import SessionHeader
 
 TITLE_LENGTH = 60
+# Tokens one request can't exceed: a thousand times the largest context window offered (1M), output included.
+MAX_STEP_TOKENS = 10**9
+# Dollars one request can't cost: MAX_STEP_TOKENS at $100 per million, above any price list.
+MAX_STEP_DOLLARS = 100_000
 # The encoder writes the tag first, so a line's kind can be told from its first bytes.
 _TURN_PREFIX = b'{"type":"turn_started"'
 _STEP_PREFIX = b'{"type":"step_finished"'
@@ -42,6 +54,7 @@ _SIDE_PREFIX = b'{"type":"side_request"'
 _STARTED_PREFIX = b'{"type":"step_started"'
 _SWITCHED_PREFIX = b'{"type":"provider_switched"'
 _HEADER_PREFIX = b'{"type":"session",'
+_SUMMARY_LIMIT = 2**28  # a summary holds every prompt of its session: past this, the log is scanned instead
 
 
 class _Used(msgspec.Struct, gc=False):
@@ -64,6 +77,39 @@ class _Header(_Server, gc=False):
 
     started: float = 0.0
     parent: str = ""
+
+
+def implausible(usage: UsageLedger | None) -> str | None:
+    """What a step's usage claims that no request has (a negative or impossibly large count or price), if anything."""
+    if usage is None or usage.distrust is not None:
+        return None
+    figures = {
+        "prompt": usage.prompt_total,
+        "cache read": usage.cache_read,
+        "cache write": usage.cache_write,
+        "uncached input": usage.uncached,
+        "output": usage.output,
+        "reasoning": usage.reasoning,
+        "1-hour cache write": usage.cache_write_1h,
+    }
+    for part in usage.parts:
+        figures |= {f"{part.kind[:40]} {name}": getattr(part, name) for name in ("uncached", "cache_read", "output")}
+    for name, value in figures.items():
+        if value is not None and not 0 <= value <= MAX_STEP_TOKENS:
+            return f"{name} {value:,} in one request"  # the first: the figures derived from it say it again
+    cost = usage.reported_cost
+    if cost is not None and not (math.isfinite(cost) and 0 <= cost <= MAX_STEP_DOLLARS):
+        return f"cost ${cost:,} for one request"
+    return None
+
+
+Used = TypeVar("Used", bound=StepFinished | ResponseFinished | Compacted | SideRequest)
+
+
+def believable(event: Used) -> Used:
+    """`event`, its usage marked unknown (`distrust`, as a server's impossible figures are) if no request has it."""
+    claim = implausible(event.usage)
+    return event if claim is None else msgspec.structs.replace(event, usage=UsageLedger(distrust=claim))
 
 
 def own_spending_since(header: SessionHeader) -> float:
@@ -132,6 +178,7 @@ class Summary(msgspec.Struct, gc=False):
         elif isinstance(event, ProviderSwitched):
             self.learn(event.provider, event.base_url, event.cost_per_hour)
         elif isinstance(event, (StepFinished, Compacted, SideRequest)) and event.ts >= self.own_since:
+            event = believable(event)
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
@@ -183,7 +230,7 @@ class Summary(msgspec.Struct, gc=False):
                     self.learn(header.provider, header.base_url, header.cost_per_hour)
                     if header.parent:
                         self.own_since = header.started
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):  # torn, or nested past the stack: no figures to keep
                 continue
         self.size += len(data)
 
@@ -203,10 +250,13 @@ def read_summary(log: Path, header_size: int, opened: BinaryIO | None = None) ->
     """
     summary: Summary | None
     try:
-        summary = _decode(summary_path(log).read_bytes())
-    except (OSError, msgspec.DecodeError):
+        with open_file(summary_path(log), _SUMMARY_LIMIT) as sidecar:
+            summary = _decode(sidecar.read())
+    except (OSError, NotAFile, msgspec.DecodeError, RecursionError):
         summary = None
-    with log.open("rb") if opened is None else nullcontext(opened) as file:
+    if summary is not None and not _adds_up(summary):
+        summary = None  # not what this log's steps can sum to: it is scanned again
+    with open_file(log) if opened is None else nullcontext(opened) as file:
         size = os.fstat(file.fileno()).st_size
         if summary is None or summary.size > size:  # none, or the log was replaced or cut: start over
             summary = Summary(costed=True)
@@ -218,6 +268,21 @@ def read_summary(log: Path, header_size: int, opened: BinaryIO | None = None) ->
             # Only whole lines: a line still being written is taken in next time.
             summary.scan(tail[: tail.rfind(b"\n") + 1])
     return summary
+
+
+def _adds_up(summary: Summary) -> bool:
+    """Whether a summary read from disk holds totals its steps could sum to, each within a request's bounds."""
+    steps = summary.priced + summary.unpriced
+    try:
+        cost = Decimal(summary.cost)
+    except InvalidOperation:
+        return False
+    return (
+        min(summary.size, summary.turns, summary.priced, summary.unpriced) >= 0
+        and 0 <= (summary.tokens or 0) <= 2 * MAX_STEP_TOKENS * steps
+        and cost.is_finite()
+        and 0 <= cost <= MAX_STEP_DOLLARS * summary.priced
+    )
 
 
 def summary_bytes(summary: Summary) -> bytes:

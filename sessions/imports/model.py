@@ -1,12 +1,15 @@
 """What a reader makes of a source file: turns of steps of calls, with the times its lines record.
 
 `read_lines` reads the file itself: one JSON object a line, whatever the file holds. A line that is torn,
-not JSON, not UTF-8 or absurdly long is skipped or repaired and named in one line, never raised.
+not JSON, not UTF-8 or absurdly long is skipped or repaired and named in one line, never raised. What isn't a
+regular file (a FIFO, a device, a link to one) or holds more than `MAX_SOURCE` bytes is refused before a byte is
+read (`sessions/files.py`). `vetted` makes what was read safe to save: plain ids, usage a request can have.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,12 +17,21 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.agent.cache_explainer import WireSegments
+from hotloop.agent.text import visible
 from hotloop.providers.events import UsageLedger
+from hotloop.sessions.files import open_file
+from hotloop.sessions.summary import implausible
 
 # A transcript line holds one message; past this it is not one an agent wrote, and reading it whole could
 # exhaust memory.
 MAX_LINE = 32 * 1024 * 1024
 _CHUNK = 1024 * 1024
+# The most an import reads of a transcript or rollout: far above a real one (a long day's is tens of MB), far
+# below what would exhaust memory or time. (opencode's database is read by SQLite, a row at a time.)
+MAX_SOURCE = 2**30
+_NOT_IN_AN_ID = re.compile(r"[^0-9A-Za-z_.:-]")  # a source's session id is a UUID or a word, never a path
+_ID_LENGTH = 200
+_PATH_LENGTH = 4096  # Linux's PATH_MAX: a recorded folder longer than this was never one
 
 
 @dataclass
@@ -75,6 +87,30 @@ class Imported:
         return f"import:{self.agent}/{self.version}" if self.version else f"import:{self.agent}"
 
 
+def vetted(imported: Imported, name: str, problems: list[str]) -> None:
+    """`imported` made safe to save, each change named in `problems`: its ids plain words (a `/` or `..` in one
+    becomes `_`), its recorded folder no longer than a path, and every usage no request has marked unknown."""
+    for attribute in ("source_id", "side_key"):
+        given: str = getattr(imported, attribute)
+        plain = _NOT_IN_AN_ID.sub("_", given[:_ID_LENGTH])
+        if plain != given:
+            problems.append(f"{name}: id {visible(given[:80])} is not a plain id; saved as {plain[:80]}")
+            setattr(imported, attribute, plain)
+    if len(imported.workspace) > _PATH_LENGTH:
+        problems.append(
+            f"{name}: its recorded folder is {len(imported.workspace):,} characters long, not a path; dropped"
+        )
+        imported.workspace = ""
+    claims = []
+    for step in (step for turn in imported.turns for step in turn.steps):
+        claim = implausible(step.usage)
+        if claim is not None:
+            claims.append(claim)
+            step.usage = UsageLedger(distrust=claim)
+    if claims:
+        problems.append(f"{name}: usage no request has ({claims[0]}) in {len(claims)} step(s): counted as unknown")
+
+
 @dataclass
 class SourceLine:
     number: int
@@ -84,15 +120,18 @@ class SourceLine:
 def read_lines(path: Path, problems: list[str]) -> Iterator[SourceLine]:
     """Each line of `path` that is a JSON object; every other line is named in `problems`."""
     name = path.name
-    with path.open("rb") as file:
+    with open_file(path, MAX_SOURCE) as file:
         number = 0
         while True:
             raw = file.readline(MAX_LINE)
             if not raw:
                 return
             number += 1
+            if file.tell() > MAX_SOURCE:  # it grew while read
+                problems.append(f"{name}: grew past the {MAX_SOURCE // 2**30} GB limit while read; the rest skipped")
+                return
             if len(raw) == MAX_LINE and not raw.endswith(b"\n"):
-                while (rest := file.readline(_CHUNK)) and not rest.endswith(b"\n"):
+                while (rest := file.readline(_CHUNK)) and not rest.endswith(b"\n") and file.tell() <= MAX_SOURCE:
                     pass  # drop the rest of the line without holding it
                 problems.append(f"{name} line {number}: longer than {MAX_LINE // 2**20} MB, skipped")
                 continue

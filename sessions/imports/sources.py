@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hotloop.sessions.files import NotAFile, check_file, open_file
 from hotloop.sessions.imports.claude_code import read_transcript
 from hotloop.sessions.imports.codex import read_rollout
-from hotloop.sessions.imports.model import Imported
+from hotloop.sessions.imports.model import Imported, vetted
 from hotloop.sessions.imports.opencode import read_store
 from hotloop.sessions.imports.writer import Written, stable_id, write_session
 
@@ -55,11 +56,8 @@ def agent_of(path: Path) -> str:
         return "codex"
     if path.suffix == ".db":
         return "opencode"
-    try:
-        with path.open("rb") as file:
-            first = file.read(4096)
-    except OSError:
-        return "claude-code"
+    with open_file(path) as file:
+        first = file.read(4096)
     if first.startswith(_SQLITE):
         return "opencode"
     return "codex" if b'"session_meta"' in first else "claude-code"
@@ -69,14 +67,20 @@ def import_files(files: Iterable[Path], folder: Path, agent: str | None = None, 
     """Each file read by its agent's reader and written as sessions into `folder`; what failed, a line each."""
     report, secrets = Report(), list(secrets)
     for path in files:
-        kind = agent or agent_of(path)
         try:
+            check_file(path)  # here, as SQLite opens opencode's database itself
+            kind = agent or agent_of(path)
             conversations = READERS.get(kind, read_transcript)(path, report.problems)
+        except NotAFile as refused:
+            report.problems.append(f"{path}: {refused}; not imported")
+            continue
         except OSError as error:
             report.problems.append(f"cannot read {path}: {error.strerror}")
             continue
         if not conversations:
             report.problems.append(f"{path.name}: no {kind} request with a response in it, nothing imported")
+        for imported in conversations:
+            vetted(imported, path.name, report.problems)
         for imported in sorted(conversations, key=lambda c: c.side_key):  # the main conversation first
             side_of = stable_id(imported.agent, imported.source_id) if imported.side_key else ""
             try:
