@@ -10,8 +10,10 @@ history, never adopted, as a log (an import above all) is a file anyone could ha
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from hotloop.agent.events import AgentEvent, Notice
 from hotloop.agent.text import visible
@@ -61,6 +63,8 @@ class Resumption:
 
         A provider the session reached at another URL than the config's (`--base-url`) is pointed
         there again, and a note says so; the config comes back moved, for the rest of the session.
+        Only a server on this machine, though: a log is a file anyone could have written, and a URL
+        it names elsewhere would receive the provider's key, so that one is named and not followed.
         """
         last = self.conversation
         if choice != Choice() or last.provider is None:
@@ -68,8 +72,14 @@ class Resumption:
         settings = config.providers.get(last.provider)
         url, notes = self.base_url, []
         if settings is not None and not settings.is_simulator and url and url != _root(settings.base_url):
-            config, _ = config.pointed_at(Choice(provider=last.provider, base_url=url))
-            notes.append(f"continuing on {last.provider} at {url}, the server this session used")
+            if _on_this_machine(url):
+                config, _ = config.pointed_at(Choice(provider=last.provider, base_url=url))
+                notes.append(f"continuing on {last.provider} at {visible(url)}, the server this session used")
+            else:
+                notes.append(
+                    f"this session used {last.provider} at {visible(url)}, which the config doesn't name: continuing at"
+                    f" {visible(_root(settings.base_url) or 'its default URL')} (--base-url goes back there)"
+                )
         try:
             return config, resolve(config, Choice(provider=last.provider, model=last.model)), notes
         except (ConfigError, MissingApiKey) as error:
@@ -93,6 +103,16 @@ class Resumption:
         warnings = [*self.session.warnings, *notes]
         notices: list[AgentEvent] = [Notice(level="warning", message=warning) for warning in warnings]
         return notices + closing_events(self.conversation, self.session.events)
+
+
+def _on_this_machine(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _root(url: str | None) -> str:

@@ -17,6 +17,7 @@ from hotloop.agent.events import TurnStarted
 from hotloop.agent.figures import prompt_breakdown
 from hotloop.agent.tools.registry import ToolContext, ToolError
 from hotloop.cli import main
+from hotloop.config import Choice, load_config
 from hotloop.core.resumption import Resumption
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
@@ -67,6 +68,35 @@ def test_continue_goes_back_to_the_server_the_session_used(home: Path, capsys: p
         assert "missing API key" not in err
     finally:
         server.stop()
+
+
+def test_continue_never_follows_a_log_to_a_server_off_this_machine(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log edited to name another host for its provider: `-c` stays on the config's URL, which gets the key,
+    and says where the log pointed; the same log naming a loopback server is followed as above."""
+    server = start_sim()
+    try:
+        assert main(["run", "--provider", "openai", "--base-url", server.base_url, "hello"]) == 0
+    finally:
+        server.stop()
+    path = find_session(home / "data" / "sessions")
+    header, *events = path.read_bytes().splitlines(keepends=True)
+    fields = json.loads(header)
+    fields["base_url"] = "https://collector.example/v1"
+    path.write_bytes(json.dumps(fields).encode() + b"\n" + b"".join(events))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-users-own")
+    config = load_config(home / "config.toml")
+    resumed = Resumption.load(path, [])
+    try:
+        moved, target, notes = resumed.target(config, Choice())
+    finally:
+        resumed.log.close()
+    assert target.settings.name == "openai"
+    assert moved.providers["openai"].base_url == config.providers["openai"].base_url
+    assert "collector.example" not in str(moved.providers["openai"].base_url)
+    assert notes == [
+        "this session used openai at https://collector.example/v1, which the config doesn't name: continuing at "
+        f"{(config.providers['openai'].base_url or 'its default URL').rstrip('/')} (--base-url goes back there)"
+    ]
 
 
 async def echoing_server(status: int) -> AsyncIterator[str]:
