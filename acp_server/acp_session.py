@@ -23,7 +23,8 @@ from hotloop.acp_server.history import replayed
 from hotloop.acp_server.switches import READ_ONLY, Switches
 from hotloop.acp_server.updates import Update, Updates
 from hotloop.agent.approvals import Reply, Request
-from hotloop.agent.events import AgentEvent, Notice, TurnFinished
+from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched, StepStarted, TurnFinished
+from hotloop.agent.text import inert, visible
 from hotloop.config import Config
 from hotloop.core.session import Session, SessionOptions
 from hotloop.sessions.store import LoggedSession
@@ -50,6 +51,7 @@ class AcpSession:
         self.rejected: set[tuple[str, str]] = set()  # (tool, subject) the user rejected for the session
         self.switches = Switches(self.session)
         self.history: dict[str, Any] = {}  # a loaded session's ledger, as `_meta` of `session/load`'s answer
+        self.recorded: tuple[str, str] | None = None  # the provider and model a loaded session's log last names
 
     async def open(self) -> None:
         """Start hotloop's session (a saved one's history sent first); a RequestError if it can't."""
@@ -60,13 +62,18 @@ class AcpSession:
             raise RequestError.internal_error({"message": f"hotloop couldn't start: {error}"}) from None
         if self.switches.mode == READ_ONLY:
             self.switches.set_mode(READ_ONLY)
+        agent = self.session.agent
+        using = (agent.provider.name, agent.provider.model) if agent is not None else None
+        if self.recorded is not None and using is not None and self.recorded != using:
+            ran, now = (visible(" · ".join(pair)) for pair in (self.recorded, using))
+            self.session.emit(Notice(level="info", message=f"this session ran on {ran}; it goes on with {now}"))
         await self.outbox.join()
 
     def _restored(self, saved: LoggedSession) -> None:
-        self.updates.workspace = self.session.workspace  # the saved session's, where it still exists
         for update in replayed(saved.events, self.updates):
             self.outbox.put_nowait(update)
         self.history = {"hotloop": self.updates.meta()}
+        self.recorded = _last_model(saved.events)
         self.updates.turn_started()
 
     def _emit(self, event: AgentEvent) -> None:
@@ -90,9 +97,17 @@ class AcpSession:
         if (request.tool, request.subject) in self.rejected:
             return Reply("deny", "rejected for this session")
         await self.outbox.join()
-        options = [o for o in OPTIONS if o.kind != "allow_always" or request.session_rules]
-        call = ToolCallUpdate(tool_call_id=request.call_id, title=_question(request), status="pending")
-        answer = await self.client.request_permission(session_id=self.id, tool_call=call, options=options)
+        options = [_named(o, request) for o in OPTIONS if o.kind != "allow_always" or request.session_rules]
+        call = ToolCallUpdate(tool_call_id=request.call_id, title=question(request), status="pending")
+        try:
+            answer = await self.client.request_permission(session_id=self.id, tool_call=call, options=options)
+        except Exception as error:  # an error, an answer that isn't one, the client gone: no, as a denial is safe
+            said = inert(" ".join(f"{type(error).__name__}: {error}".split()))[:300]
+            print(
+                f"hotloop: the client's answer to a question couldn't be read ({said}): the call is denied",
+                file=sys.stderr,
+            )
+            return Reply("deny", "the editor's answer couldn't be read")
         outcome = answer.outcome
         chosen = outcome.option_id if outcome.outcome == "selected" else None
         if chosen == "allow_once":
@@ -145,5 +160,28 @@ class AcpSession:
         await asyncio.gather(self.sender, return_exceptions=True)
 
 
-def _question(request: Request) -> str:
-    return f"{request.tool}: {request.subject}" + (f" ({request.warning})" if request.warning else "")
+def _last_model(events: list[AgentEvent]) -> tuple[str, str] | None:
+    last = next((e for e in reversed(events) if isinstance(e, StepStarted | ProviderSwitched)), None)
+    return (last.provider, last.model) if last is not None else None
+
+
+def question(request: Request) -> str:
+    """The call as the app's approval bar shows it, on one line: the programs a command runs first, then its whole
+    text spelled out (`visible`: controls, invisible characters and padding shown, never the raw text)."""
+    if request.commands:
+        count = f"{len(request.commands)} commands" if len(request.commands) > 1 else "a command"
+        head = f"{request.tool} wants to run {count} ({visible(', '.join(request.programs))}): "
+    elif request.file and request.given:
+        head = f"{request.tool} wants to write {visible(request.given)} through a symlink, to: "
+    else:
+        head = f"{request.tool}: "
+    notes = [f"it writes {request.warning}"] if request.warning else []
+    notes += [f"no rule can allow it: {'; '.join(request.unread)}"] if request.unread else []
+    return head + visible(request.subject) + "".join(f" ({visible(note)})" for note in notes)
+
+
+def _named(option: PermissionOption, request: Request) -> PermissionOption:
+    """`allow_always` names the rules it adds, as the app's session answer does."""
+    if option.kind != "allow_always":
+        return option
+    return option.model_copy(update={"name": f"{option.name}: {visible(', '.join(request.session_rules))}"})

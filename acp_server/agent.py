@@ -54,9 +54,9 @@ from acp.schema import (
 from hotloop import InputError, __version__
 from hotloop.acp_server.acp_session import AcpSession
 from hotloop.acp_server.history import listed, session_path
-from hotloop.acp_server.stdio import protocol_streams
+from hotloop.acp_server.stdio import Stdio, one_line_logs
 from hotloop.acp_server.switches import MODE
-from hotloop.config import load_config
+from hotloop.config import Choice, Config, load_config
 from hotloop.core.session import SessionOptions
 from hotloop.sessions.store import SessionError
 
@@ -142,6 +142,7 @@ class HotloopAgent:
             config = await asyncio.to_thread(load_config)
             mcp = (*self.options.mcp, *_mcp_command_lines(servers or []))
             options = dataclasses.replace(self.options, workspace=workspace, mcp=mcp, resume=resume)
+            options = _configured(options, config)
             session = AcpSession(session_id, config, options, self.client)
         except InputError as error:
             raise RequestError.invalid_params({"message": str(error)}) from None
@@ -176,6 +177,10 @@ class HotloopAgent:
         if (session := self.sessions.pop(session_id, None)) is not None:
             await session.close()
         return CloseSessionResponse()
+
+    def cancel_all(self) -> None:
+        for session in self.sessions.values():
+            session.cancel()
 
     async def close_all(self) -> None:
         sessions, self.sessions = list(self.sessions.values()), {}
@@ -221,6 +226,14 @@ class HotloopAgent:
         return None
 
 
+def _configured(options: SessionOptions, config: Config) -> SessionOptions:
+    """A session on the command line's provider, else the config's default: never on the provider and server a
+    loaded session's log names, which may be a hosted API the user never picked (an imported session's)."""
+    if options.choice != Choice():
+        return options
+    return dataclasses.replace(options, provider=config.default_provider)
+
+
 def _options_now(session: AcpSession) -> ConfigOptionUpdate:
     return ConfigOptionUpdate(session_update="config_option_update", config_options=list(session.switches.options()))
 
@@ -252,12 +265,12 @@ def _mcp_command_lines(servers: McpServers) -> tuple[str, ...]:
     return tuple(lines)
 
 
-async def serve(options: SessionOptions) -> int:
-    """Answer ACP on stdin and stdout until the client closes stdin; 0 then."""
+async def serve(options: SessionOptions, out: int) -> int:
+    """Answer ACP on stdin and `out` (`stdio.protocol_out()`) until the client closes stdin; 0 then."""
+    one_line_logs()
     agent = HotloopAgent(options)
-    reader, writer = await protocol_streams()
     try:
-        await run_agent(agent, writer, reader)
+        await run_agent(agent, Stdio(out, ended=agent.cancel_all))
     finally:
         await agent.close_all()
     return 0

@@ -49,6 +49,7 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.pricing import Cost as StepCost
 from hotloop.agent.pricing import StepPricer
+from hotloop.agent.text import visible
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallReady, UsageLedger
 
 Update = AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallProgress | UsageUpdate | UserMessageChunk
@@ -269,12 +270,12 @@ def tail(text: str) -> str:
 
 
 def title_of(name: str, args: dict[str, Any]) -> str:
-    """`read_file src/app.py`, `run_shell: make test`: the tool and what it acts on."""
+    """`read_file src/app.py`, `run_shell: make test`: the tool and what it acts on, spelled out (`visible`)."""
     for key in ("command", "path", "pattern"):
         value = args.get(key)
         if isinstance(value, str) and value:
-            return f"{name}: {value}" if key == "command" else f"{name} {value}"
-    return name
+            return f"{visible(name)}: {visible(value)}" if key == "command" else f"{visible(name)} {visible(value)}"
+    return visible(name)
 
 
 def _read_text(path: Path) -> str | None:

@@ -22,9 +22,17 @@ def add_acp(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def _acp(args: argparse.Namespace) -> int:
     import asyncio
+    import sys
 
     from hotloop.acp_server.agent import serve
+    from hotloop.acp_server.stdio import protocol_out
 
     if args.resume is not None:
         raise UsageError("hotloop acp starts the sessions its client asks for: --resume and -c don't apply")
-    return asyncio.run(serve(session_options(args, "")))
+    options = session_options(args, "")
+    try:
+        out = protocol_out()
+    except OSError as error:
+        print(f"hotloop acp: stdout can't carry the protocol: {error.strerror}", file=sys.stderr)
+        return 1
+    return asyncio.run(serve(options, out))

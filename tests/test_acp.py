@@ -50,11 +50,13 @@ class Editor:
         self.updates: list[Any] = []
         self.answers: list[str] = []  # the option each permission request is answered with, in order
         self.asked: list[tuple[ToolCallUpdate, list[str]]] = []
+        self.options: list[list[PermissionOption]] = []  # each question's options, names and all
 
     async def request_permission(
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
     ) -> RequestPermissionResponse:
         self.asked.append((tool_call, [option.kind for option in options]))
+        self.options.append(options)
         self.updates.append(("asked", tool_call.tool_call_id))
         chosen = self.answers.pop(0)
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=chosen))
