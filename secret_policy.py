@@ -10,6 +10,11 @@ in a word other than `AUTHOR…` (`OAUTH`, `AUTHTOKEN`, `AUTHORIZATION`); the wo
 `CREDS`, `PAT`, `DSN`, `JWT`, `BEARER`; a connection string; or a URL naming a database or a
 broker (`DATABASE_URL`, `REDIS_URL`, `MONGODB_URI`). `KEYBOARD`, `GIT_AUTHOR_NAME`, `PATH`,
 `PWD` itself and `TOKENIZERS_PARALLELISM` are not.
+
+The locale passes by name and by value: the variables the C library reads, each only with a
+value shaped like a locale name. Any other `LC_` variable is data under the locale's name (ssh's
+usual `AcceptEnv LANG LC_*` carries it from another machine, which is why it gets used so): it
+never passes, and its value is masked like a secret's.
 """
 
 from __future__ import annotations
@@ -41,13 +46,22 @@ _NOT_SECRET = frozenset({"PWD", "OLDPWD"})  # the shell's working folders
 # DBUS_SESSION_BUS_ADDRESS, XDG_RUNTIME_DIR, DISPLAY, WAYLAND_DISPLAY, DOCKER_HOST) and proxies,
 # whose URLs may carry a password. `[shell] env` adds a name the user vouches for.
 PASSED = frozenset(
-    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR",
      "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_EXE", "JAVA_HOME", "GOPATH", "GOROOT",
      "CARGO_HOME", "RUSTUP_HOME", "NVM_DIR", "NVM_BIN", "PYENV_ROOT", "RBENV_ROOT", "GEM_HOME", "GEM_PATH",
      "PNPM_HOME", "VOLTA_HOME", "BUN_INSTALL", "ASDF_DIR", "ASDF_DATA_DIR", "SDKMAN_DIR",
      "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"}
 )  # fmt: skip
-PASSED_PREFIXES = ("LC_",)
+# The locale variables glibc reads (LANGUAGE: gettext's list of them, `en_US:en`). A value passes if it reads
+# as a locale's name: `C`, `POSIX`, `en_US.UTF-8`, `sr_RS.UTF-8@latin`, `es_419`, macOS's bare `UTF-8`.
+LOCALE = frozenset(
+    {"LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME",
+     "LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE"}
+)  # fmt: skip
+_LOCALE_NAME = re.compile(
+    r"(?:C|POSIX|[a-z]{2,3}(?:_(?:[A-Z]{2}|[0-9]{3}))?)(?:\.[A-Za-z0-9][A-Za-z0-9_-]{0,15})?(?:@[A-Za-z0-9_-]{1,16})?"
+    r"|(?i:UTF-?8)"
+)
 # A hook is the user's own command, often one that tells the user something (notify-send, a sound):
 # it gets the desktop session besides, never an agent's socket nor a secret.
 DESKTOP = frozenset({"DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR"})
@@ -78,25 +92,34 @@ def is_secret_name(name: str) -> bool:
     return any(a in ("CONN", "CONNECTION") and b in ("STR", "STRING") for a, b in pairwise(parts))
 
 
+def is_locale(name: str, value: str) -> bool:
+    """Whether `name=value` is a locale setting: a variable the C library reads, set to a locale's name (or empty)."""
+    if name not in LOCALE:
+        return False
+    names = value.split(":") if name == "LANGUAGE" else [value]
+    return not value or all(_LOCALE_NAME.fullmatch(part) for part in names)
+
+
+def _posing_as_locale(name: str, value: str) -> bool:
+    return (name.startswith("LC_") or name in LOCALE) and not is_locale(name, value)
+
+
 def allowed_environment(environ: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, str]:
-    """The part of `environ` a command may see: the allowlist, and the names in `extra`."""
+    """The part of `environ` a command may see: the allowlist, the locale, and the names in `extra`."""
     added = set(extra)
-    return {
-        name: value
-        for name, value in environ.items()
-        if name in PASSED or name.startswith(PASSED_PREFIXES) or name in added
-    }
+    return {name: value for name, value in environ.items() if name in PASSED or name in added or is_locale(name, value)}
 
 
 def secret_values(environ: Mapping[str, str]) -> list[str]:
     """What the log must never show: the value of every secret-named variable, and of any URL with a password.
 
-    A URL's password counts alone too, since a command may print it apart. Values too short or plain
-    to mask safely (see `maskable`) are left out.
+    A URL's password counts alone too, since a command may print it apart; so does the value of a
+    variable named like the locale that is no locale setting (`LC_DEPLOY`, `LC_CTYPE=ghp_…`). Values
+    too short or plain to mask safely (see `maskable`) are left out.
     """
     found: list[str] = []
     for name, value in environ.items():
-        if is_secret_name(name):
+        if is_secret_name(name) or _posing_as_locale(name, value):
             found.append(value)
         for match in _URL_PASSWORD.finditer(value):
             found += [value, match["password"]]

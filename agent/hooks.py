@@ -5,8 +5,8 @@ The shape Claude Code, Codex, Crush and Goose share. Each `[[hooks]]` entry name
 tool's name (a regular expression over the whole name like `edit_file|write_file`, or a glob like
 `read_*`; empty or `*` for every tool), a `command` and a `timeout`. The command runs with
 `/bin/sh -c` in the workspace, in a process group of its own, and gets the event as JSON on stdin
-(Claude Code's fields). Its environment is run_shell's allowlist (`secret_policy.PASSED`: PATH,
-HOME, the locale, toolchain roots, …) plus the desktop session (DISPLAY, DBUS_SESSION_BUS_ADDRESS,
+(Claude Code's fields). Its environment is run_shell's allowlist (`secret_policy.allowed_environment`:
+PATH, HOME, the locale, toolchain roots, …) plus the desktop session (DISPLAY, DBUS_SESSION_BUS_ADDRESS,
 …), so a hook can notify the user; never a credential, nor an agent's socket. A hook is the
 user's own command, but it often runs what the model wrote (tests after an edit), so it gets no
 more than that; one that needs a secret reads it from a file of its own.

@@ -9,7 +9,7 @@ import pytest
 
 from hotloop.agent.tools.mcp_import import imported, to_toml
 from hotloop.cli import main
-from hotloop.secret_policy import is_secret_name, maskable, secret_values
+from hotloop.secret_policy import allowed_environment, is_locale, is_secret_name, maskable, secret_values
 
 SECRET = [
     # what each of the two old rules caught, and more
@@ -77,6 +77,44 @@ def test_the_environment_s_secrets_are_the_secret_named_values_and_urls_password
     ]
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LANG", "en_US.UTF-8"), ("LC_ALL", "C"), ("LC_ALL", "C.UTF-8"), ("LC_CTYPE", "UTF-8"), ("LC_TIME", "POSIX"),
+        ("LC_MESSAGES", "sr_RS.UTF-8@latin"), ("LC_NUMERIC", "de_DE@euro"), ("LC_MONETARY", "es_419.utf8"),
+        ("LC_PAPER", "ast_ES.ISO-8859-15"), ("LANGUAGE", "en_US:en"), ("LC_ALL", ""),
+    ],
+)  # fmt: skip
+def test_a_locale_setting_passes(name: str, value: str) -> None:
+    assert is_locale(name, value) and allowed_environment({name: value}) == {name: value}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LC_DEPLOY", "production"),  # no variable the C library reads: data under the prefix ssh passes
+        ("LC_TERMINAL", "iTerm2"),
+        ("LC_CTYPE", "ghp_0123456789abcdefABCD"),  # a locale variable, a value no locale has
+        ("LANG", "$(touch pwned)"),
+        ("LANGUAGE", "en_US:sk-0123456789abcdef"),
+        ("LC_ALL", "en_US.UTF-8 extra"),
+    ],
+)
+def test_anything_posing_as_the_locale_does_not(name: str, value: str) -> None:
+    assert not is_locale(name, value) and allowed_environment({name: value}) == {}
+    assert allowed_environment({name: value}, [name]) == {name: value}  # unless the user names it
+
+
+def test_a_value_posing_as_the_locale_is_masked() -> None:
+    environ = {
+        "LC_DEPLOY": "deploy-key-0123456789abcdef",
+        "LC_CTYPE": "ghp_0123456789abcdefABCD",
+        "LC_TERMINAL": "iTerm2",  # not distinctive enough to mask everywhere
+        "LC_ALL": "en_US.UTF-8",  # a locale: never masked, though long and mixed
+    }
+    assert secret_values(environ) == ["deploy-key-0123456789abcdef", "ghp_0123456789abcdefABCD"]
+
+
 def test_mcp_import_keeps_back_what_the_rule_calls_secret(tmp_path: Path) -> None:
     env = {"GITHUB_PAT": "ghp-literal", "DATABASE_URL": "postgres://a:b@c/d", "KEYBOARD_LAYOUT": "us", "LOG": "warn"}
     source = tmp_path / ".mcp.json"
@@ -101,6 +139,7 @@ def test_the_log_and_its_exports_mask_every_secret_the_environment_holds(
         "NPM_AUTH": "npm-auth-0123456789",
         "DB_CREDENTIALS": "db-creds-0123456789",
         "UPSTREAM_MIRROR": "https://deploy:s3cr3t-pass@git.example.com/repo.git",
+        "LC_DEPLOY": "deploy-key-0123456789abcdef",  # under the locale's name, no locale
     }
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)

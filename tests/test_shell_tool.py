@@ -24,7 +24,7 @@ from hotloop.agent.tools.registry import OUTPUT_LIMIT, ToolContext, ToolError, c
 from hotloop.agent.tools.sandbox import bwrap_argv, bwrap_problem, sandbox_problem
 from hotloop.agent.tools.shell import ShellSettings, sandbox_notice, shell_tool
 from hotloop.config import ConfigError, load_config
-from hotloop.secret_policy import PASSED
+from hotloop.secret_policy import LOCALE, PASSED
 
 from support import wait_until
 
@@ -358,7 +358,7 @@ async def test_the_environment_is_an_allowlist(tmp_path: Path, monkeypatch: pyte
     assert (seen["PATH"], seen["HOME"]) == (os.environ["PATH"], os.environ["HOME"])
     assert (seen["LC_ALL"], seen["VIRTUAL_ENV"], seen["PWD"]) == ("C.UTF-8", "/opt/venv", str(tmp_path))
     added_by_bash = {"SHLVL", "_"}
-    assert {name for name in seen if name not in PASSED and not name.startswith("LC_")} <= {
+    assert {name for name in seen if name not in PASSED | LOCALE} <= {
         RUN_ID,
         "PWD",
     } | added_by_bash

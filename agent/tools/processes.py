@@ -4,22 +4,34 @@ On Linux a command's shell runs under a subreaper (subreaper.py): a small proces
 Linux makes the reaper of its orphaned descendants, so that whatever the command started stays its
 descendant even once its own parent has exited. It stays until the sweep is done, then kills and
 reaps whatever is still below it before it exits (and does the same if hotloop dies). Each call's
-processes also carry a random tag in their environment (`RUN_ID`; never the model's call id:
-nothing the model sees names it, so no command can forge it). When the call ends (an exit, a
-timeout, a cancel), SIGTERM goes to the call's process group, to every process whose environment
-holds the tag, and to every descendant of those, of the subreaper, or of the shell (while it
-runs): `setsid` children and double forks leave the group, not the tag nor the subreaper's tree.
-SIGKILL follows KILL_GRACE later, to whatever is found then. /proc is read in a thread, off the
-event loop.
+processes also carry two marks of its own (`Marks`; never the model's call id: nothing the model
+sees names them, so no command can forge them): a random tag in their environment (`RUN_ID`) and,
+under the subreaper, a random hard limit on file locks (RLIMIT_LOCKS, which Linux has not enforced
+since 2.4.25). The limit is inherited through fork, exec, `setsid` and `env -i`, and only
+CAP_SYS_RESOURCE can raise it back: it is what finds a call's processes once the command has
+SIGKILLed its subreaper (`kill -9 $PPID`, the one signal the subreaper can't ignore) and orphaned a
+daemon that cleared its environment and left the group. When the call ends (an exit, a timeout, a
+cancel), SIGTERM goes to the call's process group, to every process that carries either mark, and
+to every descendant of those, of the subreaper (while it lives) or of the shell (while it runs).
+SIGKILL follows KILL_GRACE later, to whatever is found then, again until a look finds nothing (a
+process forked while /proc was read). /proc is read in a thread, off the event loop.
+
+Measured on Linux against `setsid -f env -i sleep` then `kill -9 $PPID`: the process group and the
+tag miss the daemon, the subreaper's tree loses it with the subreaper, and the limit finds it; a
+user without CAP_SYS_RESOURCE who tries to raise it back is refused. The alternatives need what a
+user may not have (a delegated cgroup; user namespaces for a PID namespace, which is the sandbox),
+or would make hotloop itself the subreaper, the parent of every orphan of its MCP servers and hooks
+too, which it could neither tell from its own children nor reap.
 
 What escapes: a process the command had started by another, not as its descendant (a daemon that
 already runs: `systemd-run --user`, `docker run`, a tmux or screen server, `at`), unless it
-inherited the tag; and, if the command SIGKILLs the subreaper (`kill -9 $PPID`; other signals it
-ignores), what the group and the tag don't find from then on. Without a subreaper (not Linux, or
-prctl refused), also a process that clears its environment (`env -i`) and leaves the group, once
-its parent has gone before the sweep (a double fork, or any child of a shell that has exited
-normally), and one that overwrites its environment in memory. The sandbox has no such hole: its
-PID namespace dies with bwrap, so a sandboxed command runs under no subreaper.
+inherited a mark; and, once the command has killed its subreaper, a process outside the group and
+the tag that lowered its own hard file-locks limit (`ulimit -Hx`, `prlimit`) or that root raised.
+Without a subreaper (not Linux, or prctl refused) there is no limit mark, and also a process that
+clears its environment (`env -i`) and leaves the group escapes once its parent has gone before the
+sweep (a double fork, or any child of a shell that has exited normally), as does one that
+overwrites its environment in memory. The sandbox has no such hole: its PID namespace dies with
+bwrap, so a sandboxed command runs under no subreaper.
 """
 
 from __future__ import annotations
@@ -28,17 +40,52 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import resource
+import secrets
 import signal
 import sys
+import time
 from collections import defaultdict
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 RUN_ID = "HOTLOOP_RUN_ID"
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
 _POLL = 0.02  # seconds between looks at whether the signalled processes are gone
+_ROUNDS = 5  # SIGKILL sweeps at most: each finds what forked while the one before read /proc
 SUBREAPER = Path(__file__).with_name("subreaper.py")  # run as a program: see its docstring
 _PR_GET_CHILD_SUBREAPER = 37
+LOCKS_LIMIT = 10  # RLIMIT_LOCKS, Linux's number: Python's resource module doesn't name it
+_LOCKS_LINE = b"Max file locks "  # its line in /proc/PID/limits
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What a call's processes carry wherever they go: `tag` in their environment, `limit` as their hard file-locks
+    limit (None when no subreaper sets it). `since` is when the call began, in clock ticks since boot: a process
+    started earlier is none of the call's, so its marks aren't read."""
+
+    tag: str
+    limit: int | None
+    since: int
+
+    @classmethod
+    def new(cls) -> Marks:
+        """A call's own marks, drawn at random; the limit below hotloop's own, so that it may be set."""
+        # The earlier of the two clocks: /proc counts a start on one or the other, by the kernel's version.
+        clocks = (time.CLOCK_MONOTONIC, getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+        now = min(map(time.clock_gettime, clocks))
+        return cls(secrets.token_hex(16), _new_limit(), int(now * os.sysconf("SC_CLK_TCK")) - 1)
+
+
+def _new_limit() -> int | None:
+    """A hard limit in the upper half of what hotloop may set; None if its own leaves no room, or not on Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    hard = resource.getrlimit(LOCKS_LIMIT)[1]
+    ceiling = 2**63 if hard == resource.RLIM_INFINITY else min(hard, 2**63)
+    return ceiling // 2 + secrets.randbelow(ceiling // 2) if ceiling >= 2**20 else None
 
 
 @cache
@@ -60,7 +107,7 @@ def subreaper_problem() -> str | None:
 
 async def stop(
     group: int | None,
-    tag: str,
+    marks: Marks,
     exited: asyncio.Future[None],
     closed: asyncio.Future[None],
     reaper: int | None = None,
@@ -68,10 +115,10 @@ async def stop(
     """Stop everything of a call: SIGTERM, then SIGKILL after KILL_GRACE, or at once if this wait is cancelled.
 
     `group` is the shell's pid and process group (None if it never started); `exited` and `closed` say it
-    has exited and its pipe closed; `reaper`, the subreaper's pid, if the shell runs under one.
+    has exited and its pipe closed; `reaper`, the subreaper's pid, if the shell runs under one that lives.
     """
     try:
-        found = await asyncio.to_thread(sweep, tag, group, not exited.done(), signal.SIGTERM, reaper)
+        found = await asyncio.to_thread(sweep, marks, group, not exited.done(), signal.SIGTERM, reaper)
         if found:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(KILL_GRACE):
@@ -81,12 +128,21 @@ async def stop(
                         await asyncio.sleep(_POLL)
     finally:
         # In the thread, the kill happens even if this await is cancelled in turn.
-        await asyncio.to_thread(sweep, tag, group, not exited.done(), signal.SIGKILL, reaper)
+        await asyncio.to_thread(_kill, marks, group, not exited.done(), reaper)
 
 
-def sweep(tag: str, group: int | None, running: bool, number: signal.Signals, reaper: int | None = None) -> set[int]:
+def _kill(marks: Marks, group: int | None, running: bool, reaper: int | None) -> None:
+    """SIGKILL the call's processes until a sweep finds none, or _ROUNDS have."""
+    for _ in range(_ROUNDS):
+        if not sweep(marks, group, running, signal.SIGKILL, reaper):
+            return
+
+
+def sweep(
+    marks: Marks, group: int | None, running: bool, number: signal.Signals, reaper: int | None = None
+) -> set[int]:
     """Send `number` to the call's processes (see `members`), then to its group; returns the ones found."""
-    found = members(tag, group, running, reaper)
+    found = members(marks, group, running, reaper)
     for pid in found:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, number)
@@ -96,14 +152,13 @@ def sweep(tag: str, group: int | None, running: bool, number: signal.Signals, re
     return found
 
 
-def members(tag: str, group: int | None, running: bool, reaper: int | None = None) -> set[int]:
-    """The live processes in `group`, tagged with `tag`, or descended from a tagged one, the shell or `reaper`.
+def members(marks: Marks, group: int | None, running: bool, reaper: int | None = None) -> set[int]:
+    """The live processes in `group`, carrying one of `marks`, or descended from one, the shell or `reaper`.
 
     The shell is `group`'s leader; its descendants are looked for only while it runs (`running`), since
     once it has exited, its pid may be another process's. `reaper`, the subreaper, is alive until released
     after the sweep: every descendant of its is one, never itself.
     """
-    entry = f"{RUN_ID}={tag}".encode()
     parents: dict[int, int] = {}
     roots = [pid for pid in (group if running else None, reaper) if pid is not None]
     for name in os.listdir("/proc"):
@@ -111,16 +166,12 @@ def members(tag: str, group: int | None, running: bool, reaper: int | None = Non
             continue
         pid = int(name)
         try:
-            state, parent, pgid = _stat(pid)
+            state, parent, pgid, started = _stat(pid)
             if state in "ZX":
                 continue
             parents[pid] = parent
-            if group is not None and pgid == group:
+            if (group is not None and pgid == group) or (started >= marks.since and _marked(pid, marks)):
                 roots.append(pid)
-                continue
-            with open(f"/proc/{name}/environ", "rb") as environ:
-                if entry in environ.read().split(b"\0"):
-                    roots.append(pid)
         except (OSError, ValueError):  # gone meanwhile, or another user's
             continue
     children: dict[int, list[int]] = defaultdict(list)
@@ -146,8 +197,21 @@ def alive(pid: int) -> bool:
         return False
 
 
-def _stat(pid: int) -> tuple[str, int, int]:
-    """A process's state letter, its parent's pid and its process group."""
+def _stat(pid: int) -> tuple[str, int, int, int]:
+    """A process's state letter, its parent's pid, its process group and when it started (clock ticks since boot)."""
     with open(f"/proc/{pid}/stat", "rb") as stat:
-        state, parent, pgid = stat.read().rsplit(b")", 1)[1].split()[:3]  # the name, in parentheses, may hold anything
-    return state.decode(), int(parent), int(pgid)
+        fields = stat.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold anything
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _marked(pid: int, marks: Marks) -> bool:
+    """Whether a process carries the call's limit, or its tag in its environment."""
+    if marks.limit is not None:
+        with open(f"/proc/{pid}/limits", "rb") as limits:
+            for line in limits:
+                if line.startswith(_LOCKS_LINE):
+                    if line.split()[4] == str(marks.limit).encode():  # Max file locks SOFT HARD locks
+                        return True
+                    break
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        return f"{RUN_ID}={marks.tag}".encode() in environ.read().split(b"\0")

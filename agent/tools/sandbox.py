@@ -61,11 +61,18 @@ for path in sys.argv[1:]:
 
 
 def bwrap_argv(
-    bwrap: str, command: list[str], workspace: Path, *, network: bool, read_only: Sequence[Path] = ()
+    bwrap: str,
+    command: list[str],
+    workspace: Path,
+    *,
+    network: bool,
+    read_only: Sequence[Path] = (),
+    shown: Sequence[Path] = (),
 ) -> list[str]:
     """`command` run by `bwrap` with the filesystem read-only but for `workspace` (a real, absolute path).
 
-    `read_only`: real, absolute paths in the workspace it must not change (hotloop's own folders).
+    `read_only`: real, absolute paths in the workspace it must not change (hotloop's own folders);
+    `shown`: real, absolute folders under a private one (/tmp) that it must see all the same, read-only.
     """
     root = str(workspace)
     return [
@@ -74,6 +81,7 @@ def bwrap_argv(
         "--dev", "/dev",  # a fresh /dev: the null devices, ttys of its own, no disks, an empty /dev/shm
         "--proc", "/proc",
         *_unreachable_sockets(workspace, network),
+        *(part for folder in shown for part in ("--ro-bind", str(folder), str(folder))),
         "--bind", root, root,  # after the tmpfs: a workspace under /tmp is the real one
         *_kept(workspace, read_only),
         "--setenv", "TMPDIR", "/tmp",  # the private one: the host's TMPDIR may be masked here
@@ -161,17 +169,14 @@ def bwrap_problem(bwrap: str) -> str | None:
     """Why `bwrap` can't make run_shell's sandbox, found by running it once: a probe that must reach no socket.
 
     The probe tries sockets listening outside its workspace: one in a folder made private (/var/tmp)
-    and one in the home folder, which only the masking of each listed socket keeps out of reach. It
-    is Python, so a Python under /tmp (which the sandbox hides) leaves the sockets untried.
+    and one in the home folder, which only the masking of each listed socket keeps out of reach.
     """
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hotloop-sandbox-"))).resolve()
         sockets = [stack.enter_context(_listening(place)) for place in (Path("/var/tmp"), Path.home())]
-        probe = [sys.executable, "-I", "-S", "-c", _PROBE, *(str(path) for path in sockets if path)]
-        python = (Path(sys.executable).resolve(), Path(sys.base_prefix).resolve())
-        if any(path.is_relative_to(private) for path in python for private in PRIVATE):
-            probe = ["/bin/sh", "-c", "exit 0"]  # a Python the sandbox can't see: no socket can be tried
-        argv = bwrap_argv(bwrap, probe, folder, network=False)
+        python, hidden = _probe_python()
+        probe = [str(python), "-I", "-S", "-c", _PROBE, *(str(path) for path in sockets if path)]
+        argv = bwrap_argv(bwrap, probe, folder, network=False, shown=hidden)
         try:
             ran = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
@@ -182,6 +187,17 @@ def bwrap_problem(bwrap: str) -> str | None:
         said = ran.stderr.decode(errors="replace").strip().splitlines()
         return f"bwrap can't make its sandbox here: {said[-1] if said else f'exit {ran.returncode}'}"
     return None
+
+
+def _probe_python() -> tuple[Path, list[Path]]:
+    """The Python the probe runs, and the folders it needs that the sandbox would hide (under /tmp, as in a CI clone).
+
+    The interpreter itself, not a venv's link to it: the probe needs no package, and the venv's folder
+    may be under /tmp, where the sandbox mounts a private one (so the self-test failed from such a venv).
+    """
+    python = Path(getattr(sys, "_base_executable", "") or sys.executable).resolve()
+    needed = sorted({python.parent, Path(sys.base_prefix).resolve()})
+    return python, [path for path in needed if any(path.is_relative_to(private) for private in PRIVATE)]
 
 
 @contextmanager

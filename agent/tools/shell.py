@@ -3,17 +3,18 @@
 Each call is its own process in its own process group (a new session), with the workspace as its
 working folder: parallel calls never share a shell or a `cd`. stdin is /dev/null, so nothing waits
 on the keyboard; stdout and stderr share one pipe, interleaved as the command wrote them, as in a
-terminal. The environment is built from an allowlist (`secret_policy.PASSED`: PATH, HOME, the
-locale, TERM, toolchain roots, …), PWD set to the workspace, plus the names `[shell] env` adds;
-nothing else of hotloop's environment, so a credential in a variable (`GITHUB_PAT`, `DATABASE_URL`)
-never reaches a command, nor an agent's socket (`SSH_AUTH_SOCK`).
+terminal. The environment is built from an allowlist (`secret_policy.allowed_environment`: PATH,
+HOME, the locale, TERM, toolchain roots, …), PWD set to the workspace, plus the names `[shell] env`
+adds; nothing else of hotloop's environment, so a credential in a variable (`GITHUB_PAT`,
+`DATABASE_URL`, `LC_DEPLOY`) never reaches a command, nor an agent's socket (`SSH_AUTH_SOCK`).
 
 Everything a call started goes when it ends, however it ends (see `processes.py`): at a timeout or
 a cancel (Esc) its processes get SIGTERM, then SIGKILL after KILL_GRACE; after a normal exit,
 whatever the command left running in the background is stopped the same way, since nothing would
 ever stop it otherwise and it may hold the output pipe open. That includes what left the process
 group (`setsid`, a double fork), found by a tag in its environment and, on Linux, because it stays a
-descendant of the subreaper the shell runs under (`subreaper.py`) even once its parent has exited.
+descendant of the subreaper the shell runs under (`subreaper.py`) even once its parent has exited,
+and by the file-locks limit the subreaper gives the shell, even once the command has killed it.
 
 The model reads the head and the tail of a long output, with the cut said between them (the tail
 is where a command says what failed); the pane gets all of it as it comes.
@@ -25,19 +26,19 @@ import asyncio
 import codecs
 import collections
 import os
-import secrets
 import signal
 import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from hotloop.agent.tools.processes import KILL_GRACE, RUN_ID, SUBREAPER, stop, subreaper_problem
+from hotloop.agent.tools.processes import KILL_GRACE, RUN_ID, SUBREAPER, Marks, stop, subreaper_problem
 from hotloop.agent.tools.registry import OUTPUT_LIMIT, Tool, ToolContext, ToolError, cap_output
 from hotloop.agent.tools.sandbox import NO_BWRAP, bwrap_argv, bwrap_problem, find_bwrap, sandbox_problem
 from hotloop.agent.tools.workspace import real_root
@@ -61,7 +62,7 @@ class ShellSettings(Struct, frozen=True, forbid_unknown_fields=True):
     output_limit: Annotated[
         int, Meta(ge=1_000, le=OUTPUT_LIMIT, extra={"problem": f"must be from 1000 to {OUTPUT_LIMIT}"})
     ] = OUTPUT_LIMIT
-    # Variables passed to commands besides the allowlist (secret_policy.PASSED); never a provider key.
+    # Variables passed to commands besides the allowlist (secret_policy.allowed_environment); never a provider key.
     env: Annotated[
         tuple[Annotated[str, Meta(pattern=VARIABLE)], ...],
         Meta(extra={"problem": 'must list variable names, e.g. ["HTTPS_PROXY"]'}),
@@ -235,18 +236,19 @@ class _Shell:
             raise ToolError("timeout must be a positive number of seconds")
         return min(float(asked), self.settings.timeout)
 
-    async def _argv(self, command: str, workspace: Path) -> tuple[list[str], str, bool]:
+    async def _argv(self, command: str, workspace: Path, limit: int | None = None) -> tuple[list[str], str, bool]:
         """The argv that runs `command`, how it is run (for the preview), and whether under the subreaper.
 
         A sandboxed command runs under none: its PID namespace ends with bwrap, and everything in it.
+        `limit` is the mark the subreaper gives the shell (see processes.py).
         """
         argv = [_shell(), "-c", command]
         if self.settings.sandbox == "off":
-            return _unsandboxed(argv, "unsandboxed")
+            return _unsandboxed(argv, "unsandboxed", limit)
         bwrap = find_bwrap()
         problem = NO_BWRAP if bwrap is None else await asyncio.to_thread(bwrap_problem, bwrap)
         if bwrap is None or problem is not None:
-            return _unsandboxed(argv, f"UNSANDBOXED (the sandbox is unavailable: {problem})")
+            return _unsandboxed(argv, f"UNSANDBOXED (the sandbox is unavailable: {problem})", limit)
         network = "with network" if self.settings.network else "no network"
         # In a thread: it reads /proc/net/unix and looks at every socket listed there.
         sandboxed = await asyncio.to_thread(
@@ -262,10 +264,12 @@ class _Shell:
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         command, timeout = _command(args), self._timeout(args)
         workspace = real_root(ctx.workspace)
-        argv, _, reaped = await self._argv(command, workspace)
+        marks = Marks.new()  # the model never sees them, so no command can name them
+        argv, _, reaped = await self._argv(command, workspace, marks.limit)
+        if not reaped:
+            marks = replace(marks, limit=None)  # only the subreaper sets it
         shown = _shell() if reaped else argv[0]
-        tag = secrets.token_hex(16)  # the model never sees it, so no command can name it
-        env = command_environment(workspace, self.settings, self.hidden_env) | {RUN_ID: tag}
+        env = command_environment(workspace, self.settings, self.hidden_env) | {RUN_ID: marks.tag}
         loop = asyncio.get_running_loop()
         # The subreaper's socket: its stdin (the shell gets /dev/null), hotloop's end non-inheritable.
         ours, theirs = socket.socketpair() if reaped else (None, None)
@@ -311,7 +315,8 @@ class _Shell:
                 ) from None
         finally:
             try:
-                await stop(group, tag, running.exited, running.closed, reaper)
+                # A subreaper the command killed is gone, its pid maybe another process's by now.
+                await stop(group, marks, running.exited, running.closed, None if running.gone.done() else reaper)
             finally:
                 try:
                     if control is not None:
@@ -326,12 +331,12 @@ class _Shell:
         return running.output.after(f"{_status(running.returncode)} · {took:.2f} s")
 
 
-def _unsandboxed(argv: list[str], mode: str) -> tuple[list[str], str, bool]:
+def _unsandboxed(argv: list[str], mode: str, limit: int | None) -> tuple[list[str], str, bool]:
     """`argv` run under the subreaper where there can be one (see processes.py), else as it is."""
     if not use_subreaper or subreaper_problem() is not None:
         return argv, mode, False
     # -I -S: no site, no user's PYTHON* variables, no folder of the script's on sys.path: a fast, clean start.
-    return [sys.executable, "-I", "-S", str(SUBREAPER), *argv], mode, True
+    return [sys.executable, "-I", "-S", str(SUBREAPER), "-" if limit is None else str(limit), *argv], mode, True
 
 
 def _command(args: dict[str, Any]) -> str:

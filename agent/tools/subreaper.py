@@ -1,6 +1,6 @@
 """A program, not a module: runs a command's shell as a child subreaper, and stays until hotloop has swept.
 
-    python -I -S subreaper.py SHELL ARG...
+    python -I -S subreaper.py LIMIT SHELL ARG...
 
 Linux's `prctl(PR_SET_CHILD_SUBREAPER)` makes this process the reaper of its orphaned descendants:
 a process whose parent exits is reparented here, not to init, so every process the command started
@@ -17,14 +17,16 @@ whatever is still below it gets SIGKILL and is reaped, then it exits.
 The shell gets exactly the environment this process was started with (read from /proc/self/environ:
 Python's start may add LC_CTYPE to os.environ), the signal dispositions and mask hotloop's subprocess
 gives (SIGPIPE and SIGXFSZ back to their defaults; the handlers here end at exec), and a session of its
-own, as when hotloop starts it directly. Imports the standard
-library only, and fast: it runs before every command.
+own, as when hotloop starts it directly. One thing differs: its hard and soft file-locks limit is
+LIMIT (`-` for none), the call's mark (processes.py), which outlasts this process. Imports the
+standard library only, and fast: it runs before every command.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import select
 import sys
 import time
@@ -36,13 +38,15 @@ else:
     import _signal as signal  # `signal` without its enums: it imports enum, a third of this program's start
 
 PR_SET_CHILD_SUBREAPER = 36
+LOCKS_LIMIT = 10  # RLIMIT_LOCKS: unenforced, so a mark that changes nothing the command can do
 CONTROL = 0  # the socket to hotloop
 # Signals the command might send its parent ($PPID) that would end this process: handled, so ignored (a
-# handler, unlike SIG_IGN, is not passed on to the shell). SIGKILL can't be; hotloop then sweeps as before.
+# handler, unlike SIG_IGN, is not passed on to the shell). SIGKILL can't be: hotloop then finds them by their marks.
 SHIELDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def main(argv: list[str]) -> int:
+def main(args: list[str]) -> int:
+    limit, argv = None if args[0] == "-" else int(args[0]), args[1:]
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         _tell(f"error {ctypes.get_errno()} prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
@@ -68,6 +72,8 @@ def main(argv: list[str]) -> int:
             os.dup2(null, 0)
             for number in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by Python's start; restored, as subprocess does
                 signal.signal(number, signal.SIG_DFL)
+            if limit is not None:  # drawn below hotloop's own limit, which is this process's: lowering it can't fail
+                resource.setrlimit(LOCKS_LIMIT, (limit, limit))
             os.execve(argv[0], argv, env)
         except OSError as error:
             os.write(why_write, f"{error.errno or 0} {error.strerror or error}".encode())
