@@ -4,10 +4,11 @@ Rules (`rules.py` says what a pattern means) are checked against what the call d
 `run_shell` would run, the file a write would really reach. Deny rules win, then the user's
 question where only a question may decide, then `--yes`, then allow rules. Only a question may
 allow a write inside `.git/` (hooks and config there run code later), a call a tool marks as
-destructive (an MCP tool's `destructiveHint`), or, when deny rules exist, a command that can't be
-read whole, since they couldn't be checked. With no rule deciding, the user is asked (`Ask`);
-headless there is no one to ask, so the call fails with the flag that would allow it. Read-only
-tools never ask.
+destructive (an MCP tool's `destructiveHint`), or, when deny rules exist, a command they can't
+rule out: one that can't be read whole, that runs code no rule can read (`source`, `python -c`),
+or that may be what a rule denies (`/bin/r? -rf d`). With no rule deciding, the user is asked
+(`Ask`), told why; headless there is no one to ask, so the call fails with the flag that would
+allow it, or why none can. Read-only tools never ask.
 """
 
 from __future__ import annotations
@@ -112,19 +113,37 @@ class Verdict:
     asked: bool = False
 
 
-def _matches(rule: str, tool: str, subject: Subject, *, deny: bool) -> bool:
+def _matches(rule: str, tool: str, subject: Subject, *, deny: bool) -> str | None:
+    """What of the call `rule` matches ("" for the whole call); None if it doesn't."""
     name, pattern = split_rule(rule)
     if name != tool:
-        return False
+        return None
     if pattern is None:
-        return True
+        return ""
     if subject.command is not None:
+        if not deny:
+            return None  # allow rules are matched command by command (`Approvals._allowed_by`)
         parsed = CommandPattern.parse(pattern)
-        if deny:
-            return any(parsed.denies(command) for command in subject.command.commands)
-        return False  # allow rules are matched command by command (`Approvals._allowed_by`)
+        denied = next((c for c in subject.command.commands if parsed.denies(c)), None)
+        return None if denied is None else "" if denied.shown == subject.text.strip() else denied.shown
     texts = (subject.text, subject.given) if deny and subject.given else (subject.text,)
-    return any(fnmatch.fnmatchcase(text, pattern) for text in texts)
+    return "" if any(fnmatch.fnmatchcase(text, pattern) for text in texts) else None
+
+
+def doubts(deny: tuple[str, ...], tool: str, subject: Subject) -> list[str]:
+    """Why `tool`'s deny rules can't rule this command out before it runs; [] if they can, or there are none."""
+    rules = [(rule, pattern) for rule in deny for name, pattern in [split_rule(rule)] if name == tool]
+    if subject.command is None or not rules:
+        return []
+    said = [*subject.command.reasons(), *subject.command.doubts]
+    for rule, pattern in rules:
+        if pattern is None:
+            continue  # the whole tool: denied already
+        parsed = CommandPattern.parse(pattern)
+        said += [
+            f"{d}: the rule {rule!r} can't rule it out" for c in subject.command.commands if (d := parsed.doubt(c))
+        ]
+    return list(dict.fromkeys(said))
 
 
 def session_rules(tool: str, subject: Subject) -> tuple[str, ...]:
@@ -156,8 +175,9 @@ class Approvals:
     def ruling(self, tool: Tool, subject: Subject) -> Verdict | None:
         """The decision the rules and flags make without asking; None if only the user can decide."""
         for rule in self.rules.deny:
-            if _matches(rule, tool.name, subject, deny=True):
-                return Verdict(False, f"rule {rule}", f"denied by the rule {rule!r}")
+            if (denied := _matches(rule, tool.name, subject, deny=True)) is not None:
+                runs = f": it runs `{denied}`" if denied else ""
+                return Verdict(False, f"rule {rule}", f"denied by the rule {rule!r}{runs}")
         if self._only_asked(tool, subject):
             return None
         if self.allow_all:
@@ -168,18 +188,15 @@ class Approvals:
         return Verdict(True, "rule " + ", rule ".join(by)) if by else None
 
     def _only_asked(self, tool: Tool, subject: Subject) -> bool:
-        """A write inside .git/, or a command the deny rules couldn't be checked against for want of reading it."""
-        if subject.inside_git:
-            return True
-        unread = subject.command is not None and not subject.command.readable
-        return unread and any(split_rule(rule)[0] == tool.name for rule in self.rules.deny)
+        """A write inside .git/, or a command the deny rules can't rule out before it runs."""
+        return subject.inside_git or bool(doubts(self.rules.deny, tool.name, subject))
 
     def _allowed_by(self, tool: str, subject: Subject) -> list[str]:
         """The allow rules that together allow the call; [] if they don't."""
         rules = [rule for rule in (*self.rules.allow, *self._session) if split_rule(rule)[0] == tool]
         whole = next((rule for rule in rules if split_rule(rule)[1] is None), None)
         if subject.command is None or whole is not None:
-            return [whole] if whole else [r for r in rules if _matches(r, tool, subject, deny=False)][:1]
+            return [whole] if whole else [r for r in rules if _matches(r, tool, subject, deny=False) is not None][:1]
         if not subject.command.readable or not subject.command.commands:
             return []
         by: list[str] = []
@@ -193,6 +210,7 @@ class Approvals:
     def request(self, call_id: str, tool: str, subject: Subject, preview: str) -> Request:
         """The question about a call, with everything it must show."""
         command = subject.command
+        doubted = doubts(self.rules.deny, tool, subject)
         return Request(
             call_id,
             tool,
@@ -202,9 +220,9 @@ class Approvals:
             file=subject.file,
             commands=tuple(c.shown for c in command.commands) if command is not None else (),
             programs=tuple(command.programs()) if command is not None else (),
-            unread=tuple(command.reasons()) if command is not None else (),
+            unread=tuple(doubted or (command.reasons() if command is not None else ())),
             warning=GIT_WARNING if subject.inside_git else "",
-            session_rules=session_rules(tool, subject),
+            session_rules=() if doubted else session_rules(tool, subject),
         )
 
     def refusal(self, tool: Tool, subject: Subject) -> Verdict:
@@ -212,9 +230,8 @@ class Approvals:
         if subject.inside_git:
             reason = f"{tool.name} would write {subject.text} {GIT_WARNING}, and no one can be asked here"
             return Verdict(False, NO_ONE, reason)
-        if self._only_asked(tool, subject):
-            reasons = "; ".join(subject.command.reasons()) if subject.command is not None else ""
-            reason = f"{tool.name}'s command can't be read whole ({reasons}), so the deny rules can't be checked"
+        if doubted := doubts(self.rules.deny, tool.name, subject):
+            reason = f"{tool.name} may run what a deny rule forbids ({'; '.join(doubted)})"
             return Verdict(False, NO_ONE, f"{reason}: only a question can allow it, and there is no one to ask here")
         rules = () if tool.destructive else session_rules(tool.name, subject)
         flags = " ".join(f"--allow {shlex.quote(rule)}" for rule in rules)

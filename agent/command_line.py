@@ -1,16 +1,20 @@
 """A shell command line read as the simple commands it would run, with tree-sitter-bash.
 
 Approval rules judge a `run_shell` call by what it runs, not by its text (`approvals.py`): every
-command of a list, a pipeline, a subshell, a block, an `if` or a loop; every command or process
-substitution, wherever it sits (an argument, a string, a redirection, a heredoc); the string of
-`bash -c`/`sh -c`/`eval` when it is plain text; and the command behind a wrapper that runs
-another (`env`, `sudo`, `timeout`, `xargs`, `find -exec`, …). Each becomes a `SimpleCommand`:
-its words as bash would pass them, once quotes and escapes are undone.
+command of a list, a pipeline, a subshell, a block, an `if`, a loop or a function's body; every
+command or process substitution, wherever it sits (an argument, a string, a redirection, a
+heredoc); and what a command makes run besides itself (`runners.py`, `carriers.py`): the command
+behind a wrapper (`env`, `sudo`, `timeout`, `xargs`, `find -exec`, …), the script of `bash -c`,
+`eval`, `trap` or a git alias, a literal heredoc a shell reads. Each becomes a `SimpleCommand`:
+its words as bash would pass them, once quotes and escapes are undone, with the ones bash expands
+as file name patterns marked.
 
 What can't be read for sure is said, never guessed (`unread`): a word whose value comes from an
 expansion (`$X`, `$(…)`, `{a,b}`, `$'…'`), a heredoc whose body expands, a function definition
-(the name it defines would look like a program), syntax that doesn't parse. Rules never allow such
-a call; deny rules still see every command that could be read.
+(the name it defines would look like a program), a shell reading a pipe, syntax that doesn't
+parse, nesting past `MAX_LEVELS`. Rules never allow such a call; deny rules still see every
+command that could be read. Code that runs but can't be read before it runs (`source FILE`,
+`python -c`, an alias) is a `doubt`: deny rules can't rule it out.
 """
 
 from __future__ import annotations
@@ -22,13 +26,17 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING
 
+from hotloop.agent.carriers import variables
+from hotloop.agent.runners import runs
+from hotloop.agent.runs import Doubt, Inner, Run, Script
+
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser
 
 # Where a program named by its full path is the same program as named bare.
 SYSTEM_BIN = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"})
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"})
 MAX_DEPTH = 8  # `bash -c` inside `bash -c`…: deeper than this is read no further
+MAX_LEVELS = 150  # parse-tree levels walked in all, scripts inside scripts counted: `$($($(…)))` deeper is unread
 # Output redirections that write nowhere.
 _SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 _WRITES = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
@@ -44,6 +52,8 @@ _DYNAMIC = {
 _BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
 _DQ_ESCAPE = re.compile(r"\\([\\$`\"\n])")
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_HEREDOC_ESCAPE = re.compile(r"\\([\\$`\n])")
+_GLOB = re.compile(r"[*?]|\[[^]]*\]")  # in a word's unquoted text, escapes taken out
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,9 @@ class SimpleCommand:
     assignments: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()  # files its output redirections write (sinks like /dev/null left out)
     unread: str = ""  # why its words can't all be known before it runs; "" when they can
+    globs: frozenset[int] = frozenset()  # the words bash expands as file name patterns (`/bin/r?`, `*`)
+    more: str = ""  # why it gets more arguments when it runs (xargs's input); "" when it doesn't
+    stdin: str | None = None  # the text a literal heredoc or here-string gives it
 
     @property
     def program(self) -> str:
@@ -72,6 +85,7 @@ class CommandLine:
     text: str
     commands: list[SimpleCommand] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # reasons, besides the commands' own
+    doubts: list[str] = field(default_factory=list)  # code it runs that no rule can read (`source`, `python -c`)
 
     @property
     def readable(self) -> bool:
@@ -112,15 +126,22 @@ def _parser() -> Parser:
 class _Reader:
     def __init__(self, line: CommandLine) -> None:
         self.line = line
+        self.levels = 0  # of the scripts being read: what walking them takes of Python's stack
 
     def read(self, text: str, depth: int) -> None:
         if depth > MAX_DEPTH:
             self.line.unread.append(f"commands nested more than {MAX_DEPTH} deep")
             return
         root = _parser().parse(text.encode()).root_node
+        levels = _levels(root, MAX_LEVELS - self.levels)
+        if self.levels + levels > MAX_LEVELS:
+            self.line.unread.append(f"it nests more than {MAX_LEVELS} levels deep")
+            return
         if root.has_error:
             self.line.unread.append("it doesn't parse as a bash command line")
+        self.levels += levels
         self.walk(root, depth)
+        self.levels -= levels
 
     def walk(self, node: Node, depth: int) -> None:
         kind = node.type
@@ -133,6 +154,8 @@ class _Reader:
             self.add(node.children, [], [], None, depth)
         elif kind == "function_definition":
             self.line.unread.append("it defines a function, whose calls look like programs")
+            for child in node.named_children[1:]:  # the body: commands the line may run
+                self.walk(child, depth)
         elif kind in ("test_command", "arithmetic_command") and _expands(node):
             self.line.unread.append("a test or arithmetic with expansions, which bash may evaluate as code")
             self.nested(node, depth)
@@ -158,7 +181,7 @@ class _Reader:
             self.walk(body, depth)
         unread: list[str] = []
         for redirect in redirects:
-            written, extra = self.redirect(redirect, unread, depth)
+            written, extra, _ = self.redirect(redirect, unread, depth)
             if written or extra:
                 unread.append("a block's output written to a file")
         self.line.unread.extend(unread)
@@ -186,32 +209,39 @@ class _Reader:
         argv = [self.word(w, unread, depth) for w in words]
         sets = [self.assignment(a, unread, depth) for a in assignments]
         writes: list[str] = []
+        stdin: str | None = None
+        nodes = list(words)
         for redirect in redirects:
-            written, extra = self.redirect(redirect, unread, depth)
+            written, extra, given = self.redirect(redirect, unread, depth)
             writes += written
+            stdin = given if redirect.type in ("heredoc_redirect", "herestring_redirect") else stdin
+            nodes += extra
             argv += [self.word(w, unread, depth) for w in extra]  # `rm >/dev/null -rf d`: bash's arguments
         if node is not None and _joined(node):
             unread.append("a line continuation inside a word")
-        command = SimpleCommand(tuple(argv), tuple(sets), tuple(writes), "; ".join(dict.fromkeys(unread)))
+        globs = frozenset(n for n, w in enumerate(nodes) if _globbed(w))
+        why = "; ".join(dict.fromkeys(unread))
+        command = SimpleCommand(tuple(argv), tuple(sets), tuple(writes), why, globs, stdin=stdin)
         self.line.commands.append(command)
-        if not unread:
-            self.inner(command, depth)
+        self.follow(variables(sets), command, depth)
+        self.follow(runs(command.words, stdin), command, depth)
 
-    def inner(self, command: SimpleCommand, depth: int) -> None:
-        """The command a wrapper or a shell runs, read as one more command."""
-        words = list(command.words)
-        program = _base(command.program)
-        if program in SHELLS or program == "eval":
-            script = _script(program, words[1:])
-            if script == "-" and program != "eval":
-                self.line.unread.append(f"{program} reads its commands from stdin")
-            elif script:
-                self.read(script, depth + 1)
+    def follow(self, found: list[Run], outer: SimpleCommand, depth: int) -> None:
+        """What a command makes run besides itself, read: commands, command lines, doubts, what can't be read."""
+        if found and depth >= MAX_DEPTH:
+            self.line.unread.append(f"commands nested more than {MAX_DEPTH} deep")
             return
-        unwrapped = _unwrapped(program, words[1:])
-        if unwrapped:
-            self.line.commands.append(SimpleCommand(tuple(unwrapped)))
-            self.inner(self.line.commands[-1], depth + 1)
+        for run in found:
+            if isinstance(run, Inner):
+                command = _inner(run, outer)
+                self.line.commands.append(command)
+                self.follow(runs(command.words, command.stdin, command.more), command, depth + 1)
+            elif isinstance(run, Script):
+                self.read(run.text, depth + 1)
+            elif isinstance(run, Doubt):
+                self.line.doubts.append(run.reason)
+            else:
+                self.line.unread.append(run.reason)
 
     def assignment(self, node: Node, unread: list[str], depth: int) -> str:
         name = node.child_by_field_name("name")
@@ -219,23 +249,27 @@ class _Reader:
         name_text = _text(name) if name is not None else ""
         return f"{name_text}={self.word(value, unread, depth) if value is not None else ''}"
 
-    def redirect(self, node: Node, unread: list[str], depth: int) -> tuple[list[str], list[Node]]:
-        """The files an output redirection writes, and the words after its target (the command's, to bash)."""
+    def redirect(self, node: Node, unread: list[str], depth: int) -> tuple[list[str], list[Node], str | None]:
+        """The files an output redirection writes, the words after its target (the command's, to bash), and
+        the text a heredoc or here-string gives, where it is literal."""
         if node.type in ("heredoc_redirect", "herestring_redirect"):
             start = next((c for c in node.children if c.type == "heredoc_start"), None)
             quoted = start is not None and any(q in _text(start) for q in "'\"\\")
+            self.nested(node, depth)
             if not quoted and _expands(node):
                 unread.append("a heredoc or here-string that expands")
-            self.nested(node, depth)
-            return [], []
+                return [], [], None
+            if node.type == "herestring_redirect":
+                return [], [], "".join(self.word(part, unread, depth) for part in node.named_children) + "\n"
+            return [], [], _heredoc(node, quoted)
         operator = next((c for c in node.children if not c.is_named), None)
         destinations = node.children_by_field_name("destination")
         value = self.word(destinations[0], unread, depth) if destinations else ""
         extra = destinations[1:]
         kind = _text(operator) if operator is not None else ""
         if kind in _WRITES or (kind == ">&" and not value.isdigit() and value != "-"):
-            return ([] if value in _SINKS else [value]), extra
-        return [], extra
+            return ([] if value in _SINKS else [value]), extra, None
+        return [], extra, None
 
     def word(self, node: Node, unread: list[str], depth: int) -> str:
         """The text bash makes of one word; where an expansion decides it, the source, with the reason in `unread`."""
@@ -272,6 +306,20 @@ class _Reader:
         return _text(node)
 
 
+def _levels(root: Node, most: int) -> int:
+    """How deep the tree under `root` goes, counted without recursion, up to just past `most`."""
+    cursor = root.walk()
+    deepest = 0
+    while deepest <= most:
+        deepest = max(deepest, cursor.depth)
+        if cursor.goto_first_child():
+            continue
+        while not cursor.goto_next_sibling():
+            if not cursor.goto_parent():
+                return deepest
+    return deepest
+
+
 def _unescaped(escape: re.Match[str]) -> str:
     """A backslash escape undone: the character itself, or nothing for a line continuation."""
     return "" if escape.group(1) == "\n" else escape.group(1)
@@ -295,81 +343,25 @@ def _joined(node: Node) -> bool:
     ) or any(_joined(child) for child in children if child.type != "heredoc_body")
 
 
-def _base(word: str) -> str:
-    return word.rpartition("/")[2]
+def _heredoc(node: Node, quoted: bool) -> str:
+    """The text a literal heredoc gives a command on stdin: as written if its delimiter is quoted, else unescaped."""
+    body = next((child for child in node.named_children if child.type == "heredoc_body"), None)
+    text = _text(body) if body is not None else ""
+    return text if quoted else _HEREDOC_ESCAPE.sub(_unescaped, text)
 
 
-# Shell options that take the next word: `bash -o pipefail -c …`.
-_SHELL_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+def _globbed(node: Node) -> bool:
+    """Whether bash expands this word as a file name pattern: a `*`, `?` or `[…]` outside quotes."""
+    if node.type == "concatenation":
+        unquoted = "".join(_text(part) if part.type == "word" else "\0" for part in node.children)
+    elif node.type == "word":
+        unquoted = _text(node)
+    else:
+        return False
+    return bool(_GLOB.search(re.sub(r"\\.", "", unquoted, flags=re.DOTALL)))
 
 
-def _script(program: str, args: list[str]) -> str | None:
-    """The script `bash -c SCRIPT` or `eval WORDS` runs; None if it reads a script file (which a rule can name)."""
-    if program == "eval":
-        return " ".join(args)
-    n = 0
-    while n < len(args):
-        arg = args[n]
-        if arg in _SHELL_VALUES:
-            n += 2
-            continue
-        if arg == "--" or not arg.startswith(("-", "+")):
-            return None
-        if not arg.startswith("--") and "c" in arg[1:]:
-            return args[n + 1] if n + 1 < len(args) else ""
-        n += 1
-    return "-"  # no script and no -c: commands from stdin, a pipe's perhaps
-
-
-# Wrappers: the options each takes that consume the next word, and how many leading operands it takes.
-_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
-    "env": (frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}), 0),
-    "command": (frozenset(), 0),
-    "builtin": (frozenset(), 0),
-    "exec": (frozenset({"-a"}), 0),
-    "nohup": (frozenset(), 0),
-    "time": (frozenset({"-f", "--format", "-o", "--output"}), 0),
-    "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "-D", "--chdir", "-h", "-p", "-r", "-t", "-U"}), 0),
-    "doas": (frozenset({"-u", "-C"}), 0),
-    "nice": (frozenset({"-n", "--adjustment"}), 0),
-    "ionice": (frozenset({"-c", "-n", "-p", "-P", "-u"}), 0),
-    "setsid": (frozenset(), 0),
-    "stdbuf": (frozenset({"-i", "-o", "-e"}), 0),
-    "chrt": (frozenset(), 1),
-    "taskset": (frozenset(), 1),
-    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
-    "xargs": (
-        frozenset({"-a", "-d", "-E", "-e", "-I", "-i", "-L", "-l", "-n", "-P", "-s", "--arg-file", "--delimiter"}),
-        0,
-    ),
-    "watch": (frozenset({"-n", "--interval", "-d"}), 0),
-    "flock": (frozenset({"-w", "--timeout", "-E", "--conflict-exit-code"}), 1),
-    "busybox": (frozenset(), 0),
-}
-
-
-def _unwrapped(program: str, args: list[str]) -> list[str]:
-    """The command a wrapper runs (`sudo -u x rm -rf d` → `rm -rf d`), or [] if `program` runs none."""
-    if program == "find":
-        for n, arg in enumerate(args):
-            if arg in ("-exec", "-execdir", "-ok", "-okdir"):
-                rest = args[n + 1 :]
-                end = next((i for i, word in enumerate(rest) if word in (";", "+")), len(rest))
-                return rest[:end]
-        return []
-    if program not in _WRAPPERS:
-        return []
-    takes_value, operands = _WRAPPERS[program]
-    n = 0
-    while n < len(args):
-        arg = args[n]
-        if arg == "--":
-            n += 1
-            break
-        if program == "env" and "=" in arg and not arg.startswith("-"):
-            n += 1
-        elif arg.startswith("-") and len(arg) > 1:
-            n += 2 if arg.split("=")[0] in takes_value and "=" not in arg else 1
-        else:
-            break
-    return args[n + operands :]
+def _inner(run: Inner, outer: SimpleCommand) -> SimpleCommand:
+    """The command a wrapper runs, its words' marks carried over from the wrapper's own."""
+    globs = frozenset(n for n, origin in enumerate(run.origins) if origin is not None and origin in outer.globs)
+    return SimpleCommand(run.words, (), (), outer.unread, globs, run.more or outer.more, outer.stdin)

@@ -11,8 +11,13 @@ follow. The program is named bare: `/usr/bin/rm` is `rm` (the system's bin folde
   A call that can't be read whole (`$X`, `$(…)`, a heredoc that expands, …) is never allowed by a rule.
 - A **deny** rule is read broadly: a call is denied if *any* command it runs (nested ones,
   `bash -c` strings and wrapped commands included) has the rule's program, every one of its
-  flags in any spelling (`-rf` = `-r -f` = `-fr` = `--recursive --force`), and its other words in
-  order, with any words between or after.
+  flags in any spelling (`-rf` = `-r -f` = `-fr` = `--recursive --force` = `--rec --for`, a long
+  option by any prefix, as GNU getopt takes it), and its other words in order, with any words
+  between or after. Where a command only *may* match, the rule can't rule it out (`doubt`): its
+  program named by a glob that could be the rule's (`/bin/r? -rf d`), a glob argument that could
+  expand to one of its flags (`rm *` by a file named `-rf`), arguments it gets at run time
+  (`xargs rm`), or a program hotloop doesn't look through given the rule's command as its words
+  (`bwrap --bind / / rm -rf d`).
 
 For `edit_file` and `write_file` a pattern is a glob over the path the write really reaches,
 relative to the workspace (a symlink resolved); deny rules match the path as given too. For any
@@ -29,7 +34,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from hotloop.agent.carriers import CARRIERS
 from hotloop.agent.command_line import SimpleCommand, program_name
+from hotloop.agent.runners import LOOKED_THROUGH
 
 SHELL = "run_shell"
 FILE_TOOLS = frozenset({"edit_file", "write_file"})
@@ -46,6 +53,12 @@ SAME_FLAG: dict[str, dict[str, str]] = {
     "git": {"--force": "f"},
 }
 _CLUSTER = re.compile(r"^-[A-Za-z0-9]+$")
+_WILDCARDS = re.compile(r"\[[^]]*\]|[*?]")
+# Programs whose words are data, or that hotloop reads through itself: a rule's command among their words runs only
+# as read (`echo rm -rf d`, `git rm -rf d`).
+KNOWN = frozenset(
+    {"echo", "printf", "man", "which", "type", "whatis", "whereis", "apropos", *LOOKED_THROUGH, *CARRIERS}
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class CommandPattern:
 
     def allows(self, command: SimpleCommand) -> bool:
         """Every word of `command`, matched in order; only a readable command that writes no file by redirection."""
-        if command.unread or command.writes or not command.words:
+        if command.unread or command.writes or not command.words or (command.more and not self.rest):
             return False
         words = (*command.assignments, program_name(command.program), *command.words[1:])
         if len(words) < len(self.words) or (len(words) > len(self.words) and not self.rest):
@@ -76,18 +89,52 @@ class CommandPattern:
 
     def denies(self, command: SimpleCommand) -> bool:
         """The program, every flag in any spelling, and the other words in order, with others between or after."""
-        if not command.words or _base(command.program) != _base(self.words[0]):
+        return self._judged(command.words, command) is True
+
+    def doubt(self, command: SimpleCommand) -> str:
+        """Why `command` may be one this rule denies, though it can't be told before it runs; "" if it can."""
+        judged = self._judged(command.words, command)
+        return judged if isinstance(judged, str) else ""
+
+    def _judged(self, words: tuple[str, ...], command: SimpleCommand, at: int = 0) -> bool | str:
+        """True: denied; a reason: may be; False: not. `words` are `command.words[at:]`."""
+        if not words:
             return False
-        program = _base(self.words[0])
-        flags, positional = _split(program, command.words[1:])
+        program, name = _base(words[0]), _base(self.words[0])
+        by_glob = at in command.globs and fnmatch.fnmatchcase(name, program)
+        if program != name and not by_glob:
+            return self._through(words, command, at)
+        args = words[1:]
+        flags, positional = _split(name, args)
         wanted = [word.rstrip("*") if word.startswith("-") else word for word in self.words[1:]]
-        for word in wanted:
-            if word.startswith("-") and len(word) > 1 and not _has_flag(program, word, flags):
-                return False
+        has_flags = all(_has_flag(name, word, flags) for word in wanted if word.startswith("-") and len(word) > 1)
         remaining = iter(positional)
-        return all(
+        has_words = all(
             any(fnmatch.fnmatchcase(arg, word) for arg in remaining) for word in wanted if not word.startswith("-")
         )
+        if has_flags and has_words:
+            return f"its program is named by a glob ({words[0]}), which could be {name}" if by_glob else True
+        if command.more:
+            return f"{name} gets more arguments when it runs ({command.more})"
+        end = args.index("--") if "--" in args else len(args)
+        globbed = (arg for n, arg in enumerate(args[:end], at + 1) if n in command.globs and _flag_like(arg))
+        if has_words and (flag_like := next(globbed, "")):
+            spelled = " ".join(word for word in wanted if word.startswith("-"))
+            return f"an argument of {name} is a glob ({flag_like}) that a file named like {spelled} would fill"
+        return False
+
+    def _through(self, words: tuple[str, ...], command: SimpleCommand, at: int) -> bool | str:
+        """A program hotloop doesn't read, given this rule's command among its words, may run it."""
+        if _base(words[0]) in KNOWN:
+            return False
+        name = _base(self.words[0])
+        for n in range(1, len(words)):
+            program = _base(words[n])
+            could = program == name or (at + n in command.globs and fnmatch.fnmatchcase(name, program))
+            if could and self._judged(words[n:], command, at + n) is not False:
+                shown = " ".join(words[n:])
+                return f"{_base(words[0])}, which hotloop doesn't look through, may run `{shown}`"
+        return False
 
 
 def _base(word: str) -> str:
@@ -95,7 +142,9 @@ def _base(word: str) -> str:
 
 
 def _split(program: str, args: list[str] | tuple[str, ...]) -> tuple[set[str], list[str]]:
-    """A command's flags (every word before `--` that starts with `-`, each short cluster also as its letters)."""
+    """A command's flags (every word before `--` that starts with `-`, each short cluster also as its letters,
+    each long one also as the short flag of every long option it is a prefix of), and its other words."""
+    same = SAME_FLAG.get(program, {})
     flags: set[str] = set()
     positional: list[str] = []
     words = iter(args)
@@ -105,20 +154,31 @@ def _split(program: str, args: list[str] | tuple[str, ...]) -> tuple[set[str], l
         elif word.startswith("-") and len(word) > 1:
             name = word.split("=", 1)[0]
             flags.add(name)
-            flags.add(SAME_FLAG.get(program, {}).get(name, name))
+            if name.startswith("--"):
+                flags.update(letter for full, letter in same.items() if full.startswith(name) and len(name) > 2)
+            else:
+                flags.add(same.get(name, name))
             if _CLUSTER.match(word):
-                flags.update(SAME_FLAG.get(program, {}).get(letter, letter) for letter in word[1:])
+                flags.update(same.get(letter, letter) for letter in word[1:])
         else:
             positional.append(word)
     return flags, positional
 
 
+def _flag_like(pattern: str) -> bool:
+    """Whether a file name pattern could expand to a flag: it may start with `-`, and holds only a flag's letters."""
+    literal = _WILDCARDS.sub("", pattern)
+    return pattern[:1] in "*?[-" and all(c.isalnum() or c in "-=" for c in literal)
+
+
 def _has_flag(program: str, wanted: str, flags: set[str]) -> bool:
+    """Whether `wanted` is among a command's flags: as spelled, as a short cluster, or a long one by a prefix."""
     same = SAME_FLAG.get(program, {})
     if any(fnmatch.fnmatchcase(flag, wanted) for flag in flags if flag.startswith("-")):
         return True
     if wanted.startswith("--"):
-        return same.get(wanted, wanted) in flags
+        long = [flag for flag in flags if flag.startswith("--") and len(flag) > 2]
+        return same.get(wanted, wanted) in flags or any(wanted.startswith(flag) for flag in long)
     return bool(_CLUSTER.match(wanted)) and all(same.get(letter, letter) in flags for letter in wanted[1:])
 
 
