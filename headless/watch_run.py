@@ -63,7 +63,7 @@ async def watch(
 
     watched = Watch(upstream, lambda conversation, event: None, folder=folder, workspace=Path.cwd(), secrets=secrets)
     table = WatchTable(watched.conversations, line)
-    sink: Sink = JsonLines(out, list(secrets)) if json_lines else table
+    sink: Sink = JsonLines(out) if json_lines else table
 
     def warned(event: AgentEvent) -> None:  # an export that failed: one line, as a session's notice
         if isinstance(event, Notice):

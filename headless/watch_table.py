@@ -4,7 +4,8 @@ Each line is one watched request's ledger, read from its `ResponseFinished` (the
 app's usage strip reads): the conversation, the model, the prompt split into cache read, cache
 write and uncached, the output, TTFT, the decode rate, dollars (`agent/pricing.py`, priced as the
 session's own steps are) and the cache explainer's verdict. `--json` writes every event instead,
-as the session log encodes it, with the conversation's id first and secrets masked.
+as the session log encodes it, with the conversation's id first; the watch has masked every secret it
+knows (the config's, each key a client sent) in the events and lines it hands on.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from hotloop.agent.figures import rate, short_model, tokens
 from hotloop.agent.pricing import CostTotals, StepPricer, dollars
 from hotloop.agent.text import inert
 from hotloop.headless.printer import _escaped
-from hotloop.sessions.masking import Masker
 from hotloop.watch.conversation import ConversationInfo
 
 HEADING = (
@@ -111,14 +111,13 @@ def _n(count: int | None) -> str:
 
 
 class JsonLines:
-    """A sink for `Watch` that writes every event as a JSON line, the conversation's id first, secrets masked."""
+    """A sink for `Watch` that writes every event as a JSON line, the conversation's id first (the watch has masked
+    its secrets)."""
 
-    def __init__(self, out: TextIO, secrets: list[str]) -> None:
+    def __init__(self, out: TextIO) -> None:
         self._out = out
-        self._masker = Masker(secrets)
 
     def __call__(self, conversation: str, event: AgentEvent) -> None:
-        for masked in self._masker.events(event):
-            line = self._masker.masked(b'{"conversation":"' + conversation.encode() + b'",' + encode(masked)[1:])
-            self._out.write(_escaped(line.decode()) + "\n")
+        line = b'{"conversation":"' + conversation.encode() + b'",' + encode(event)[1:]
+        self._out.write(_escaped(line.decode()) + "\n")
         self._out.flush()

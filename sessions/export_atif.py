@@ -18,6 +18,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from hotloop.nesting import decoded
 from hotloop.sessions.export import Costs, call_status, cost_json
 from hotloop.sessions.projection import CallRecord, Projection, StepRecord, TurnRecord
 from hotloop.sessions.store import LoggedSession
@@ -165,8 +166,9 @@ def _ran(call: CallRecord) -> bool:
 
 
 def _arguments(call: CallRecord) -> dict[str, Any] | None:
+    """A call's arguments as an object; None (kept as text) when they are none: not JSON, or nested too deep."""
     try:
-        arguments = json.loads(call.arguments or "{}")
+        arguments = decoded(json.loads, call.arguments or "{}")
     except json.JSONDecodeError:
         return None
     return arguments if isinstance(arguments, dict) else None

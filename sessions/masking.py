@@ -10,18 +10,25 @@ The secrets are the config's `secrets()`: the provider and MCP keys, and whateve
 `secret_policy` calls secret in the environment (a secret-named variable's value, a URL's
 password). A value is replaced wherever it occurs, so one too short or plain to tell from
 ordinary text (a local server's "EMPTY" key, "true", "us") is not masked
-(`secret_policy.maskable`): it would blank out every such word of the conversation.
+(`secret_policy.maskable`): it would blank out every such word of the conversation. The
+watch adds each key it sees a client send (`add`) and masks every field of the events it hands
+on (`whole`), not only a stream's text. In a JSON line a secret is looked for as written and as
+JSON escapes it (a password with a quote in it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
-from hotloop.agent.events import AgentEvent, ToolOutput
+from hotloop.agent.events import AgentEvent, Notice, ToolOutput, decode, encode
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta
 from hotloop.secret_policy import maskable
 
 MASK = "[redacted]"
+_MASK = MASK.encode()
+_encode = msgspec.json.encode
 _STREAMED = (TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput)
 _Streamed = TextDelta | ReasoningDelta | ToolCallArgsDelta | ToolOutput
 
@@ -47,17 +54,42 @@ class Masker:
     """Turns the events to log into events without `secrets`."""
 
     def __init__(self, secrets: list[str]) -> None:
-        # Longest first: a URL goes whole before its password alone is looked for.
-        self.secrets = sorted((secret for secret in set(secrets) if maskable(secret)), key=len, reverse=True)
-        self._encoded = [(secret.encode(), MASK.encode()) for secret in self.secrets]
+        self.secrets: list[str] = []
+        self._encoded: list[bytes] = []
         self._held: dict[tuple[str, str], tuple[_Streamed, str]] = {}  # stream -> (its last event, text held)
+        self.add(secrets)
+
+    def add(self, secrets: Iterable[str]) -> bool:
+        """Mask these too from now on (a key the watch sees a client send); whether any of them was new."""
+        new = {secret for secret in secrets if maskable(secret)} - set(self.secrets)
+        if not new:
+            return False
+        # Longest first: a URL goes whole before its password alone is looked for.
+        self.secrets = sorted([*self.secrets, *new], key=len, reverse=True)
+        # A secret with a quote, a backslash or a control character is escaped in a JSON line: both spellings go.
+        spellings = ((secret.encode(), _encode(secret)[1:-1]) for secret in self.secrets)
+        self._encoded = list(dict.fromkeys(spelling for pair in spellings for spelling in pair))
+        return True
 
     def masked(self, line: bytes) -> bytes:
         """A whole encoded line without the secrets: for what no stream can split (a title, an error)."""
-        for secret, mask in self._encoded:
+        for secret in self._encoded:
             if secret in line:
-                line = line.replace(secret, mask)
+                line = line.replace(secret, _MASK)
         return line
+
+    def whole(self, event: AgentEvent) -> AgentEvent:
+        """`event` with the secrets masked in every field of it, not only a stream's text (`events`)."""
+        if not self._encoded:
+            return event
+        line = encode(event)
+        masked = self.masked(line)
+        if masked is line:
+            return event
+        try:
+            return decode(masked)
+        except msgspec.MsgspecError:  # a secret that is also a number the event holds: the event can't be kept
+            return Notice(level="warning", message=f"a {type(event).__name__} that held a secret was left out")
 
     def events(self, event: AgentEvent) -> list[AgentEvent]:
         if not self.secrets:
@@ -86,8 +118,11 @@ class Masker:
         """How many of the text's last characters could begin a secret."""
         longest = 0
         for secret in self.secrets:
-            for length in range(min(len(secret) - 1, len(text)), longest, -1):
-                if text.endswith(secret[:length]):
-                    longest = length
+            # Only where the secret's first character is, in its reach from the end: a find, not a test per length.
+            start = max(len(text) - len(secret) + 1, 0)
+            while (start := text.find(secret[0], start)) != -1 and len(text) - start > longest:
+                if secret.startswith(text[start:]):
+                    longest = len(text) - start
                     break
+                start += 1
         return longest

@@ -38,6 +38,7 @@ from hotloop.agent.step import CANCELLED_RESULT
 from hotloop.agent.tool_runner import ToolPhase
 from hotloop.providers.events import CUT_SHORT, ModelEvent, ProviderWarning, ServerHint, ToolCallReady
 from hotloop.sessions.log import SessionLog
+from hotloop.sessions.masking import Masker
 from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import WatchedRequest
 
@@ -97,16 +98,24 @@ class Conversation:
         log: SessionLog,
         sink: Sink,
         residency: Callable[[], Residency | None] = lambda: None,
+        masker: Masker | None = None,
     ) -> None:
-        """`residency` is the upstream's KV residency as last scraped, for the explainer to quote (the watch app's)."""
+        """`residency` is the upstream's KV residency as last scraped, for the explainer to quote (the watch app's);
+        `masker` knows the keys to mask (the watch adds each one a client sends)."""
         self.info = info
         self.log = log
+        self.masker = masker or Masker([])
         self._sink = sink
         self._residency = residency
         self._explainer = CacheExplainer()
         self._turn = _Turn()
 
     def emit(self, event: AgentEvent) -> None:
+        """`event` to the log, then the sink, its secrets masked: whatever either writes (a line, a span) is."""
+        for masked in self.masker.events(event):
+            self._emit(self.masker.whole(masked))
+
+    def _emit(self, event: AgentEvent) -> None:
         self.log.write(event)
         self._sink(self.info.id, event)
 
@@ -197,6 +206,8 @@ class Conversation:
             pending, turn.pending = turn.pending, None
             self.emit(step_finished(pending.response, pending.reader.step, ToolPhase()))
             self._end_turn("interrupted", time.perf_counter())
+        for held in self.masker.release():
+            self._emit(held)
         self.log.close()
 
     def _close_step(self, pending: _Open, request: WatchedRequest, started: float, started_at: float) -> None:

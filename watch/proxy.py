@@ -2,11 +2,14 @@
 answer back as it arrives, while hotloop reads a copy.
 
 Byte for byte both ways: the request body is sent as received, with the client's own headers (its
-key among them: forwarded, never logged); the answer's status, headers and body come back unchanged,
-compressed or not (the client session doesn't inflate; the reader inflates its own copy). Each block
-is written to the client before hotloop reads it, so reading never delays a byte. The request is
-read while the upstream works on it. Whatever goes wrong (a body that isn't JSON, an upstream that
-refuses or breaks off, a client that leaves mid-stream) is one line, and the pass-through goes on.
+key among them: forwarded, and masked in everything hotloop writes); the answer's status, headers and
+body come back unchanged, compressed or not (the client session doesn't inflate; the reader inflates
+its own copy). Each block is written to the client before hotloop reads it, so reading never delays a
+byte. The request is read while the upstream works on it; one bigger than `MAX_READ`, or of unknown
+length, streams through as it arrives, and hotloop keeps at most `MAX_READ` bytes of it. Whatever goes
+wrong (a body that isn't JSON or is nested past any parser, one too big to read, an upstream that
+refuses or breaks off, a client that leaves mid-stream) is one line, and the pass-through goes on: an
+upstream that drops the connection mid-answer has the client's connection closed the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,10 +25,13 @@ from typing import TYPE_CHECKING
 import aiohttp
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from hotloop.agent.events import Notice
+from hotloop.nesting import decoded
 from hotloop.providers.transport import ANTHROPIC_URL, OPENAI_URL
 from hotloop.sessions.log import SessionLog
+from hotloop.sessions.masking import Masker
 from hotloop.watch.conversation import Conversation, ConversationInfo, Sink
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
@@ -48,6 +54,9 @@ _HOP = frozenset(
 )
 _AUTH = ("authorization", "x-api-key", "api-key")
 _KEPT_ERROR = 4096  # bytes of a refusal's body kept to say what it was
+# Bytes of a request body hotloop reads (Anthropic's own limit on a Messages request): a bigger one is forwarded as it
+# arrives, unread, and costs the watch no more than its buffers. A conversation's explainer keeps its last two bodies.
+MAX_READ = 32 * 1024 * 1024
 
 if TYPE_CHECKING:
     from hotloop.providers.server_metrics import Residency
@@ -90,9 +99,9 @@ class Watch:
     """The pass-through and the conversations it has seen.
 
     `sink(conversation_id, event)` gets every event in order, after the conversation's session log
-    has it; the id is "" for a line about the pass-through itself (a request it couldn't read, an
-    upstream it couldn't reach). `conversations` holds each conversation's `ConversationInfo`
-    from before its first event. A frontend may set `sink` before `start`.
+    has it, every secret the watch knows masked in it; the id is "" for a line about the pass-through
+    itself (a request it couldn't read, an upstream it couldn't reach). `conversations` holds each
+    conversation's `ConversationInfo` from before its first event. A frontend may set `sink` before `start`.
     """
 
     def __init__(
@@ -103,7 +112,7 @@ class Watch:
         self.sink = sink
         self._folder = folder
         self._workspace = workspace
-        self._secrets = list(secrets)
+        self._masker = Masker(list(secrets))  # the config's secrets, and every key a client sends (`_learn`)
         self._open: dict[str, Conversation] = {}
         self._lineage = Lineage()
         self._runner: web.AppRunner | None = None
@@ -122,7 +131,7 @@ class Watch:
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
         )
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_READ)
         app.router.add_route("*", "/{tail:.*}", self._forward)
         # A client that leaves cancels its handler, which closes the upstream request.
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
@@ -141,24 +150,47 @@ class Watch:
             conversation.close()
         self._open.clear()
 
+    def _masked(self, text: str) -> str:
+        """`text` without any secret the watch knows: the config's, and every key a client has sent."""
+        return self._masker.masked(text.encode()).decode()
+
     def _notice(self, message: str, level: str = "warning") -> None:
-        self.sink("", Notice(level="error" if level == "error" else "warning", message=message))
+        self.sink("", Notice(level="error" if level == "error" else "warning", message=self._masked(message)))
+
+    def _learn(self, headers: Mapping[str, str]) -> None:
+        """The keys a request carries, masked from now on wherever hotloop writes."""
+        keys = [value.removeprefix("Bearer ") for name in _AUTH if (value := headers.get(name))]
+        if keys and self._masker.add(keys):
+            for conversation in self._open.values():
+                conversation.masker.add(keys)
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         started, started_at = time.perf_counter(), time.time()
         assert self._client is not None
-        body = await request.read()
+        self._learn(request.headers)
         target = self.upstream.of(request.path, request.headers)
         headers = {name: value for name, value in request.headers.items() if name.lower() not in _HOP}
         protocol = PROTOCOLS.get(request.path) if request.method == "POST" else None
-        # Hotloop reads its copy once the request is on the wire: a large body parsed first would delay the upstream
-        # by the parse. The reading is queued ahead of the request's body writer (on Python < 3.12 aiohttp writes the
-        # body from a task of its own) and yields once, so it runs after the write, while the upstream works.
-        reading = asyncio.ensure_future(self._read(protocol, request, body)) if protocol is not None else None
+        length = request.content_length
+        reading: asyncio.Future[WatchedRequest | None] | None = None
+        incoming: _Incoming | None = None
+        data: bytes | AsyncIterator[bytes] | None
+        if not request.body_exists or (length is not None and length <= MAX_READ):
+            body = await request.read()
+            data = body if request.body_exists else None  # a GET goes on without a body, as it came
+            # Hotloop reads its copy once the request is on the wire: a large body parsed first would delay the
+            # upstream by the parse. The reading is queued ahead of the request's body writer (on Python < 3.12
+            # aiohttp writes the body from a task of its own) and yields once, so it runs after the write.
+            reading = asyncio.ensure_future(self._read(protocol, request, body)) if protocol is not None else None
+        else:
+            incoming = _Incoming(request, keep=protocol is not None and length is None)
+            data = incoming.blocks()
+            if length is not None:
+                headers["Content-Length"] = str(length)  # as the client framed it, not re-chunked
         try:
             # A redirect is the client's to follow (it would carry the key to wherever the upstream points).
             upstream = await self._client.request(
-                request.method, target.url + request.path_qs, data=body, headers=headers, allow_redirects=False
+                request.method, target.url + request.path_qs, data=data, headers=headers, allow_redirects=False
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             line = f"cannot reach {target.name} ({target.url}): {_cause(error)}"
@@ -169,7 +201,10 @@ class Watch:
             self._notice(f"the client left after {time.perf_counter() - started:.1f} s, before {target.name} answered")
             raise
         async with upstream:
-            watched = await reading if reading is not None else None
+            if incoming is not None and protocol is not None:
+                watched = self._read_incoming(protocol, request, incoming)
+            else:
+                watched = await reading if reading is not None else None
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in _HOP or name.lower() == "content-length":
@@ -187,23 +222,45 @@ class Watch:
                         watched.protocol, watched.model, where, started, streamed, encoding
                     )
 
-                await self._relay(upstream, response, opening)
+                await self._relay(request, upstream, response, opening)
             else:
-                kept = await self._relay_refusal(upstream, response)
-                if not 200 <= upstream.status < 400:
+                kept, broke = await self._relay_refusal(request, upstream, response)
+                if broke:
+                    self._notice(
+                        f"{target.name} ({target.url}) broke off its answer to {request.path}: {broke}", "error"
+                    )
+                elif not 200 <= upstream.status < 400:
                     self._notice(f"{target.name} answered {upstream.status} to {request.path}: {_said(kept)}")
         return response
 
     async def _read(self, protocol: str, request: web.Request, body: bytes) -> WatchedRequest | None:
         await asyncio.sleep(0)  # behind the body's writer
+        return self._read_now(protocol, request, body)
+
+    def _read_now(self, protocol: str, request: web.Request, body: bytes) -> WatchedRequest | None:
         try:
             return read_request(protocol, body, request.headers)
         except WireError as error:
             self._notice(f"{request.method} {request.path}: {error}; forwarded unread")
             return None
 
+    def _read_incoming(self, protocol: str, request: web.Request, incoming: _Incoming) -> WatchedRequest | None:
+        """A request streamed through: read if it ended within `MAX_READ` before the answer began."""
+        size = max(request.content_length or 0, incoming.size)
+        if size > MAX_READ:
+            self._notice(
+                f"{request.method} {request.path}: the request body is {size:,} bytes, more than the {MAX_READ:,} "
+                "hotloop reads; forwarded unread"
+            )
+            return None
+        if not incoming.whole:
+            self._notice(f"{request.method} {request.path}: answered before its body had all arrived; forwarded unread")
+            return None
+        return self._read_now(protocol, request, b"".join(incoming.kept))
+
     async def _relay(
         self,
+        request: web.Request,
         upstream: aiohttp.ClientResponse,
         response: web.StreamResponse,
         opening: Callable[[], tuple[Conversation, ResponseReader]],
@@ -230,7 +287,8 @@ class Watch:
             conversation, reader = watching or opening()
             reader.problem = reader.problem or f"{reader.where} broke off mid-stream: {_cause(error)}"
             conversation.finish(reader)
-            raise ConnectionResetError(reader.problem) from None  # the client must see the stream cut too
+            _hang_up(request)
+            return
         conversation, reader = watching or opening()
         conversation.model_events(reader.end(time.perf_counter()))
         # The answer's end goes to the client before the step is finished (the cache verdict, the log's summary
@@ -247,16 +305,24 @@ class Watch:
             conversation.emit(Notice(level="warning", message="the client disconnected mid-stream"))
         conversation.finish(reader, cut="cancelled")
 
-    async def _relay_refusal(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> bytes:
-        """Pass an answer hotloop doesn't read (a refusal, a model listing) through; the start of its body, to say
-        what a refusal was."""
+    async def _relay_refusal(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+    ) -> tuple[bytes, str]:
+        """Pass an answer hotloop doesn't read (a refusal, a model listing, an unread request's) through; the start
+        of its body, to say what a refusal was, and why the upstream broke off, if it did."""
         kept = b""
-        async for block in upstream.content.iter_any():
-            await response.write(block)
-            if len(kept) < _KEPT_ERROR:
-                kept += block[: _KEPT_ERROR - len(kept)]
-        await response.write_eof()
-        return kept
+        try:
+            async for block in upstream.content.iter_any():
+                await response.write(block)
+                if len(kept) < _KEPT_ERROR:
+                    kept += block[: _KEPT_ERROR - len(kept)]
+            await response.write_eof()
+        except aiohttp.ClientError as error:
+            _hang_up(request)
+            return kept, _cause(error)
+        except ConnectionResetError:
+            pass  # the client left: nothing more to say than what its cancellation says
+        return kept, ""
 
     def _conversation(self, request: WatchedRequest, headers: Mapping[str, str], target: Target) -> Conversation:
         segments = request.segments
@@ -268,50 +334,85 @@ class Watch:
         return conversation
 
     def _new(self, request: WatchedRequest, headers: Mapping[str, str], target: Target, side_of: str) -> Conversation:
-        agent = agent_of(headers.get("user-agent", ""))
-        keys = [value.removeprefix("Bearer ") for name in _AUTH if (value := headers.get(name))]
+        agent = self._masked(agent_of(headers.get("user-agent", "")))
+        model = self._masked(request.model)
         log = SessionLog.create(
             self._folder,
             provider=target.name,
-            model=request.model,
+            model=model,
             workspace=self._workspace,
             base_url=target.url,
             cost_per_hour=self.upstream.cost_per_hour,
-            secrets_to_mask=[*self._secrets, *keys],
+            secrets_to_mask=self._masker.secrets,
             origin=f"watch:{agent}",
             side_of=side_of,
         )
-        title = headline(request.prompt or "")
         info = ConversationInfo(
             log.id,
             agent,
             f"watch:{agent}",
             side_of,
-            title,
+            self._masked(headline(request.prompt or "")),
             target.name,
-            request.model,
+            model,
             target.url,
             self.upstream.cost_per_hour,
             str(log.path),
         )
         self.conversations[log.id] = info
         conversation = self._open[log.id] = Conversation(
-            info, log, lambda conversation, event: self.sink(conversation, event), lambda: self.residency()
+            info,
+            log,
+            lambda conversation, event: self.sink(conversation, event),
+            lambda: self.residency(),
+            Masker(self._masker.secrets),
         )
         return conversation
+
+
+class _Incoming:
+    """A request body sent on as it arrives; the first `MAX_READ` bytes kept when `keep`, for reading."""
+
+    def __init__(self, request: web.Request, keep: bool) -> None:
+        self._request = request
+        self._keep = keep
+        self.kept: list[bytes] = []
+        self.size = 0
+        self.whole = False  # all of it has arrived
+
+    async def blocks(self) -> AsyncIterator[bytes]:
+        async for block in self._request.content.iter_any():
+            self.size += len(block)
+            if self._keep and self.size <= MAX_READ:
+                self.kept.append(block)
+            else:
+                self.kept.clear()  # too big to read: nothing of it is held
+            yield block
+        self.whole = True
+
+
+def _hang_up(request: web.Request) -> None:
+    """Close the client's connection mid-answer, as the upstream closed the watch's: the client sees the same cut
+    (an unfinished chunked body, or fewer bytes than the Content-Length), and aiohttp finishes nothing after it."""
+    if request.transport is not None:
+        request.transport.close()
 
 
 def _cause(error: BaseException) -> str:
     if isinstance(error, TimeoutError):
         return "timed out connecting"
-    text = str(error.__cause__ or error) or type(error).__name__
-    return text.split("\n", 1)[0][:200]
+    cause = error.__cause__ or error
+    if isinstance(error, aiohttp.ClientPayloadError) and isinstance(cause, HttpProcessingError):
+        return "it closed the connection before the answer's end"
+    message = getattr(cause, "message", None)  # aiohttp's own errors: their str() starts with a status code
+    text = message if isinstance(message, str) and message else str(cause) or type(cause).__name__
+    return text.strip().split("\n", 1)[0][:200]
 
 
 def _said(body: bytes) -> str:
     """A refusal's message: the JSON error's `message` if it has one, else the start of the body."""
     try:
-        document = msgspec.json.decode(body)
+        document = decoded(msgspec.json.decode, body)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return body[:200].decode(errors="replace").strip() or "(no body)"
     error = document.get("error") if isinstance(document, dict) else None

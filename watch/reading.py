@@ -4,7 +4,8 @@ A stream is cut into server-sent events (`SseSplitter`) and each event goes to t
 parser (`ChunkParser`, `ResponsesParser`, `MessageParser`), so a watched step's text, calls and
 usage are read exactly as hotloop reads its own. A whole (non-streamed) JSON answer is handed to
 the same parsers as the events it would have streamed. What can't be read ends the reading with
-one line (`problem`); the bytes the client gets are never touched.
+one line (`problem`), a whole answer nested past the decoder's stack too (the providers' parsers refuse
+an event nested past `nesting.LIMIT`); the bytes the client gets are never touched.
 """
 
 from __future__ import annotations
@@ -153,6 +154,12 @@ class ResponseReader:
                 f"{self.where} answered with {self._size:,} bytes; hotloop reads up to {MAX_WHOLE:,}"
             )
         body, _ = utf8(b"".join(self._whole))
+        try:
+            return self._whole_events(body)
+        except RecursionError:  # not `nesting.decoded`: its bracket count costs ten times the decode of a big answer
+            raise StreamInterrupted(f"{self.where} answered with JSON nested too deep to read") from None
+
+    def _whole_events(self, body: bytes) -> list[ModelEvent]:
         try:
             answer = msgspec.json.decode(body)
         except msgspec.DecodeError as error:

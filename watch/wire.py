@@ -1,8 +1,9 @@
 """What a watched request says, read from its body: the protocol, the model, its segments for the cache
 explainer, the prompt or tool results it ends with, and the session key an agent put in it.
 
-A request body is whatever a client sent: it may be no JSON at all, or JSON of any shape. Anything
-this module can't read is a `WireError` with one line; the request itself is forwarded regardless.
+A request body is whatever a client sent: it may be no JSON at all, JSON of any shape, or JSON nested
+past any parser's stack. Anything this module can't read is a `WireError` with one line; the request
+itself is forwarded regardless. The prompt and tool results are kept up to `KEPT_TEXT` characters each.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ PROTOCOLS = {
 # own affinity header, routers' conventions.
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "conversation_id", "x-session-id")
 _canonical = msgspec.json.Encoder(order="sorted").encode
+
+
+NESTED = "the request body is JSON nested too deep to read"
+KEPT_TEXT = 100_000  # characters of a prompt or a tool result the watch logs and shows: the request goes whole
 
 
 class WireError(ValueError):
@@ -54,18 +59,24 @@ class WatchedRequest:
 
 
 def read_request(protocol: str, body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
+    # Not `nesting.decoded`: its bracket count costs ten times the decode on a long conversation's body, and every
+    # request is read. A body nested past the decoder's or the reading's stack ends in a RecursionError, caught.
     try:
         document = msgspec.json.decode(body)
     except msgspec.DecodeError as error:
         raise WireError(f"the request body is not JSON ({error})") from None
     except UnicodeDecodeError:
         raise WireError("the request body is not UTF-8") from None
+    except RecursionError:
+        raise WireError(NESTED) from None
     if not isinstance(document, dict):
         raise WireError(f"the request body is a JSON {type(document).__name__}, not an object")
     try:
         return _read(protocol, document, body, headers)
     except (TypeError, AttributeError, KeyError) as error:
         raise WireError(f"the request body has an unexpected shape ({error})") from None
+    except RecursionError:  # nested within the decoder's reach, past the reading's (a cache marker's removal)
+        raise WireError(NESTED) from None
 
 
 def _read(protocol: str, document: dict[str, Any], body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
@@ -206,9 +217,16 @@ def _ending(protocol: str, messages: Messages) -> tuple[str | None, tuple[ToolRe
         if role in ("system", "developer"):
             continue  # context an agent adds after the prompt (Claude Code's mid-conversation system message)
         if role == "user":
-            return _text(message.get("content")) if protocol != "openai-responses" else _item_text(message), ()
+            return _kept(_text(message.get("content")) if protocol != "openai-responses" else _item_text(message)), ()
         break
     return None, tuple(results)
+
+
+def _kept(text: str) -> str:
+    """What the watch keeps of a prompt or a tool result: a pasted file of 30 MB is not 30 MB of log and summary."""
+    if len(text) <= KEPT_TEXT:
+        return text
+    return text[:KEPT_TEXT] + f"… [{len(text):,} characters in all; the rest is not logged]"
 
 
 def _item_text(item: dict[str, Any]) -> str:
@@ -220,14 +238,13 @@ def _item_text(item: dict[str, Any]) -> str:
 
 def _results(protocol: str, message: dict[str, Any]) -> list[ToolResult]:
     if protocol == "openai-chat":
-        return [ToolResult(str(message.get("tool_call_id", "")), _text(message.get("content")), False)]
+        return [ToolResult(str(message.get("tool_call_id", "")), _kept(_text(message.get("content"))), False)]
     if protocol == "openai-responses":
         output = message.get("output")
-        return [
-            ToolResult(str(message.get("call_id", "")), _text(output) if not isinstance(output, str) else output, False)
-        ]
+        content = _text(output) if not isinstance(output, str) else output
+        return [ToolResult(str(message.get("call_id", "")), _kept(content), False)]
     return [
-        ToolResult(str(block.get("tool_use_id", "")), _text(block.get("content")), block.get("is_error") is True)
+        ToolResult(str(block.get("tool_use_id", "")), _kept(_text(block.get("content"))), block.get("is_error") is True)
         for block in message.get("content") or ()
         if _is_result(block)
     ]
