@@ -12,6 +12,7 @@ from typing import Literal
 import msgspec
 
 from hotloop.agent.cache_explainer import Fingerprint
+from hotloop.nesting import decoded
 from hotloop.providers.events import (
     Event,
     Finished,
@@ -274,7 +275,8 @@ def encode(event: AgentEvent) -> bytes:
 
 
 def decode(line: bytes | str) -> AgentEvent:
-    return _decoder.decode(line)
+    """One line of a log as its event; a `msgspec.DecodeError` if it is none (`TooDeep` if nested too deep)."""
+    return decoded(_decoder.decode, line)
 
 
 def fan_out(*sinks: Callable[[AgentEvent], None]) -> Callable[[AgentEvent], None]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from hotloop.nesting import decoded
 from hotloop.providers.conversation import AssistantMessage, Message, Thinking, ToolCall, ToolResultMessage
 from hotloop.providers.events import (
     CUT_SHORT,
@@ -62,7 +63,7 @@ def parse_arguments(call: ToolCall) -> dict[str, Any]:
     if not call.arguments.strip():
         return {}
     try:
-        arguments = json.loads(call.arguments)
+        arguments = decoded(json.loads, call.arguments)
     except json.JSONDecodeError as error:
         raise ArgumentError(
             f"the arguments for {call.name} are not valid JSON ({error.msg} at character {error.pos}): "

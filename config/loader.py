@@ -22,6 +22,7 @@ from hotloop.config.settings import (
     SimSettings,
     Tier,
 )
+from hotloop.nesting import decoded
 from hotloop.providers.anthropic import BREAKPOINT_LIMIT
 from hotloop.providers.base import DEFAULT_MAX_TOKENS
 from hotloop.secret_policy import is_secret_name
@@ -40,7 +41,7 @@ def load_config(path: Path | None = None) -> Config:
     except UnicodeDecodeError:
         raise ConfigError(f"config {path} is not UTF-8 text") from None
     try:
-        data = msgspec.toml.decode(text, type=dict[str, Any])
+        data = decoded(_toml_table, text, "toml")
     except msgspec.DecodeError as error:
         raise ConfigError(f"invalid TOML in {path}: {error}") from None
     return _Loader(path).config(data)
@@ -160,6 +161,10 @@ class _Loader:
         if sim.scenario is None:
             return sim
         return structs.replace(sim, scenario=self.path.parent / sim.scenario.expanduser())
+
+
+def _toml_table(text: str) -> dict[str, Any]:
+    return msgspec.toml.decode(text, type=dict[str, Any])
 
 
 def _decode_path(kind: type, value: Any) -> Any:

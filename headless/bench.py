@@ -28,6 +28,7 @@ from hotloop.agent.events import AgentEvent, Notice, StepFinished, ToolFinished,
 from hotloop.agent.figures import model_writing
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.config import Choice
+from hotloop.nesting import decoded
 from hotloop.providers.events import CUT_SHORT
 from hotloop.struct_errors import explained
 
@@ -80,7 +81,7 @@ class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if path is None:
             return msgspec.convert(BUILTIN, cls)
         try:
-            given = msgspec.json.decode(path.read_bytes())
+            given = decoded(msgspec.json.decode, path.read_bytes())
         except (OSError, msgspec.DecodeError) as error:
             raise ValueError(f"bench scenario {path}: {error}") from None
         try:
@@ -274,7 +275,7 @@ def load(name: str, folder: Path) -> dict[str, Any]:
             raise ValueError(f"{many} (in {folder})")
         path = found[0]
     try:
-        loaded: dict[str, Any] = json.loads(path.read_text())
+        loaded: dict[str, Any] = decoded(json.loads, path.read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"cannot read bench result {path}: {error}") from None
     return loaded

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from hotloop.nesting import decoded
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
@@ -209,7 +210,7 @@ def render_blocks(message: Message) -> list[dict[str, Any]]:
 def _input(arguments: str) -> dict[str, Any]:
     """A call's arguments as the object Anthropic requires; text that isn't one was already answered with an error."""
     try:
-        value = json.loads(arguments) if arguments.strip() else {}
+        value = decoded(json.loads, arguments) if arguments.strip() else {}
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -298,7 +299,7 @@ _decode_event = msgspec.json.Decoder(StreamEvent).decode
 def read_event(data: bytes, where: str) -> StreamEvent:
     """One event's data; a StreamInterrupted naming `where` if it is malformed."""
     try:
-        return _decode_event(data)
+        return decoded(_decode_event, data)
     except msgspec.DecodeError as error:
         raise malformed(where, "event", error, data) from None
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from hotloop.nesting import LIMIT, where_too_deep
 from hotloop.providers.errors import (
     AuthenticationFailed,
     ConnectionFailed,
@@ -38,6 +39,9 @@ _BAD_REQUEST = re.compile(r"\b(?:fail(?:ed)? to parse|invalid|malformed|bad requ
 def error_detail(error: Exception) -> str:
     """The server's own message from an SDK error, if it sent one."""
     body = getattr(error, "body", None)
+    if isinstance(body, str) and where_too_deep(body) is not None:
+        # The SDK's parser ran out of stack on it and kept the text: a wall of brackets, not a message.
+        return f"an error body nested deeper than {LIMIT} levels"
     if isinstance(body, dict):
         inner = body.get("error", body)
         message = inner.get("message") if isinstance(inner, dict) else None

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from hotloop.nesting import decoded
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
@@ -230,7 +231,7 @@ _decode_chunk = msgspec.json.Decoder(Chunk).decode
 def read_chunk(data: bytes, where: str) -> Chunk:
     """One event's data as a chunk; a StreamInterrupted naming `where` if it is malformed or an error."""
     try:
-        chunk = _decode_chunk(data)
+        chunk = decoded(_decode_chunk, data)
     except msgspec.DecodeError as error:
         raise malformed(where, "chunk", error, data) from None
     if chunk.error is not None:
@@ -252,7 +253,7 @@ class _OpenCall:
 
 def _is_whole_object(arguments: str) -> bool:
     try:
-        return isinstance(msgspec.json.decode(arguments), dict)
+        return isinstance(decoded(msgspec.json.decode, arguments), dict)
     except msgspec.DecodeError:
         return False
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from hotloop.nesting import decoded
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
@@ -65,6 +66,7 @@ class OpenAIResponsesProvider(SdkProvider[bytes]):
     client_class = "AsyncOpenAI"
     path = "/responses"
     hosted_url = OPENAI_URL
+    min_cap = 16  # OpenAI: "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16"
 
     def __init__(
         self,
@@ -311,7 +313,7 @@ class ResponsesParser:
     def feed(self, data: bytes) -> list[ModelEvent]:
         problems: list[str] = []
         try:
-            event = _decode_event(data)
+            event = decoded(_decode_event, data)
         except msgspec.ValidationError:
             salvaged, problems = _read_as(data, StreamEvent)
             if salvaged is None:

@@ -11,7 +11,9 @@ one line naming the limit, not ten silent minutes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 import msgspec
 
+from hotloop.nesting import LIMIT, TooDeep, decoded
 from hotloop.providers.base import output_cap
 from hotloop.providers.conversation import ChatRequest, Message
 from hotloop.providers.errors import ProviderError, RequestRejected, Stalled, StreamInterrupted
@@ -28,6 +31,8 @@ from hotloop.providers.failures import backoff, explain, retry_line, root_cause
 from hotloop.providers.server_fixes import room_left
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx2
 
     from hotloop.providers.base import ProviderOptions
@@ -184,6 +189,23 @@ def malformed(where: str, what: str, error: msgspec.DecodeError, data: bytes) ->
     return StreamInterrupted(f"{where} sent a malformed {what} ({error}): {data[:120].decode(errors='replace')}")
 
 
+_TLS_LOCK = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every client shares: made once, since loading the certificate store costs tens of ms per
+    client on a quiet machine (a second and more under load, more again per proxy variable that adds a transport)."""
+    with _TLS_LOCK:  # clients are built in worker threads: two first ones would each load the store
+        return _tls_context()
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    import httpx2
+
+    return httpx2.create_ssl_context()  # the SDKs' own default: SSL_CERT_FILE and SSL_CERT_DIR are honoured
+
+
 class SdkProvider(Generic[Rendered]):
     """A provider on an official SDK's client: it posts request bytes to `path` and reads the event stream.
 
@@ -197,6 +219,7 @@ class SdkProvider(Generic[Rendered]):
     path: str
     hosted_url: str  # the vendor's own API
     protocol: str
+    min_cap = 1  # the least answer cap the API takes (the Responses API refuses fewer than 16)
     cache_ttl: Literal["5m", "1h"] = "5m"
 
     def __init__(self, options: ProviderOptions, max_tokens: int | None = None) -> None:
@@ -226,7 +249,7 @@ class SdkProvider(Generic[Rendered]):
             base_url=options.base_url,
             max_retries=0,
             timeout=httpx2.Timeout(backstop, connect=CONNECT_TIMEOUT),
-            http_client=sdk.DefaultAioHttpClient(),
+            http_client=sdk.DefaultAioHttpClient(verify=tls_context()),
         )
 
     @property
@@ -239,17 +262,18 @@ class SdkProvider(Generic[Rendered]):
         return self.base_url.startswith(self.hosted_url)
 
     def cap(self, request: ChatRequest) -> int | None:
-        """The answer's cap `request` is sent with: its own, the configured one, else the default.
+        """The answer's cap `request` is sent with: its own, the configured one, else the default; never below
+        `min_cap` (a pre-warm asks for 1 token, which the Responses API refuses).
 
         None on OpenAI's own API unless configured: it caps each model itself, and a reasoning
         model's thinking counts against a cap, which would cut it short. Anthropic requires one.
         """
         if request.max_tokens is not None:
-            return request.max_tokens
+            return max(request.max_tokens, self.min_cap)
         if self.max_tokens is None and self.official and self.protocol != "anthropic":
             return None
         window = self.server.max_model_len(self.model) if self.server is not None else None
-        return output_cap(self.max_tokens, window)
+        return max(output_cap(self.max_tokens, window), self.min_cap)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         """`_stream`'s events. A server that refused the cap for want of room in its window (vLLM and SGLang say
@@ -262,7 +286,8 @@ class SdkProvider(Generic[Rendered]):
                 return
             except RequestRejected as rejected:
                 room, cap = room_left(str(rejected)), self.cap(request)
-                if room is not None and cap is not None and cap > room:
+                # Room below the API's least cap: asking again would be refused again.
+                if room is not None and cap is not None and cap > room >= self.min_cap:
                     request = msgspec.structs.replace(request, max_tokens=room)
                     line = f"{self.where} has room for {room:,} more tokens in its window: the answer is capped there"
                     yield ProviderWarning(line)
@@ -409,7 +434,9 @@ class SdkProvider(Generic[Rendered]):
         status, text = await self.fetch(url)
         try:
             if status == 200:
-                return json.loads(text)
+                return decoded(json.loads, text)
+        except TooDeep as deep:
+            raise ProviderError(f"{self.where} answered {url} with JSON {deep}") from None
         except ValueError:
             pass
         raise ProviderError(f"{self.where} answered {url} with {status}, not JSON")
@@ -421,6 +448,8 @@ class SdkProvider(Generic[Rendered]):
             return [model.id async for model in self._client.models.list()]
         except sdk.APIError as error:
             raise await self._explain(error, listing=True) from None
+        except RecursionError:  # the SDK's parser, out of stack
+            raise ProviderError(f"{self.where} answered /models with JSON nested deeper than {LIMIT} levels") from None
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -260,7 +260,7 @@ def _ends_a_line(path: Path) -> bool:
 def is_in_use(path: Path) -> bool:
     """Whether another process holds the session's write lock."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put in the folder can't hold the look
     except OSError:
         return False
     try:

@@ -6,10 +6,10 @@ which words make it call which tools.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from hotloop.sim import json_depth
 from hotloop.sim.template import Call, Turn
 
 
@@ -72,11 +72,20 @@ def _first_excerpt(calls: dict[str, Call], results: list[Turn]) -> str:
         call = calls.get(result.call_id)
         if call is None or call.name != "read_file" or result.text.lower().startswith("error"):
             continue
-        path = json.loads(call.arguments).get("path", "") if call.arguments.startswith("{") else ""
+        path = _path_of(call.arguments)
         language = _FENCE_LANGUAGE.get(Path(str(path)).suffix, "text")
         excerpt = "\n".join(result.text.splitlines()[:6]).replace("```", "'''")
         return f"First lines of `{path}`:\n\n```{language}\n{excerpt}\n```"
     return ""
+
+
+def _path_of(arguments: str) -> object:
+    """A call's `path` argument; "" when its arguments (a client's, in the history) are no JSON object."""
+    try:
+        value = json_depth.loads(arguments)
+    except ValueError:
+        return ""
+    return value.get("path", "") if isinstance(value, dict) else ""
 
 
 _WORD_COUNT = re.compile(r"\b(\d{2,6})\s+(?:words|tokens)\b", re.IGNORECASE)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
+from hotloop.sim import json_depth
 from hotloop.sim.cache import ONE_HOUR, CacheBlock
 from hotloop.sim.cache_diagnosis import Diagnoser, enabled
 from hotloop.sim.engine import Emission, Generation, SimRequest, invalid_byte_in
@@ -593,8 +594,8 @@ def message(generation: Generation, asked: MessagesCall | None = None) -> dict[s
         content.append({"type": "text", "text": generation.text})
     for call in generation.calls:
         try:
-            arguments = json.loads(call.arguments)
-        except json.JSONDecodeError:  # cut short by max_tokens
+            arguments = json_depth.loads(call.arguments)
+        except ValueError:  # cut short by max_tokens, or a scenario's nested too deep
             arguments = {}
         content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
     whole = {

@@ -26,7 +26,6 @@ streams the answer back unchanged. Where a request goes decides what its replica
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -35,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from hotloop.sim import anthropic_api, openai_api, responses_api
+from hotloop.sim import anthropic_api, json_depth, openai_api, responses_api
 from hotloop.sim.anthropic_api import AnthropicError
 from hotloop.sim.defaults import AFFINITY_HEADER, ROUTERS
 from hotloop.sim.embedded import EmbeddedServer
@@ -141,7 +140,7 @@ def _cached_prefix(replica: SimServer, path: str, raw: bytes) -> int:
     if parse is None:
         return 0
     try:
-        return replica.engine.cached_prefix(parse(json.loads(raw), replica))
+        return replica.engine.cached_prefix(parse(json_depth.loads(raw), replica))
     except (ValueError, ApiError, AnthropicError):
         return 0
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hotloop.sim import json_depth
 from hotloop.sim.engine import DEFAULT_MODEL, Emission, Generation, SimRequest, invalid_byte_in
 from hotloop.sim.scenario import OPENAI_USAGE, STREAM_ERRORS, status_phrase
 from hotloop.sim.template import Call, Turn, joined_text
@@ -159,7 +160,9 @@ def _calls(raw: Any, n: int) -> tuple[Call, ...]:
 def _require_json(arguments: str) -> None:
     """llama.cpp parses the arguments of past calls to render them, and answers a 500 when they aren't JSON."""
     try:
-        json.loads(arguments)
+        json_depth.loads(arguments)
+    except json_depth.TooDeep as error:
+        raise ApiError(400, f"tool call arguments are {error}") from None
     except json.JSONDecodeError as error:
         raise ApiError(500, f"Failed to parse tool call arguments as JSON: {error}", "server_error") from None
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from hotloop.sim import json_depth
 from hotloop.sim.template import Call, Turn
 from hotloop.sim.toolbox import ROLES, Toolbox
 
@@ -198,8 +199,8 @@ def _read_results(since: list[Turn], wanted: list[str], tools: Toolbox) -> dict[
 def _key(call: Call) -> tuple[str, str]:
     """A call by its tool and its arguments, whatever their order and spacing."""
     try:
-        return call.name, json.dumps(json.loads(call.arguments), sort_keys=True)
-    except json.JSONDecodeError:
+        return call.name, json.dumps(json_depth.loads(call.arguments), sort_keys=True)
+    except ValueError:  # not JSON, or nested too deep
         return call.name, call.arguments
 
 

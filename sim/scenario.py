@@ -30,11 +30,14 @@ And the faults, each a way a broken server misbehaves. Those about stream chunks
 - `cut_arguments`: N: the first tool call ends after N characters of its arguments, the
   calls after it are dropped, and the message ends as the output limit ends it
   (`finish_reason: "length"`; Anthropic `stop_reason: "max_tokens"`).
+- `deep_json`: N: the JSON of the first stream chunk, of a whole answer, or of a `status` fault's
+  error body starts with a field `"nested"` of arrays N levels deep (`[[[…]]]`), as from a hostile
+  server: a parser that recurses per level runs out of stack.
 
 `hotloop sim serve --fault FAULT` (repeatable) applies a fault to every request; a step's own
 faults win over it. Forms: `drop:N`, `status:CODE[:retry-after=S][:times=N]`, `stall:S` (before
 headers), `stall:S:after=N`, `invalid-utf8`, `huge-argument:N`, `duplicate-ids`,
-`usage:FIELD=N[:FIELD=N…]`, `cut-arguments:N`. Its `times` counts per distinct request, so a
+`usage:FIELD=N[:FIELD=N…]`, `cut-arguments:N`, `deep-json:N`. Its `times` counts per distinct request, so a
 client's retry of the same request gets through.
 """
 
@@ -48,6 +51,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from hotloop.sim import json_depth
 from hotloop.sim.template import Call, Turn
 
 # Errors a scenario step can end with, mid-stream, after its text: (HTTP status, message).
@@ -68,12 +72,13 @@ STEP_FIELDS = (
     "duplicate_ids",
     "usage",
     "cut_arguments",
+    "deep_json",
 )
 OPENAI_USAGE = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
 ANTHROPIC_USAGE = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 FLAG_FORMS = (
     "drop:N, status:CODE[:retry-after=S][:times=N], stall:S[:after=N], invalid-utf8, huge-argument:N, "
-    "duplicate-ids, usage:FIELD=N[:FIELD=N…], cut-arguments:N"
+    "duplicate-ids, usage:FIELD=N[:FIELD=N…], cut-arguments:N, deep-json:N"
 )
 
 
@@ -107,6 +112,7 @@ class Faults:
     duplicate_ids: bool = False
     usage: tuple[tuple[str, int], ...] = ()
     cut_arguments: int | None = None
+    deep_json: int | None = None
 
     def over(self, base: Faults) -> Faults:
         """These faults on top of `base`: each one set here wins."""
@@ -131,10 +137,10 @@ class ScenarioError(ValueError):
 def load_scenario(path: str | Path) -> tuple[Reply, ...]:
     """Read a scenario: a JSON list of steps, each an object of `STEP_FIELDS` (the module docstring has them)."""
     try:
-        steps = json.loads(Path(path).read_text(encoding="utf-8"))
+        steps = json_depth.loads(Path(path).read_bytes())
     except OSError as error:
         raise ScenarioError(f"cannot read scenario {path}: {error.strerror}") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # not JSON, not UTF-8, or nested too deep
         raise ScenarioError(f"scenario {path} is not valid JSON: {error}") from None
     if not isinstance(steps, list) or not steps:
         raise ScenarioError(f"scenario {path} must be a non-empty JSON list of steps")
@@ -189,6 +195,7 @@ def _faults(step: dict[str, Any], where: str) -> Faults:
         duplicate_ids=_switch(step, "duplicate_ids", where),
         usage=_usage(step.get("usage", {}), where),
         cut_arguments=_whole(step, "cut_arguments", where),
+        deep_json=_whole(step, "deep_json", where, least=1),
     )
 
 
@@ -282,8 +289,8 @@ def _switch(mapping: dict[str, Any], key: str, where: str) -> bool:
 
 def _is_object(arguments: str) -> bool:
     try:
-        return isinstance(json.loads(arguments), dict)
-    except json.JSONDecodeError:
+        return isinstance(json_depth.loads(arguments), dict)
+    except ValueError:
         return False
 
 
@@ -296,6 +303,12 @@ def padded(arguments: str, size: int) -> str:
     return json.dumps({**value, "padding": "x" * max(size - bare, 0)})
 
 
+def nested_in(data: bytes, depth: int) -> bytes:
+    """JSON (a body, or an SSE event's) with a `"nested"` field of arrays `depth` levels deep first in its object."""
+    at = data.find(b"{") + 1
+    return data[:at] + b'"nested":' + b"[" * depth + b"]" * depth + b"," + data[at:]
+
+
 def parse_faults(flags: Sequence[str]) -> Faults:
     """`hotloop sim serve --fault` flags as one set of faults; of two flags of a kind, the later wins."""
     faults = Faults()
@@ -304,7 +317,12 @@ def parse_faults(flags: Sequence[str]) -> Faults:
     return faults
 
 
-_NUMBER_FLAGS = {"drop": "drop_after", "huge-argument": "huge_argument", "cut-arguments": "cut_arguments"}
+_NUMBER_FLAGS = {
+    "drop": "drop_after",
+    "huge-argument": "huge_argument",
+    "cut-arguments": "cut_arguments",
+    "deep-json": "deep_json",
+}
 _SWITCH_FLAGS = {"invalid-utf8": "invalid_utf8", "duplicate-ids": "duplicate_ids"}
 
 

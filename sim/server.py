@@ -20,13 +20,13 @@ from typing import Any
 from aiohttp import web
 
 from hotloop import __version__
-from hotloop.sim import anthropic_api, openai_api, responses_api
+from hotloop.sim import anthropic_api, json_depth, openai_api, responses_api
 from hotloop.sim.anthropic_api import AnthropicError
 from hotloop.sim.cache_diagnosis import Diagnoser
 from hotloop.sim.engine import Generation, ModelNotFound, Refused, SimConfig, SimEngine, SimRequest
 from hotloop.sim.openai_api import ApiError
 from hotloop.sim.responses_api import ResponsesError
-from hotloop.sim.scenario import Faults
+from hotloop.sim.scenario import Faults, nested_in
 from hotloop.sim.scheduler import Admission
 
 
@@ -211,6 +211,7 @@ class SimServer:
             )
         )
         await _stall_before_headers(refused.faults)
+        _deepen(response, refused.faults)
         if refused.refusal.retry_after is not None:
             response.headers["retry-after"] = f"{refused.refusal.retry_after:g}"
         return response
@@ -243,9 +244,9 @@ class SimServer:
             raise
         if failure is not None:
             self.engine.abort(generation)
-            return _json_response(failure.body(), failure.status)
+            return _deepen(_json_response(failure.body(), failure.status), generation.reply.faults)
         self.engine.finish(generation)
-        return _json_response(body)
+        return _deepen(_json_response(body), generation.reply.faults)
 
     async def _respond_stream(
         self, request: web.Request, generation: Generation, chunks: Iterator[tuple[int, bytes]], arrived: float
@@ -256,6 +257,8 @@ class SimServer:
             await _stall_before_headers(generation.reply.faults)
             await response.prepare(request)
             first_token = functools.partial(self._first_token, generation, arrived)
+            if (depth := generation.reply.faults.deep_json) is not None:
+                chunks = _first_deepened(chunks, depth)
             if await _send_paced(response, generation, chunks, first_token, self.engine.pace):
                 await response.write_eof()
                 finished = True
@@ -308,6 +311,19 @@ def _json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="application/json")
 
 
+def _deepen(response: web.Response, faults: Faults) -> web.Response:
+    """The `deep_json` fault: the body's JSON made to start with arrays nested that deep."""
+    if faults.deep_json is not None and isinstance(response.body, bytes):
+        response.body = nested_in(response.body, faults.deep_json)
+    return response
+
+
+def _first_deepened(chunks: Iterator[tuple[int, bytes]], depth: int) -> Iterator[tuple[int, bytes]]:
+    """The stream with its first chunk's JSON starting with arrays nested `depth` levels deep."""
+    for n, (position, data) in enumerate(chunks):
+        yield position, nested_in(data, depth) if n == 0 else data
+
+
 def _anthropic_error(error: AnthropicError) -> web.Response:
     body = error.body()
     response = _json_response(body, error.status)
@@ -317,7 +333,9 @@ def _anthropic_error(error: AnthropicError) -> web.Response:
 
 def _json(raw: bytes, error: type[ApiError] | type[AnthropicError]) -> Any:
     try:
-        return json.loads(raw)
+        return json_depth.loads(raw)
+    except json_depth.TooDeep as problem:
+        raise error(400, f"the request body is {problem}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as problem:
         raise error(400, f"the request body is not valid JSON: {problem}") from None
 

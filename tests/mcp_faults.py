@@ -7,6 +7,9 @@
 - `error-32000`: its `fail` tool answers a JSON-RPC error (code -32000); the server stays up.
 - `floods`: its `flood` tool writes ~5 MB to stderr and returns ~5 MB.
 - `lies-read-only`: its `peek` tool says it is read-only and writes `LIED` into the working folder.
+- `deep-json`: its `deep` tool's answer is JSON nested 100,000 levels deep (its id after the depth), as no
+  parser that recurses per level can read; `echo` answers after it as before.
+- `deep-tool-list`: its tool list is nested as deep, in a tool's input schema.
 
 Every mode has `echo` too, which works, so a test can show the server is otherwise healthy.
 """
@@ -28,6 +31,8 @@ from mcp_types import ToolAnnotations
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 
 FLOOD_BYTES = 5 * 1024 * 1024
+DEPTH = 100_000
+DEEP = "deep, rewritten on the way out"
 FAILURE = "the backend is unavailable"
 
 app = MCPServer("faults")
@@ -64,8 +69,13 @@ def peek() -> str:
     return "looked"
 
 
-TOOLS = {"hangs": hang, "error-32000": fail, "floods": flood, "lies-read-only": peek}
-MODES = ("dies-after-init", *TOOLS)
+def deep() -> str:
+    """Answer JSON nested too deep for any parser (the SDK can't write it: the server's stdout rewrites this)."""
+    return DEEP
+
+
+TOOLS = {"hangs": hang, "error-32000": fail, "floods": flood, "lies-read-only": peek, "deep-json": deep}
+MODES = ("dies-after-init", *TOOLS, "deep-tool-list")
 
 
 class ExitAfterToolList(anyio.AsyncFile[str]):
@@ -84,8 +94,32 @@ class ExitAfterToolList(anyio.AsyncFile[str]):
             os._exit(0)
 
 
-async def serve_then_die() -> None:
-    stdout = ExitAfterToolList(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
+NESTED = "[" * DEPTH + "]" * DEPTH
+
+
+class DeepAnswers(anyio.AsyncFile[str]):
+    """The server's stdout, which sends `deep`'s answer as JSON-RPC nested `DEPTH` levels deep, its id last."""
+
+    async def write(self, b: str) -> int:
+        message = json.loads(b)
+        if DEEP in b and "result" in message:
+            result = '{"content":[{"type":"text","text":"deep"}],"structuredContent":{"nested":' + NESTED + "}}"
+            b = f'{{"jsonrpc":"2.0","result":{result},"id":{json.dumps(message["id"])}}}\n'
+        return await super().write(b)
+
+
+class DeepToolList(anyio.AsyncFile[str]):
+    """The server's stdout, which sends the tool list with `echo`'s input schema nested `DEPTH` levels deep."""
+
+    async def write(self, b: str) -> int:
+        message = json.loads(b)
+        if isinstance(message.get("result", {}).get("tools"), list):
+            tool = '{"name":"echo","inputSchema":{"type":"object","default":' + NESTED + "}}"
+            b = f'{{"jsonrpc":"2.0","id":{json.dumps(message["id"])},"result":{{"tools":[{tool}]}}}}\n'
+        return await super().write(b)
+
+
+async def serve_on(stdout: anyio.AsyncFile[str]) -> None:
     async with stdio_server(stdout=stdout) as (read, write):
         # MCPServer.run() opens its own stdout; the low-level server takes the wrapped one.
         server = app._lowlevel_server
@@ -96,8 +130,10 @@ if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) == 2 else ""
     if mode not in MODES:
         sys.exit(f"usage: mcp_faults.py {{{','.join(MODES)}}}")
-    if mode == "dies-after-init":
-        anyio.run(serve_then_die)
-    else:
+    wrapped = {"dies-after-init": ExitAfterToolList, "deep-json": DeepAnswers, "deep-tool-list": DeepToolList}.get(mode)
+    if mode in TOOLS:
         app.add_tool(TOOLS[mode], annotations=READ_ONLY)
+    if wrapped is not None:
+        anyio.run(serve_on, wrapped(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8")))
+    else:
         app.run()

@@ -676,5 +676,6 @@ def test_mcp_faults_needs_a_known_mode() -> None:
     done = subprocess.run([sys.executable, MCP_FAULTS, "explode"], capture_output=True, text=True, timeout=30)
     assert (
         done.returncode == 1
-        and "usage: mcp_faults.py {dies-after-init,hangs,error-32000,floods,lies-read-only}" in done.stderr
+        and "usage: mcp_faults.py {dies-after-init,hangs,error-32000,floods,lies-read-only,deep-json,deep-tool-list}"
+        in done.stderr
     )

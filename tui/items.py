@@ -18,6 +18,7 @@ from textual.strip import Strip
 from hotloop.agent.events import Compacted, StepFinished
 from hotloop.agent.figures import compaction_summary, seconds, tool_phase
 from hotloop.agent.tools.edit import change_summary, is_diff
+from hotloop.nesting import decoded
 from hotloop.sessions.projection import CallRecord
 from hotloop.tui.render import Palette, RenderContext, markdown_lines, response_text, text_lines
 
@@ -177,7 +178,7 @@ class ToolCallsItem(Item):
 
     def _details(self, call: CallRecord, ctx: RenderContext) -> list[Strip]:
         try:
-            arguments = json.dumps(json.loads(call.arguments), indent=2, ensure_ascii=False)
+            arguments = json.dumps(decoded(json.loads, call.arguments), indent=2, ensure_ascii=False)
         except (json.JSONDecodeError, TypeError):
             arguments = call.arguments
         text = Text(arguments, Style.parse(ctx.palette.muted))

@@ -23,6 +23,7 @@ import msgspec
 
 from hotloop import InputError
 from hotloop.agent.tools.mcp_config import ENV_NAME, INVALID_NAME_CHARS, McpServer
+from hotloop.nesting import TooDeep, decoded
 from hotloop.secret_policy import is_secret_name
 from hotloop.struct_errors import explained
 
@@ -98,8 +99,8 @@ def append_to(config: Path, tables: str) -> None:
         raise InputError(f"cannot read config {config}: {error}") from None
     separator = "" if not existing or existing.endswith("\n\n") else "\n" if existing.endswith("\n") else "\n\n"
     try:
-        tomllib.loads(existing + separator + tables)
-    except tomllib.TOMLDecodeError as error:
+        decoded(tomllib.loads, existing + separator + tables, "toml")
+    except (tomllib.TOMLDecodeError, TooDeep) as error:
         raise InputError(f"config {config} would not read back with the servers added: {error}") from None
     config.parent.mkdir(parents=True, exist_ok=True)
     with config.open("a", encoding="utf-8") as file:
@@ -108,7 +109,7 @@ def append_to(config: Path, tables: str) -> None:
 
 def _read(path: Path) -> Any:
     try:
-        return json.loads(path.expanduser().read_text(encoding="utf-8"))
+        return decoded(json.loads, path.expanduser().read_text(encoding="utf-8"))
     except OSError as error:
         raise InputError(f"cannot read {path}: {error.strerror}") from None
     except UnicodeDecodeError:

@@ -4,21 +4,35 @@ Both go through the official SDK's transports. A `Trace` keeps what went wrong b
 own error (the child's last stderr line, the last HTTP error status), so that `describe` can say
 in one line why a server won't start or stopped. Header values come from the environment and are
 secrets: no line says them, even one an HTTP library wrote.
+
+An answer the SDK can't read on stdio (JSON nested deeper than its parser goes, or no JSON-RPC at all)
+reaches it as an exception, which it drops: the request would wait for its timeout (two minutes for a
+tool). `answering` reads the id from such a line without parsing it, and answers that request with the
+error in one line, so the call fails at once and the server stays. Over HTTP the SDK answers it
+itself, quoting pydantic's lines: those become the same one line.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tempfile
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Self
 
 from hotloop.agent.tools.mcp_config import McpServer
+from hotloop.nesting import LIMIT, where_too_deep
 
 if TYPE_CHECKING:
     import httpx2
     from mcp.client import Transport
+    from mcp.client._transport import TransportStreams
+    from mcp.shared._stream_protocols import ReadStream
+    from mcp.shared.message import SessionMessage
 
 # The SDK's own defaults: a server may hold a response stream open for minutes.
 CONNECT_TIMEOUT = 30.0
@@ -48,7 +62,7 @@ async def opened(server: McpServer, environment: dict[str, str], stack: AsyncExi
         stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (the stack closes it)
         trace.errlog = stack.enter_context(stderr)
         params = StdioServerParameters(command=server.command, args=list(server.args), env=environment)
-        return stdio_client(params, errlog=trace.errlog)
+        return answering(stdio_client(params, errlog=trace.errlog))
 
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -68,7 +82,114 @@ async def opened(server: McpServer, environment: dict[str, str], stack: AsyncExi
         event_hooks={"response": [note]},
     )
     await stack.enter_async_context(http)
-    return streamable_http_client(server.url, http_client=http)
+    return answering(streamable_http_client(server.url, http_client=http))
+
+
+@asynccontextmanager
+async def answering(transport: Transport) -> AsyncIterator[TransportStreams]:
+    """`transport`, with each answer it can't read turned into the error answer to its request."""
+    async with transport as (read, write):
+        yield _Answering(read), write
+
+
+class _Answering:
+    """A transport's read stream, on which an unreadable answer becomes a JSON-RPC error to its request."""
+
+    def __init__(self, stream: ReadStream[SessionMessage | Exception]) -> None:
+        self._stream = stream
+
+    @property
+    def last_context(self) -> object:  # the SDK's dispatcher reads the sender's context here
+        return getattr(self._stream, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        return _answered(await self._stream.receive())
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        return _answered(await self._stream.__anext__())
+
+    async def __aenter__(self) -> Self:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> bool | None:
+        return await self._stream.__aexit__(kind, error, traceback)
+
+
+def _answered(item: SessionMessage | Exception) -> SessionMessage | Exception:
+    """`item`, or for a line the SDK couldn't read that answers a request of ours, an error answer to it."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import PARSE_ERROR, JSONRPCError
+    from pydantic import ValidationError
+
+    if isinstance(item, SessionMessage):
+        error = item.message
+        # Over HTTP the SDK answers such a request itself, with pydantic's lines and the input quoted: one line instead.
+        if isinstance(error, JSONRPCError) and error.error.code == PARSE_ERROR and _RECURSION in error.error.message:
+            return _refusal(error.id, f"JSON nested deeper than {LIMIT} levels")
+        return item
+    if not isinstance(item, ValidationError):
+        return item
+    given: Any = next((e.get("input") for e in item.errors() if isinstance(e.get("input"), str | bytes)), None)
+    if given is None:
+        return item
+    line = given if isinstance(given, str) else given.decode("utf-8", "replace")
+    request = _answer_id(line)
+    if request is None:
+        return item
+    deep = where_too_deep(line) is not None
+    return _refusal(request, f"JSON nested deeper than {LIMIT} levels" if deep else "not JSON-RPC hotloop can read")
+
+
+_RECURSION = "recursion limit exceeded"  # pydantic's words for JSON nested past its parser's limit (200)
+
+
+def _refusal(request: int | str | None, problem: str) -> SessionMessage:
+    from mcp.shared.message import SessionMessage
+    from mcp_types import PARSE_ERROR, ErrorData, JSONRPCError
+
+    message = f"the server's answer is {problem}"
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=request, error=ErrorData(code=PARSE_ERROR, message=message)))
+
+
+# A JSON string, a bracket or punctuation, or a bare scalar (a number, true, false, null).
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}:,]|[^\s\[\]{}:,"]+', re.DOTALL)
+
+
+def _answer_id(line: str) -> int | str | None:
+    """The top-level `id` of a response (a message with no `method`), read token by token: it can't be parsed."""
+    depth, last, key = 0, "", None
+    values: dict[str, str] = {}
+    for token in _TOKEN.finditer(line):
+        text = token.group()
+        if text in ("{", "["):
+            depth += 1
+        elif text in ("}", "]"):
+            depth -= 1
+        elif depth == 1:
+            if text == ":":
+                key = last
+                values[key] = ""
+            elif text == ",":
+                key = None
+            elif key is not None:
+                values[key], key = text, None
+            last = text
+    if '"method"' in values or not values.get('"id"'):
+        return None  # a request or notification from the server answers nothing of ours
+    try:
+        value = json.loads(values['"id"'])
+    except ValueError:
+        return None
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else None
 
 
 def _header_values(server: McpServer) -> dict[str, str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hotloop.nesting import decoded
 from hotloop.providers.conversation import ToolSpec
 
 OUTPUT_LIMIT = 30_000
@@ -59,7 +60,7 @@ CallKey = tuple[str, str]  # a tool's name and its arguments as canonical JSON
 def call_key(name: str, arguments: str) -> CallKey | None:
     """What makes two calls the same call: the tool, and the arguments whatever their key order; None if not JSON."""
     try:
-        return name, json.dumps(json.loads(arguments or "{}"), sort_keys=True)
+        return name, json.dumps(decoded(json.loads, arguments or "{}"), sort_keys=True)
     except json.JSONDecodeError:
         return None
 
