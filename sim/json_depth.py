@@ -1,44 +1,25 @@
 """JSON from a client nested past the parser's stack: a 400 that says so, never a RecursionError (a 500).
 
-The rule of `hotloop.nesting`, written again because the simulator imports nothing of hotloop: a
-document nested deeper than `LIMIT` levels is refused before `json.loads` sees it, so whatever reads
-the request next (the template, an encoder) has room for it too.
+`hotloop.nesting` refuses documents past 200 levels before its parser sees them; the simulator, which
+imports nothing of hotloop, takes what `json.loads` can take and refuses the rest. Scanning for depth
+first, as `hotloop.nesting` does, cost 5 ms a request on a 290 kB body with 24,000 brackets (1.3 ms to
+parse it): on every request of a server that stands in for vLLM's latency, too dear.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
-
-LIMIT = 200  # levels of arrays and objects
-_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)  # a string, skipped whole, or a bracket
 
 
 class TooDeep(ValueError):
     def __init__(self) -> None:
-        super().__init__(f"nested deeper than {LIMIT} levels")
+        super().__init__("nested deeper than the parser can read")
 
 
 def loads(data: bytes | str) -> Any:
-    """`json.loads(data)`; `TooDeep` (a ValueError, as json's own errors are) past `LIMIT` levels."""
-    raw = data.encode() if isinstance(data, str) else data
-    if len(raw) > LIMIT and raw.count(b"[") + raw.count(b"{") > LIMIT and _too_deep(raw):
-        raise TooDeep
+    """`json.loads(data)`; `TooDeep` (a ValueError, as json's own errors are) where it nests past the stack."""
     try:
         return json.loads(data)
     except RecursionError:
         raise TooDeep from None
-
-
-def _too_deep(raw: bytes) -> bool:
-    depth = 0
-    for token in _TOKENS.finditer(raw):
-        text = token.group()
-        if text in (b"[", b"{"):
-            depth += 1
-            if depth > LIMIT:
-                return True
-        elif text in (b"]", b"}"):
-            depth -= 1
-    return False
