@@ -264,9 +264,7 @@ class Session(McpControls):
         """Go on with a saved session: its history in the agent and on screen, appending to its log."""
         assert self.agent is not None
         log = resumed.log
-        self.workspace, moved = resumed.workspace(self.workspace)
-        if self.hooks is not None:
-            self.hooks.workspace = self.workspace
+        moved = resumed.elsewhere(self.workspace)  # the user's folder, never the log's
         header, conversation = resumed.session.header, resumed.conversation
         self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.routing_key)
         self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
