@@ -205,6 +205,16 @@ def row_folder(folder: Path, name: str) -> Path:
     return folder / re.sub(r"\W+", "-", name).strip("-")
 
 
+def prepared(folder: Path, name: str, steps: list[dict[str, Any]]) -> tuple[Path, Path, dict[str, str]]:
+    """A custom row's folder, workspace and environment, its scenario `steps` in its config."""
+    root = row_folder(folder, name)
+    workspace = root / "workspace"
+    workspace.mkdir(parents=True)
+    (root / "scenario.json").write_text(json.dumps(steps))
+    (root / "config.toml").write_text(config_text(root / "scenario.json"))
+    return root, workspace, environment(root)
+
+
 def run_fault(fault: Fault, folder: Path) -> Row:
     root = row_folder(folder, fault.name)
     workspace = root / fault.cwd

@@ -28,12 +28,10 @@ from faults import (
     Custom,
     Row,
     Trial,
-    config_text,
-    environment,
     latest_log,
     log_valid,
+    prepared,
     resumable,
-    row_folder,
     shown,
     what_matters,
 )
@@ -132,12 +130,7 @@ def acp_row(name: str, steps: list[dict[str, Any]], drive: Drive) -> Custom:
     """A row that drives `hotloop acp` its own way; its log (if one is left) is checked and resumed as a CLI row's."""
 
     def make(folder: Path) -> Row:
-        root = row_folder(folder, name)
-        workspace = root / "workspace"
-        workspace.mkdir(parents=True)
-        (root / "scenario.json").write_text(json.dumps(steps))
-        (root / "config.toml").write_text(config_text(root / "scenario.json"))
-        env = environment(root)
+        root, workspace, env = prepared(folder, name, steps)
         code, saw, problems = drive(root, workspace, env)
         stderr = (root / "acp-stderr.txt").read_text(errors="replace")
         trial = Trial(root, workspace, stderr=stderr, log=latest_log(root), outputs=[("", stderr)])

@@ -40,6 +40,7 @@ from faults import (
     execute,
     latest_log,
     log_valid,
+    prepared,
     resumable,
     row_folder,
     run_fault,
@@ -113,12 +114,7 @@ def in_app(name: str, steps: list[dict[str, Any]], drive: Drive, size: tuple[int
     """A row run in the app, in this process; its log and resume are checked as a CLI row's are."""
 
     def make(folder: Path) -> Row:
-        root = row_folder(folder, name)
-        workspace = root / "workspace"
-        workspace.mkdir(parents=True)
-        (root / "scenario.json").write_text(json.dumps(steps))
-        (root / "config.toml").write_text(config_text(root / "scenario.json"))
-        env = environment(root)
+        root, workspace, env = prepared(folder, name, steps)
         with environ(env):
             saw, problems, log = asyncio.run(session(drive, workspace, size))
         trial = Trial(root, workspace, log=log)
