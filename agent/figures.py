@@ -244,7 +244,10 @@ class SessionTotals:
             self.pricer.learn(event)
             return
         if isinstance(event, SideRequest):
-            self.side_requests += 1
+            if event.outcome == "failed" and event.usage is None:
+                return  # refused or never answered: nothing done, nothing to count
+            if event.outcome != "failed":  # one that broke off after its usage: its tokens count, not a pre-warm
+                self.side_requests += 1
             self.cost.add(self.pricer.cost(event))
             if event.usage is not None:
                 self.prompt += event.usage.prompt_total or 0

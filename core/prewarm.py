@@ -2,12 +2,13 @@
 
 At session start (while the user types the first prompt), after a switch, and after an idle gap that outlived
 the provider's cache lifetime, the prefix a step will start with (system prompt, tools, and a resumed
-conversation's history) goes out as a side request with a one-token answer, in the background: on vLLM at low
-priority. The first real step then prefills only the prompt.
+conversation's history) goes out as a side request with the shortest answer the API takes, in the background: on
+vLLM at low priority. The first real step then prefills only the prompt.
 
-- **The answer's cap is 1.** Anthropic documents `max_tokens: 0` for this, but only without streaming (and hotloop's
-  providers stream); the simulator refuses 0 as the API long did. One token costs one output token and is the
-  same request everywhere (vLLM, llama.cpp, SGLang, the simulator, Anthropic).
+- **The answer's cap is 1, or the API's least.** Anthropic documents `max_tokens: 0` for this, but only without
+  streaming (and hotloop's providers stream); the simulator refuses 0 as the API long did. One token costs one output
+  token (vLLM, llama.cpp, SGLang, Anthropic, Chat Completions). The Responses API refuses a `max_output_tokens` below
+  16, as the simulator does: the provider raises the cap to its least (`min_cap`).
 - **It never delays a turn.** The user's request goes out at once (interactive requests wait for no background
   one), and a pre-warm still running is cancelled, the choice that was never slower than no pre-warm
   (`benchmarks/agent_latency.py --prewarm-only`): a prompt sent while the pre-warm was at the server read the
@@ -90,18 +91,19 @@ def extra_cost(provider: Provider, prefix_tokens: int) -> Decimal | None:
     """What pre-warming a hosted API costs beyond not doing it: the pre-warm plus a warm first step, less a cold one.
 
     The pre-warm puts the prefix in the cache as the cold first step would have (a write on Anthropic, an uncached
-    prefill on OpenAI), so the difference is the warm step's read of it and the pre-warm's one output token.
+    prefill on OpenAI), so the difference is the warm step's read of it and the pre-warm's answer (its cap at most).
     """
     from hotloop.agent.pricing import price_step
 
-    # The warm step's read of the prefix, priced with the pre-warm's one output token on it.
-    warm = UsageLedger(prefix_tokens, cache_read=prefix_tokens, cache_write=0, uncached=0, output=1)
+    answer = provider.cap(ChatRequest(system="", tools=(), messages=(), max_tokens=1)) or 1
+    warm = UsageLedger(prefix_tokens, cache_read=prefix_tokens, cache_write=0, uncached=0, output=answer)
     cost = price_step(warm, provider.model, provider.base_url)
     return cost.total if cost is not None else None
 
 
 def prewarm_request(agent: Agent) -> ChatRequest:
-    """The request that warms `agent`'s next step: its prefix as the step will send it, and a one-token answer."""
+    """The request that warms `agent`'s next step: its prefix as the step will send it, and a one-token answer (the
+    provider raises the cap to its API's least)."""
     return ChatRequest(
         system=agent.system,
         tools=agent.tools.specs(),

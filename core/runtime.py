@@ -1,17 +1,19 @@
 """What a session talks to: providers (starting the embedded simulator when one needs it) and tools.
 
 The headless CLI and the TUI share it. A `Runtime` keeps one provider per configured name,
-so switching back and forth reuses connections.
+so switching back and forth reuses connections. Providers are built in a worker thread: an SDK's
+import, its client (a TLS context, one more transport per proxy variable) and the simulator's start
+would otherwise hold the event loop, and with it a request in flight, for a second and more under load.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from hotloop import paths
 from hotloop.agent.events import AgentEvent, Notice, ProviderSwitched
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from hotloop.providers.vllm import ServerInfo
 
 PROBE_TIMEOUT = 3.0
+Key = TypeVar("Key", bound=Hashable)
 
 
 class Runtime:
@@ -58,6 +61,8 @@ class Runtime:
         self.simulator: EmbeddedSimulator | None = None
         self._providers: dict[tuple[str, str | None], Provider] = {}
         self._helpers: dict[tuple[str, str | None, str | None], Provider] = {}
+        self._building: dict[Hashable, asyncio.Task[Provider]] = {}  # providers being built, by their key
+        self._simulator_lock = threading.Lock()
         self._discoveries: dict[int, asyncio.Task[None]] = {}
         self._bridge: McpBridge | None = None
         self._served: dict[tuple[str, str | None], list[str]] = {}
@@ -87,13 +92,19 @@ class Runtime:
         """A provider of its own for a helper tier's requests, so they never change the main agent's model."""
         settings = target.settings
         key = (settings.name, settings.base_url, target.model)
-        if key not in self._helpers:
-            main = await self._provider(settings)  # imports the SDK off the event loop, and starts the simulator
-            provider = self._helpers[key] = self._open(settings)
+        if key in self._helpers:
+            return self._helpers[key]
+        main = await self._provider(settings)  # the simulator started, and its server being discovered
+
+        def build() -> Provider:
+            provider = self._open(settings, helper=True)
             provider.model = target.model or ""
-            await self.server_of(main)
-            _share_server(main, provider)
-        return self._helpers[key]
+            return provider
+
+        provider = await self._build(self._helpers, key, build)
+        await self.server_of(main)
+        _share_server(main, provider)
+        return provider
 
     async def server_of(self, provider: Provider) -> ServerInfo | None:
         """What the provider's server said of itself (vLLM, SGLang, …); None for hosted APIs and mute servers."""
@@ -179,23 +190,35 @@ class Runtime:
 
     async def _provider(self, settings: ProviderSettings) -> Provider:
         key = (settings.name, settings.base_url)
-        if key not in self._providers:
-            # An SDK takes a second or more to import here: off the event loop, so a screen stays live.
-            await asyncio.to_thread(importlib.import_module, settings.sdk)
-            if key not in self._providers:
-                self._providers[key] = self._open(settings)
-        provider = self._providers[key]
+        provider = self._providers.get(key) or await self._build(self._providers, key, lambda: self._open(settings))
         if id(provider) not in self._discoveries:
             # In the background: the first request need not wait for the server to describe itself, and
             # finds the connection open (discovery's requests, or a bare one, pay the connect and TLS cost).
             self._discoveries[id(provider)] = asyncio.create_task(self._discover(provider))
         return provider
 
-    def _open(self, settings: ProviderSettings) -> Provider:
+    async def _build(self, into: dict[Key, Provider], key: Key, build: Callable[[], Provider]) -> Provider:
+        """`build()` run in a worker thread, once however many ask at once, and its provider kept in `into`."""
+        building = self._building.get(key)
+        if building is None:
+            building = self._building[key] = asyncio.ensure_future(asyncio.to_thread(build))
+
+            def built(task: asyncio.Task[Provider]) -> None:
+                del self._building[key]
+                if not task.cancelled() and task.exception() is None:
+                    into[key] = task.result()  # kept before any waiter resumes: a later ask finds it
+
+            building.add_done_callback(built)
+        return await asyncio.shield(building)
+
+    def _open(self, settings: ProviderSettings, helper: bool = False) -> Provider:
+        """A provider for `settings` (in a worker thread); a helper's thinks not: its answers are a few words long,
+        and Anthropic refuses a `max_tokens` not above the thinking budget."""
         base_url, location, sim_minimum = settings.base_url, None, None
         if settings.is_simulator:
-            if self.simulator is None:
-                self.simulator = EmbeddedSimulator(simulator_config(self.config.sim)).start()
+            with self._simulator_lock:  # two providers of the simulator built at once would start two
+                if self.simulator is None:
+                    self.simulator = EmbeddedSimulator(simulator_config(self.config.sim)).start()
             base_url, location, sim_minimum = (
                 self.simulator.url,
                 "the embedded simulator",
@@ -223,7 +246,7 @@ class Runtime:
             return AnthropicProvider(
                 options,
                 max_tokens=settings.max_tokens,
-                thinking_budget=settings.thinking_budget,
+                thinking_budget=None if helper else settings.thinking_budget,
                 cache_ttl=settings.cache_ttl,
                 cache_breakpoints=settings.cache_breakpoints,
                 cache_diagnostics=settings.cache_diagnostics,
@@ -336,7 +359,7 @@ class Runtime:
         for discovery in discoveries:
             discovery.cancel()
         # Ended before the clients close: one between two of its requests would send the next on a closed client.
-        await asyncio.gather(*discoveries, return_exceptions=True)
+        await asyncio.gather(*discoveries, *self._building.values(), return_exceptions=True)
         for provider in [*self._providers.values(), *self._helpers.values()]:
             await provider.aclose()
         if self.simulator is not None:

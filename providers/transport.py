@@ -11,9 +11,7 @@ one line naming the limit, not ten silent minutes.
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
-import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
@@ -29,10 +27,9 @@ from hotloop.providers.errors import ProviderError, RequestRejected, Stalled, St
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
 from hotloop.providers.failures import backoff, explain, retry_line, root_cause
 from hotloop.providers.server_fixes import room_left
+from hotloop.providers.tls import tls_context
 
 if TYPE_CHECKING:
-    import ssl
-
     import httpx2
 
     from hotloop.providers.base import ProviderOptions
@@ -187,23 +184,6 @@ def utf8(data: bytes) -> tuple[bytes, bool]:
 def malformed(where: str, what: str, error: msgspec.DecodeError, data: bytes) -> StreamInterrupted:
     """The error for event data that is not the JSON it should be, quoting the start of it."""
     return StreamInterrupted(f"{where} sent a malformed {what} ({error}): {data[:120].decode(errors='replace')}")
-
-
-_TLS_LOCK = threading.Lock()
-
-
-def tls_context() -> ssl.SSLContext:
-    """The TLS context every client shares: made once, since loading the certificate store costs tens of ms per
-    client on a quiet machine (a second and more under load, more again per proxy variable that adds a transport)."""
-    with _TLS_LOCK:  # clients are built in worker threads: two first ones would each load the store
-        return _tls_context()
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    import httpx2
-
-    return httpx2.create_ssl_context()  # the SDKs' own default: SSL_CERT_FILE and SSL_CERT_DIR are honoured
 
 
 class SdkProvider(Generic[Rendered]):

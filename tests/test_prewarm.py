@@ -18,8 +18,10 @@ from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sim.server import RecordedRequest
+from hotloop.tui.fold import TranscriptFold
+from hotloop.tui.items import NoticeItem
 
-from support import present, wait_until
+from support import present, scenario_file, wait_until
 
 FAST = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 # Project instructions long enough that the prefix passes Anthropic's 1,024-token cache minimum.
@@ -88,6 +90,64 @@ async def test_the_first_step_reads_the_prewarmed_prefix(isolated_home: Path, wo
         assert totals.cache_hit == present(step_usage.cache_read) / present(step_usage.prompt_total)
         # Sent before the log existed, under the id the log then took: one routing key for the whole session.
         assert present(session.log).id == present(session.agent).cache_key
+    finally:
+        await session.close()
+
+
+@pytest.mark.parametrize(
+    ("provider", "path", "cap"),
+    [
+        ("sim", "/v1/chat/completions", b'"max_tokens":1'),
+        ("sim-anthropic", "/v1/messages", b'"max_tokens":1'),
+        # The Responses API refuses fewer than 16 ("Expected a value >= 16"), and so does the simulator.
+        ("sim-responses", "/v1/responses", b'"max_output_tokens":16'),
+    ],
+)
+async def test_every_protocol_accepts_the_prewarm(
+    isolated_home: Path, workspace: Path, provider: str, path: str, cap: bytes
+) -> None:
+    """The pre-warm goes out through the protocol's own SDK client with the least cap its API takes, is answered,
+    counted once in the status bar's totals, and the first step reads what it wrote."""
+    session, events = session_on(isolated_home, workspace, FAST, provider)
+    await session.open()
+    try:
+        await prewarmed(events, 1)
+        (side,) = sides(events)
+        assert (side.outcome, side.error) == ("answered", "")
+        await session.turn("hello")
+        warm, step = records(session)
+        assert (warm.path, warm.status) == (path, 200) and cap in warm.body.replace(b" ", b"")
+        assert step.cached_tokens >= warm.prompt_tokens - ASK_TOKENS
+        totals = SessionTotals()
+        for event in events:
+            if isinstance(event, StepStarted | StepFinished | SideRequest):
+                totals.add(event)
+        assert totals.side_requests == 1
+    finally:
+        await session.close()
+
+
+async def test_a_refused_prewarm_is_said_and_never_counted(
+    isolated_home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """A pre-warm the server refuses (a real 400 over loopback) is one line in the transcript, and the status bar's
+    totals count no pre-warm for it (`incl. 1 pre-warm` was shown for a refused one)."""
+    refused_once = scenario_file(tmp_path, [{"status": 400, "times": 1, "text": "Hello."}])
+    session, events = session_on(isolated_home, workspace, FAST + f"scenario = {str(refused_once)!r}\n")
+    await session.open()
+    try:
+        await prewarmed(events, 1)
+        (side,) = sides(events)
+        assert side.outcome == "failed" and "400" in side.error
+        (item, _), *_ = TranscriptFold().apply(side)
+        assert isinstance(item, NoticeItem) and "failed: " in item.message
+        finished = await session.turn("hello")
+        assert finished.reason == "answer"
+        totals = SessionTotals()
+        for event in events:
+            if isinstance(event, StepStarted | StepFinished | SideRequest):
+                totals.add(event)
+        assert (totals.steps, totals.side_requests) == (1, 0)  # what the status bar's `incl. N pre-warm` reads
     finally:
         await session.close()
 
@@ -212,8 +272,6 @@ def test_a_side_request_reads_as_one_line_and_counts_in_the_summary() -> None:
     from hotloop.agent.events import encode
     from hotloop.providers.events import UsageLedger
     from hotloop.sessions.summary import Summary
-    from hotloop.tui.fold import TranscriptFold
-    from hotloop.tui.items import NoticeItem
 
     usage = UsageLedger(12_030, cache_read=0, cache_write=12_030, uncached=0, output=1)
     side = SideRequest(
