@@ -2,12 +2,13 @@
 
 Prompt caches belong to one provider and one model. Switching means the next request's
 whole prompt is new to that cache, except for whatever it cached when this conversation
-last used it. The conversation's size is estimated from the last reported usage.
+last used it, or a pre-warm sent it since (by the server's own count of what it read and wrote).
+The conversation's size is estimated from the last reported usage.
 """
 
 from __future__ import annotations
 
-from hotloop.agent.events import ProviderSwitched
+from hotloop.agent.events import ProviderSwitched, SideRequest
 from hotloop.agent.figures import short_model
 from hotloop.providers.events import UsageLedger
 
@@ -26,6 +27,16 @@ class CacheWarmth:
             return
         self.context = usage.prompt_total + (usage.output or 0)
         self._seen[(provider, model)] = self.context
+
+    def prewarmed(self, side: SideRequest) -> None:
+        """A pre-warm answered: its server holds what it read and wrote (Anthropic caches up to a marker; a
+        server that doesn't count writes, vLLM's kind, caches the whole prompt it computed)."""
+        usage = side.usage
+        if side.outcome != "answered" or usage is None or usage.prompt_total is None:
+            return
+        held = usage.prompt_total if usage.cache_write is None else (usage.cache_read or 0) + usage.cache_write
+        key = (side.provider, side.model)
+        self._seen[key] = max(self._seen.get(key, 0), held)
 
     def cost(self, provider: str, model: str) -> tuple[int | None, int | None]:
         """`(conversation tokens, of which cold for this provider and model)`; None when unknown."""

@@ -34,6 +34,7 @@ from hotloop.sessions.store import (
     session_id_of,
     summarize,
 )
+from hotloop.sessions.summary import tokens_total
 
 if TYPE_CHECKING:
     from hotloop.sessions.waterfall import TurnWaterfall
@@ -122,7 +123,7 @@ def list_command(limit: int, search: str | None, from_agent: str | None = None) 
     _print(f"{'id':<11} {'started':<16} {'turns':>5} {'tokens':>9} {'cost':>13}  {'model':<28} title")
     for s, depth in under_parents(listing.sessions)[:limit]:
         started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
-        tokens = f"{s.tokens:,}" if s.tokens is not None else "–"
+        tokens = tokens_total(s.tokens, s.unmeasured)
         model = f"{s.provider}/{short_model(s.model)}"
         # A fork sits under its parent; one whose parent isn't listed says whose fork it is.
         ident = f"{'  ' * (depth - 1)}↳ {s.id}" if depth else s.id

@@ -8,13 +8,16 @@ reason and can't be picked.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hotloop.config import AUTO_TIER, Choice, Config
+from hotloop.config import AUTO_TIER, Choice, Config, resolve
 
 if TYPE_CHECKING:
     from hotloop.agent.loop import Agent
+    from hotloop.core.routing import Router
     from hotloop.core.runtime import Runtime
 
 Probes = dict[str, list[str] | str]  # by provider: the models its server lists, or why it can't be reached
@@ -81,3 +84,19 @@ def switch_options(config: Config, agent: Agent | None, probes: Probes) -> list[
                 )
             )
     return options
+
+
+def in_use(config: Config, choice: Choice, using: tuple[str, str], router: Router | None) -> bool:
+    """Whether `choice` is what answers now (`using`, or a tier picked per turn if the router is on `auto`): moving
+    there changes nothing. A provider picked without a model keeps the model in use, as connecting to it would."""
+    auto = router is not None and router.auto
+    if auto or choice.tier == AUTO_TIER:
+        return auto and choice.tier == AUTO_TIER
+    target = resolve(config, choice)
+    return target.settings.name == using[0] and target.model in (None, using[1])
+
+
+async def import_sdks(config: Config) -> None:
+    """The SDKs the configured providers are spoken through, imported in a worker thread if they aren't yet."""
+    for sdk in sorted({settings.sdk for settings in config.providers.values()} - set(sys.modules)):
+        await asyncio.to_thread(importlib.import_module, sdk)

@@ -25,7 +25,7 @@ from hotloop.agent.text import inert
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.projection import CallRecord, StepRecord, TurnRecord, project
 from hotloop.sessions.store import LoggedSession
-from hotloop.sessions.summary import own_spending_since
+from hotloop.sessions.summary import Summary, own_spending_since, tokens_total
 
 RESULT_LINES = 20
 # JSON must escape only C0 controls; DEL and the C1 controls (a terminal may read `\x9b` as CSI) are escaped too.
@@ -83,6 +83,14 @@ def _spent_line(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -
     return f" · {own}" + (f" (the parent's turns, before the fork: {parents})" if inherited else "")
 
 
+def _tokens_line(session: LoggedSession) -> str:
+    """` · ≥18,968 tokens`: the session's own, as `sessions list` counts them; nothing if no step's usage is known."""
+    summary = Summary(own_since=own_spending_since(session.header))
+    for event in session.events:
+        summary.observe(event)
+    return "" if summary.tokens is None else f" · {tokens_total(summary.tokens, summary.unmeasured)} tokens"
+
+
 def _started(session: LoggedSession) -> str:
     return datetime.fromtimestamp(session.header.started).strftime("%Y-%m-%d %H:%M")
 
@@ -110,7 +118,8 @@ def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRe
     lines = [
         f"# {_title(turns)}",
         "",
-        f"Session `{header.id}` · {_started(session)} · {len(turns)} turn{'s' if len(turns) != 1 else ''}{spent}",
+        f"Session `{header.id}` · {_started(session)} · {len(turns)} turn{'s' if len(turns) != 1 else ''}"
+        f"{_tokens_line(session)}{spent}",
         "",
     ]
     lines += [_quoted(note) for note in preamble] + ([""] if preamble else [])

@@ -54,6 +54,7 @@ class SessionSummary:
     costs: CostTotals | None = None  # None: its summary is older than costs
     parent: str = ""  # the session it was forked from, if it is a fork
     origin: str = ""  # a watched session's (`watch:claude-cli/2.1.332`); "" for hotloop's own
+    unmeasured: int = 0  # steps whose usage is unknown: `tokens` is a floor
 
     def matches(self, text: str) -> bool:
         """Whether `text` appears, ignoring case, in the session's id, model, title, origin or any of its prompts."""
@@ -122,6 +123,7 @@ def summarize(path: Path) -> SessionSummary:
         summary.costs,
         header.parent,
         header.origin,
+        summary.unmeasured,
     )
 
 

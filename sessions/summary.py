@@ -133,6 +133,9 @@ class Summary(msgspec.Struct, gc=False):
     size: int = 0
     turns: int = 0
     tokens: int | None = None  # prompt + output over the steps that reported usage
+    # Steps (and compactions) whose usage is unknown, a cancel before the server counted it the common one: the
+    # session used at least `tokens`. 0 in summaries older than this count, which can't say.
+    unmeasured: int = 0
     prompts: list[str] = msgspec.field(default_factory=list)
     titled: str | None = None  # written by the helper tier after the first turn
     # The provider and model of the last step; None in summaries older than these fields, or before a step.
@@ -182,6 +185,8 @@ class Summary(msgspec.Struct, gc=False):
             usage = event.usage
             if usage is not None and usage.prompt_total is not None:
                 self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
+            elif not isinstance(event, SideRequest):  # as the status bar counts: a side request is never a step
+                self.unmeasured += 1
             self._price(event)
 
     def learn(self, provider: str, base_url: str, cost_per_hour: float | None = None) -> None:
@@ -278,11 +283,17 @@ def _adds_up(summary: Summary) -> bool:
     except InvalidOperation:
         return False
     return (
-        min(summary.size, summary.turns, summary.priced, summary.unpriced) >= 0
+        min(summary.size, summary.turns, summary.priced, summary.unpriced, summary.unmeasured) >= 0
+        and summary.unmeasured <= steps
         and 0 <= (summary.tokens or 0) <= 2 * MAX_STEP_TOKENS * steps
         and cost.is_finite()
         and 0 <= cost <= MAX_STEP_DOLLARS * summary.priced
     )
+
+
+def tokens_total(tokens: int | None, unmeasured: int) -> str:
+    """A session's tokens: `18,968`; `≥18,968` when some step's usage is unknown; `–` when no step's is known."""
+    return "–" if tokens is None else f"{'≥' if unmeasured else ''}{tokens:,}"
 
 
 def summary_bytes(summary: Summary) -> bytes:

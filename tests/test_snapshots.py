@@ -228,8 +228,9 @@ def test_a_switch_to_anthropic_and_its_cache(snap_compare: SnapCompare, isolated
     prompt (900) is under the minimum cacheable length: "below cache minimum (1,024): not cached,
     not a miss", no bar. Step 2 writes: the bar is amber, read 0 · write 1,496 · uncached 4. Step 3
     reads the previous step's prefix: a mostly green bar, read 1,496 · write 210 · uncached 4. The
-    status bar follows the switch (sim-anthropic · sim-balanced; at 100 columns its tier and the totals give
-    way) and its cache hit is 47% (1,496 ÷ 3,210: the step below the minimum is left out)."""
+    status bar follows the switch (sim-anthropic · sim-balanced; at 100 columns the totals and the tier don't fit,
+    the shorter `price unknown` does) and its cache hit is 47% (1,496 ÷ 3,210: the step below the minimum is left
+    out)."""
     from hotloop.agent.events import ProviderSwitched
 
     def anthropic(prompt: int, read: int, write: int, output: int) -> UsageLedger:

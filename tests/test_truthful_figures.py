@@ -1,7 +1,7 @@
 """Figures that say what happened: no miss where nothing could be cached, no bar running after its
 turn ended, no minute's rate without a request in it, a hit rate over every step whose miss is
-known, a status bar that keeps its cache figure when narrow, tool time told apart from the
-model's, counts in good grammar, and headless step lines that say their turn.
+known, a status bar that keeps its cache figure when narrow and leaves out only what doesn't fit, tool
+time told apart from the model's, counts in good grammar, and headless step lines that say their turn.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from hotloop.agent.cache_explainer import CacheExplainer
 from hotloop.agent.events import (
     AgentEvent,
     ResponseFinished,
+    SideRequest,
     StepFinished,
     StepStarted,
     ToolFinished,
@@ -49,7 +50,7 @@ from hotloop.tui.items import NoticeItem, ToolCallsItem
 from hotloop.tui.render import Palette, RenderContext
 from hotloop.tui.screens.waterfall import WaterfallScreen
 from hotloop.tui.widgets.server_panel import ServerPanel
-from hotloop.tui.widgets.status_bar import StatusBar
+from hotloop.tui.widgets.status_bar import StatusBar, fitted
 
 from support import Recorder, make_agent, sim_with_scenario, wait_until
 
@@ -205,10 +206,10 @@ async def test_a_turn_cancelled_while_a_tool_runs_says_the_tool_was_cancelled(tm
     assert "running" not in text and text.splitlines()[2].endswith(" s cancelled")
     # The F3 screen draws the same.
     app = App[None]()
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=(100, 30)):
         screen = WaterfallScreen(events)
         await app.push_screen(screen)
-        await pilot.pause()
+        await wait_until(lambda: bool(screen.plain), what="the waterfall to be drawn")
         assert "running" not in screen.plain and screen.plain.count(" s cancelled") == 1
 
 
@@ -343,17 +344,22 @@ def busy_totals() -> SessionTotals:
             145,
             "● step 12  │  sim-anthropic · sim-balanced · balanced  │  prompt 100,020 · out 12,355 · price unknown · ",
         ),
-        (125, "● step 12  │  sim-anthropic · sim-balanced  │  prompt 100,020 · out 12,355 · "),
-        (110, "● step 12  │  sim-anthropic · sim-balanced  │  prompt 100,020 · out 12,355 · "),
+        # The tier doesn't fit beside the cost, which comes first.
+        (130, "● step 12  │  sim-anthropic · sim-balanced  │  prompt 100,020 · out 12,355 · price unknown · "),
+        # The cost doesn't fit, the shorter tier does: an item that doesn't fit takes nothing else with it.
+        (125, "● step 12  │  sim-anthropic · sim-balanced · balanced  │  prompt 100,020 · out 12,355 · "),
         # The totals go before the provider and model: what answers is what an 80-column glance looks for.
-        (100, "● step 12  │  sim-anthropic · sim-balanced  │  "),
-        (80, "● step 12  │  sim-anthropic · sim-balanced  │  "),
+        (110, "● step 12  │  sim-anthropic · sim-balanced · balanced  │  price unknown · "),
+        (90, "● step 12  │  sim-anthropic · sim-balanced  │  "),
+        (80, "● step 12  │  sim-anthropic  │  "),  # no tier without its model
         (60, "● step 12  │  "),
     ],
 )
-async def test_the_status_bar_gives_up_tier_cost_totals_model_and_provider_before_its_cache_figure(
+async def test_the_status_bar_leaves_out_only_what_doesnt_fit_and_never_its_cache_figure(
     columns: int, shown: str
 ) -> None:
+    """Items are kept in order (state, cache, context, provider, model, totals, cost, tier) while the line fits
+    with them, each measured beside a turn's longest state (`● step 100`)."""
     app = BarApp()
     async with app.run_test(size=(columns, 3)) as pilot:
         bar = app.query_one(StatusBar)
@@ -365,13 +371,28 @@ async def test_the_status_bar_gives_up_tier_cost_totals_model_and_provider_befor
     assert len(line) <= columns - 2  # its padding
 
 
+def test_no_item_comes_or_goes_with_the_turns_state() -> None:
+    """Issue 35: `price unknown` left the bar while a call waited (`● step 2` is longer than `● ready`). At every
+    width the same items show whatever the state."""
+    bar = StatusBar()
+    bar.provider, bar.model, bar.tier = "sim-anthropic", "sim-balanced", "balanced"
+    bar.totals = busy_totals()
+    for width in range(40, 160):
+        lines = set()
+        for state in ("ready", "running", "step 12", "step 100"):
+            bar.state = state
+            lines.add(fitted(bar.parts(), width).plain.removeprefix(f"● {state}"))
+        assert len(lines) == 1, (width, lines)
+
+
 @pytest.mark.parametrize(
     ("columns", "cost", "tier"),
     [
         (150, "~$1.00 + 2 steps price unknown", True),
-        (125, "≥~$1.00", True),
-        (115, "≥~$1.00", False),
-        (105, None, False),
+        (140, "≥~$1.00", True),  # the whole cost doesn't fit beside the tier: the tier stays, the cost shortens
+        (120, "≥~$1.00", False),
+        (110, None, False),
+        (100, "≥~$1.00", False),  # the totals don't fit; the cost does
     ],
 )
 async def test_a_partly_priced_session_keeps_its_dollars_as_an_at_least_before_the_tier_goes(
@@ -391,8 +412,8 @@ async def test_a_partly_priced_session_keeps_its_dollars_as_an_at_least_before_t
         bar.totals = totals
         await pilot.pause()
         line = bar.render().plain
-    assert (f" · {cost} · " in line) if cost else "$" not in line
-    assert ("· balanced  │" in line) == tier  # the tier goes after the count of unpriced steps, before the dollars
+    assert (f" · {cost} · " in line or f"  {cost} · " in line) if cost else "$" not in line
+    assert ("· balanced  │" in line) == tier
     assert len(line) <= columns - 2
 
 
@@ -470,8 +491,22 @@ def test_counts_agree_with_their_nouns() -> None:
     totals.add(finished(step=2, usage=None))
     bar = StatusBar()
     bar.totals = totals
-    said = "prompt 100 · out 1 · 1 step without usage · price unknown · cache hit 50% · 1 step unknown"
+    said = "prompt ≥100 · out ≥1 · price unknown · cache hit 50% · 1 step unknown"  # ≥: a step's usage is unknown
     assert bar.render().plain.endswith(said)
+    bar.show_detail(None)
+    assert str(bar.tooltip).splitlines()[1].startswith("1 step without usage (")
+
+
+def test_the_count_of_pre_warms_is_the_first_thing_the_status_bar_gives_up() -> None:
+    """`incl. 1 pre-warm` is said where it fits after everything else, else left to the tooltip."""
+    bar = StatusBar()
+    bar.state, bar.provider, bar.model, bar.tier = "ready", "sim", "sim-balanced", "balanced"
+    totals = busy_totals()
+    totals.add(SideRequest(kind="pre-warm", why="start", provider="sim", model="m", usage=None, model_time=0.1))
+    bar.totals = totals
+    wide, narrow = fitted(bar.parts(), 200).plain, fitted(bar.parts(), 140).plain
+    assert "out 12,355 · incl. 1 pre-warm · price unknown" in wide
+    assert "incl." not in narrow and "· balanced  │  prompt 100,020 · out 12,355 · price unknown · cache" in narrow
 
 
 # -- 8. headless step lines say their turn ---------------------------------------------------------

@@ -181,6 +181,7 @@ class HotloopApp(App[None]):
             self.say(str(error), severity="error")
             return
         self.main.status.state = "connecting…"
+        self.main.show_target(choice)
         self.connect()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -130,5 +130,13 @@ class TranscriptFold:
             total = finished.tool_sum if finished is not None else sum(durations)
             items.append((ToolCallsItem(calls, wall, total), 1))
         if finished is not None:
-            items.append((UsageItem(finished, self._cost(finished)), 0))
+            items.append((UsageItem(finished, self._cost(finished), _streamed(step, finished)), 0))
         return items
+
+
+def _streamed(step: StepRecord, finished: StepFinished) -> int | None:
+    """What a step cancelled before the server's count streamed, at 4 characters a token; None if it was counted."""
+    if not finished.cut or (finished.usage is not None and finished.usage.output is not None):
+        return None
+    written = [*step.text, *step.reasoning, *(call.arguments for call in step.calls.values())]
+    return -(-sum(map(len, written)) // 4)

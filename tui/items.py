@@ -210,10 +210,13 @@ class ToolCallsItem(Item):
 class UsageItem(Item):
     step: StepFinished
     cost: str | None = None  # what the step cost, as `dollars` says it
+    streamed: int | None = None  # a cancelled step's output the server never counted, estimated in tokens
 
     def render(self, ctx: RenderContext) -> Rendered:
         line = Text(f"step {self.step.step} · ", ctx.palette.muted)
         line.append_text(response_text(self.step, ctx.palette))
+        if self.streamed is not None:
+            line.append(f" · out ≈{self.streamed:,} streamed (an estimate: cancelled before the server counted it)")
         if self.cost is not None:
             line.append(f" · {self.cost}")
         return Rendered(text_lines(line, ctx))

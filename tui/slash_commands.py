@@ -16,7 +16,8 @@ from textual.screen import Screen
 
 from hotloop import InputError
 from hotloop.agent.events import Notice
-from hotloop.config import Choice
+from hotloop.agent.figures import short_model
+from hotloop.config import Choice, resolve
 from hotloop.core.session import Session
 from hotloop.core.slash import Slash
 from hotloop.tui.prompt_queue import PromptQueue
@@ -31,12 +32,14 @@ class SlashCommands(Screen[None]):
     session: Session
     queue: PromptQueue
     pending_switch: Choice | None  # a switch asked for during a turn, made when it ends
+    switching: int  # switches under way: prompts wait for them
 
     if TYPE_CHECKING:
 
         def say(self, message: str, severity: SeverityLevel = "information", timeout: float | None = None) -> None: ...
         def retarget(self, choice: Choice) -> None: ...
         def show_provider(self) -> None: ...
+        def show_target(self, choice: Choice) -> None: ...
         def next_prompt(self) -> None: ...
         def action_new_conversation(self) -> None: ...
         def list_sessions_again(self) -> None: ...
@@ -128,23 +131,49 @@ class SlashCommands(Screen[None]):
 
     @work(exclusive=True, group="switch", exit_on_error=False)
     async def switch_to(self, choice: Choice) -> None:
-        """Use another provider, model or tier from the next turn on; the conversation stays."""
+        """Use another provider, model or tier from the next turn on; the conversation stays.
+
+        Said at once, whatever the turn is doing: the status bar names where it goes while it connects, a turn in
+        flight has it wait for its end, and picking what answers already changes nothing, which is said too.
+        """
         from hotloop.providers.errors import ProviderError
 
         if self.session.agent is None:
             self.retarget(choice)
             return
+        try:
+            if self.session.in_use(choice):
+                self.pending_switch = None  # staying is the last word
+                self.say(f"already on {self.target_name(choice)}: nothing to switch")
+                return
+        except InputError as error:
+            self.say(str(error), severity="error")
+            return
         if self.turn_running:
             self.pending_switch = choice
-            self.say("switching after this turn")
+            self.say(f"switching to {self.target_name(choice)} when this turn ends")
             return
+        status = self.query_one(StatusBar)
+        self.switching += 1
+        status.state = "switching to"
+        self.show_target(choice)
         try:
             # The agent reports the switch, with its cost, through the event stream.
             await self.session.switch(choice)
-            self.show_provider()
         except (InputError, ProviderError) as error:
             self.say(str(error), severity="error")
+        finally:
+            self.switching -= 1
+            if status.is_attached:  # not when the app closed under it
+                self.show_provider()  # what answers now: the target, or after a failure what answered before
+                if not self.switching:
+                    status.state = "ready"
         self.next_prompt()
+
+    def target_name(self, choice: Choice) -> str:
+        """`sim-anthropic · sim-balanced`: the provider and model `choice` names (a bad name: InputError)."""
+        target = resolve(self.session.config, choice)
+        return f"{target.settings.name} · {short_model(target.model)}" if target.model else target.settings.name
 
 
 def mcp_line(state: McpState) -> str:

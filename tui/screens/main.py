@@ -19,6 +19,7 @@ from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Input, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
+from hotloop import InputError
 from hotloop.agent.events import (
     AgentEvent,
     Compacted,
@@ -32,7 +33,7 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.figures import SessionTotals, short_model
 from hotloop.agent.text import inert
-from hotloop.config import Choice
+from hotloop.config import Choice, resolve
 from hotloop.core.markdown_blocks import code_blocks
 from hotloop.core.session import Session
 from hotloop.core.slash import SlashError, parse
@@ -95,6 +96,7 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         self.totals = SessionTotals(session.config.pricer())
         self.queue = PromptQueue(self, self.say)
         self.pending_switch = None
+        self.switching = 0
         self.approvals = PendingApprovals(self)
         self._context_warned = False  # the context-full warning, said once a conversation
 
@@ -106,7 +108,10 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         yield bar
         yield PromptInput(id="prompt")
         yield QueuedPrompts(id="queued")
-        yield StatusBar(id="status")
+        status = StatusBar(id="status")
+        if self.session.options.resume is None:  # a resumed session's log names its provider, once read
+            self.show_target(self.session.choice, status)
+        yield status
         yield Footer()
 
     @property
@@ -200,8 +205,20 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
     def show_provider(self) -> None:
         if self.session.agent is not None:
             provider = self.session.agent.provider
-            self.status.provider, self.status.model = provider.name, provider.model
-            self.status.tier = self.session.tier_label(provider.name, provider.model)
+            self._named(self.status, provider.name, provider.model)
+
+    def show_target(self, choice: Choice, status: StatusBar | None = None) -> None:
+        """The provider and model `choice` opens on, named before they answer: from the first frame, and while a
+        switch or a connection is made."""
+        try:
+            target = resolve(self.session.config, choice)
+        except InputError:
+            return  # said by whoever picked it
+        self._named(status or self.status, target.settings.name, target.model or "")
+
+    def _named(self, status: StatusBar, provider: str, model: str) -> None:
+        status.provider, status.model = provider, model
+        status.tier = self.session.tier_label(provider, model)
 
     def panel_beside(self) -> Transcript:
         return self.transcript
@@ -232,7 +249,7 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         elif message.now and self.turn_running:
             self.queue.interrupting = message.text
             self.workers.cancel_group(self, "turn")
-        elif self.turn_running or not self.session.ready or self.pending_switch is not None:
+        elif self.turn_running or not self.session.ready or self.pending_switch is not None or self.switching:
             self.queue.add(message.text)
         else:
             self._send(message.text)
@@ -242,7 +259,12 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
 
     def next_prompt(self) -> None:
         """Send the prompt that interrupted a turn, or the first queued one, if the session can take it."""
-        if self.session.ready and not self.turn_running and (prompt := self.queue.next()) is not None:
+        if (
+            self.session.ready
+            and not self.turn_running
+            and not self.switching
+            and (prompt := self.queue.next()) is not None
+        ):
             self._send(prompt)
 
     def _send(self, prompt: str) -> None:

@@ -10,10 +10,16 @@ from hotloop.agent.figures import SessionTotals, context_use, counted, short_mod
 from hotloop.agent.text import inert
 
 SEPARATOR = "  │  "
-# What the status bar gives up as it narrows, first to last: the cost's count of unpriced steps (`≥$0.0094`
-# stays), then whole parts, the totals before the provider and model (what answers is what a glance at an
-# 80-column terminal looks for); the state and the cache figure always stay.
-NARROWING = ("unpriced", "tier", "cost", "totals", "model", "provider", "context")
+# What the status bar keeps, most wanted first: an item is left out only when it doesn't fit beside those before
+# it. The state and the cache figure always stay; what answers comes before the totals (what a glance at an
+# 80-column terminal looks for); a partly priced cost is said whole (`$0.0094 + 2 steps price unknown`) where that
+# still fits after the tier, else as `≥$0.0094`; the count of pre-warms in the totals comes last.
+KEPT = ("state", "cache", "context", "provider", "model", "totals", "cost", "tier", "unpriced", "side")
+# An item shown only beside the one it qualifies.
+BESIDE = {"model": "provider", "tier": "model", "unpriced": "cost", "side": "totals"}
+# The room the state is measured at: what fits beside `● ready` fits beside `● running` and `● step 100`, so no
+# item comes and goes as a turn runs (a /compact's or a switch's longer state may take one for its moment).
+STATE_ROOM = len("● step 100")
 CONTEXT_WARNING = 0.8  # of the window: the meter turns to a warning
 
 
@@ -31,28 +37,18 @@ class StatusBar(Static):
     context_estimated: reactive[bool] = reactive(False)  # partly an estimate: a compaction's, until a step reports
 
     def render(self) -> Text:
-        """`● ready  │  sim · sim-balanced · balanced  │  prompt 1,927 · out 143 · cache hit 92%`.
+        """`● ready  │  sim · sim-balanced · balanced  │  prompt 1,927 · out 143 · cache hit 92%`, as fits."""
+        return fitted(self.parts(), self.content_size.width)
 
-        Where the width is short, the tier goes first, then the cost, the prompt and output totals,
-        the model and the provider: the state and the cache figure are what a glance looks for.
-        """
-        width = self.content_size.width
-        for dropped in range(len(NARROWING) + 1):
-            gone = NARROWING[:dropped]
-            parts = self._parts(short_cost="unpriced" in gone)
-            line = _joined({name: part for name, part in parts.items() if name not in gone})
-            if not width or line.cell_len <= width:
-                break
-        return line  # where even the shortest doesn't fit, it is cropped
-
-    def _parts(self, short_cost: bool = False) -> dict[str, Text]:
+    def parts(self) -> dict[str, Text]:
         """The line's parts by name; an empty one is left out of the line."""
         totals = self.totals
-        counts = Text(f"prompt {totals.prompt:,} · out {totals.output:,}")
-        if totals.unreported:
-            counts.append(f" · {counted(totals.unreported, 'step')} without usage", "dim")
-        if totals.side_requests:
-            counts.append(f" · incl. {counted(totals.side_requests, 'pre-warm')}", "dim")
+        at_least = "≥" if totals.unreported else ""  # a step's usage is unknown: its tokens aren't in the sums
+        known = totals.prompt or totals.output or not totals.unreported
+        counts = Text(
+            f"prompt {at_least}{totals.prompt:,} · out {at_least}{totals.output:,}" if known else "usage unknown"
+        )
+        side = f"incl. {counted(totals.side_requests, 'pre-warm')}" if totals.side_requests else ""
         cache = Text("cache hit ")
         hit = totals.cache_hit
         if hit is None:
@@ -61,16 +57,17 @@ class StatusBar(Static):
             cache.append(f"{hit:.0%}")
             if totals.cache_unknown:
                 cache.append(f" · {counted(totals.cache_unknown, 'step')} unknown", "dim")
+        cost = totals.cost
+        style = "" if cost.priced else "dim"
         return {
             "state": Text(f"● {self.state}", "" if self.state == "ready" else "bold"),
             "provider": Text(inert(self.provider), "bold"),
             "model": Text(inert(short_model(self.model)) if self.provider else ""),  # a server's name for it
             "tier": Text(inert(self.tier) if self.provider and self.tier else "", "italic"),
             "totals": counts,
-            "cost": Text(
-                (totals.cost.short() if short_cost else str(totals.cost)) if totals.steps else "",
-                "" if totals.cost.priced else "dim",
-            ),
+            "side": Text(side, "dim"),
+            "cost": Text(cost.short() if totals.steps else "", style),
+            "unpriced": Text(str(cost) if totals.steps and str(cost) != cost.short() else "", style),
             "cache": cache,
             "context": self._context_meter(),
         }
@@ -80,6 +77,11 @@ class StatusBar(Static):
         totals = self.totals
         side = f" and {counted(totals.side_requests, 'pre-warm')} (side requests)" if totals.side_requests else ""
         lines = [f"{counted(totals.steps, 'step')}{side}: {totals.cost}"]
+        if totals.unreported:
+            lines.append(
+                f"{counted(totals.unreported, 'step')} without usage (cancelled before the server counted it, or "
+                "never reported): not in the totals, hence ≥"
+            )
         if lifetime is not None:
             lines.append(lifetime)
         self.tooltip = Text("\n".join(lines))  # not markup: "[providers]" is text
@@ -90,6 +92,27 @@ class StatusBar(Static):
         used, window = self.context
         meter = context_use(used, window, self.context_estimated)
         return Text(meter, "bold yellow" if used >= CONTEXT_WARNING * window else "")
+
+
+def fitted(parts: dict[str, Text], width: int) -> Text:
+    """The line of `parts` for `width` cells (0: unknown yet, all of them).
+
+    Each item in `KEPT`'s order is kept if the line still fits with it, so an item that doesn't fit takes nothing
+    else with it; where even the state and the cache figure don't fit, the line is cropped.
+    """
+    state = parts["state"]
+    measured = {"state": Text(state.plain.ljust(STATE_ROOM))}
+    kept: dict[str, Text] = {"state": state}
+    for name in KEPT[1:]:
+        part = parts[name]
+        if not part.plain or BESIDE.get(name, "state") not in kept:
+            continue
+        if name == "unpriced":  # the cost said whole, in the short form's place
+            name = "cost"
+        tried = {**measured, name: part}
+        if not width or name == "cache" or _joined(tried).cell_len <= width:
+            measured, kept = tried, {**kept, name: part}
+    return _joined(kept)
 
 
 def _joined(parts: dict[str, Text]) -> Text:
@@ -107,5 +130,5 @@ def _joined(parts: dict[str, Text]) -> Text:
     def group(*names: str) -> Text:
         return joined([part for name in names if (part := parts.get(name, Text())).plain], Text(" · "))
 
-    groups = [group("state"), group("provider", "model", "tier"), group("totals", "cost", "cache", "context")]
+    groups = [group("state"), group("provider", "model", "tier"), group("totals", "side", "cost", "cache", "context")]
     return joined([part for part in groups if part.plain], Text(SEPARATOR, "dim"))
