@@ -266,20 +266,27 @@ class CacheExplainer:
         missed = expected - read
         if missed <= SLACK_TOKENS:
             return ""
-        return f"cache miss: {self._cause(messages, anthropic, compacted)} ({missed:,} tokens re-prefilled)"
+        return f"cache miss: {self._cause(messages, anthropic, compacted, read)} ({missed:,} tokens re-prefilled)"
 
-    def _cause(self, messages: list[Message], anthropic: bool, compacted: bool) -> str:
+    def _cause(self, messages: list[Message], anthropic: bool, compacted: bool, read: int) -> str:
         assert self._previous is not None and self._current is not None
-        cause = self._segment(messages, anthropic, compacted)
+        cause = self._segment(messages, anthropic, compacted, read)
         before, now = self._previous.body, self._current.body
         return f"{cause}; the request differs from byte {_diverged(before, now):,}" if before and now else cause
 
-    def _segment(self, messages: list[Message], anthropic: bool, compacted: bool) -> str:
+    def _segment(self, messages: list[Message], anthropic: bool, compacted: bool, read: int) -> str:
         assert self._previous is not None and self._current is not None
         previous, current = self._previous, self._current
         before, now = previous.fingerprint, current.fingerprint
         static = (before.provider, before.model, before.system, before.instructions, before.tools)
         if compacted and static == (now.provider, now.model, now.system, now.instructions, now.tools):
+            if anthropic and not read:
+                # Anthropic writes a prefix only at a breakpoint, and only from the model's cache minimum: the
+                # system prompt and tools alone are below it, so no entry ends before the summary.
+                return (
+                    "the conversation was compacted into its summary, which is new to the cache, and nothing before "
+                    "it was cached: the system prompt and tools alone are below the model's cache minimum"
+                )
             return "the conversation was compacted into its summary, which is new to the cache (as expected)"
         if (before.provider, before.model) != (now.provider, now.model):
             return f"switched from {before.provider} · {before.model}, whose cache this was"

@@ -12,10 +12,19 @@ conversation) prefills everything twice: `benchmarks/compaction.py` measures bot
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import msgspec
 
+from hotloop.agent.events import AgentEvent, Compacted, ResponseFinished, SideRequest, StepStarted
+from hotloop.agent.figures import stop_words
+from hotloop.agent.step import StepAccumulator
+from hotloop.providers.base import Provider
 from hotloop.providers.conversation import ChatRequest, Message, UserMessage
+from hotloop.providers.errors import ProviderError
 
 INSTRUCTION = (
     "The conversation above is about to be compacted: write the summary that will replace it. Don't call any "
@@ -101,8 +110,86 @@ def grown_tokens(size: int, known_bytes: int, known_tokens: int) -> int:
     return known_tokens + max(size - known_bytes, 0) // BYTES_PER_TOKEN
 
 
-def compaction_failed(error: Exception) -> str:
-    return f"compaction failed: {error}; the conversation is unchanged"
+def written_summary(stream: StepAccumulator) -> str:
+    """The summary the request wrote; ProviderError if it was cut off or empty."""
+    if (stopped := stop_words(stream.finish_reason)) is not None:
+        raise ProviderError(f"the summary was {stopped}")
+    if not (summary := stream.message().text.strip()):
+        raise ProviderError("the model wrote no summary")
+    return summary
+
+
+def compaction_failed(
+    trigger: Literal["manual", "auto"], provider: Provider, stream: StepAccumulator, error: Exception
+) -> SideRequest:
+    """A summary request that failed, as the one line that says so and counts what the server billed for it."""
+    return SideRequest(
+        kind="compaction",
+        why=trigger,
+        provider=provider.name,
+        model=provider.model,
+        usage=stream.usage,
+        model_time=time.perf_counter() - stream.started,
+        outcome="failed",
+        error=f"{error}; the conversation is unchanged",
+    )
+
+
+@dataclass(frozen=True)
+class LogCounts:
+    """What a session's log tells of its conversation since it began or was last compacted.
+
+    `summary`: the summary it began with, its encoded size and its tokens ((0, 0): none; None: not
+    counted). `first`: its first step's provider, model and the prompt tokens the server counted.
+    """
+
+    summary: tuple[int, int] | None = (0, 0)
+    compacted: bool = False
+    steps: int = 0
+    first: tuple[str, str, int] | None = None
+
+
+def log_counts(events: Iterable[AgentEvent]) -> LogCounts:
+    """Read a log for `resumed_anchor`."""
+    found, where = LogCounts(), ("", "")
+    for event in events:
+        if isinstance(event, Compacted):
+            tokens = event.usage.output if event.usage else None
+            found = LogCounts((summary_bytes(event.summary), tokens) if tokens is not None else None, compacted=True)
+        elif isinstance(event, StepStarted):
+            found, where = replace(found, steps=found.steps + 1), (event.provider, event.model)
+        elif isinstance(event, ResponseFinished) and found.steps == 1 and event.usage and event.usage.prompt_total:
+            found = replace(found, first=(*where, event.usage.prompt_total))
+    return found
+
+
+def resumed_anchor(
+    log: LogCounts | None,
+    messages: list[Message],
+    using: tuple[str, str],
+    request: Callable[[list[Message]], ChatRequest],
+) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """A resumed conversation's anchor and summary (the agent's `_anchor`, `_summary`), from its log.
+
+    The first request since the conversation began or was compacted held the summary (if any) and
+    the first prompt: rebuilt, its size beside the count the log kept is the anchor a live session
+    would have. Without a step yet, the next one sets it; counted by another model, none is known.
+    """
+    if log is None:
+        return None, None
+    if log.steps == 0:
+        return None, log.summary
+    opening = 2 if log.compacted else 1
+    first = messages[:opening]
+    if (
+        log.first is None
+        or log.summary is None
+        or log.first[:2] != using
+        or len(first) < opening
+        or not all(isinstance(message, UserMessage) for message in first)
+    ):
+        return None, None
+    return (len(msgspec.json.encode(request(first))) - log.summary[0], log.first[2] - log.summary[1]), log.summary
 
 
 def with_fix(refusal: str) -> str:

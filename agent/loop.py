@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -23,14 +24,17 @@ import msgspec
 from hotloop.agent.approvals import Approvals
 from hotloop.agent.cache_explainer import CacheExplainer, cache_block
 from hotloop.agent.compaction import (
+    LogCounts,
     compacted_messages,
     compacted_size,
     compaction_failed,
     grown_tokens,
+    resumed_anchor,
     summary_bytes,
     summary_messages,
     too_long,
     with_fix,
+    written_summary,
 )
 from hotloop.agent.events import (
     Compacted,
@@ -140,11 +144,12 @@ class Agent:
             return self.provider.server.max_model_len(self.provider.model)
         return known_window(self.provider.model, self.provider.base_url)
 
-    def restore(self, messages: list[Message], turns: int, warmth: CacheWarmth) -> None:
-        """Go on with a conversation rebuilt from its session log."""
+    def restore(self, messages: list[Message], turns: int, warmth: CacheWarmth, log: LogCounts | None = None) -> None:
+        """Go on with a conversation rebuilt from its session log (`log`: what it counted, for compaction's sizes)."""
         self.messages, self.turn, self.warmth = list(messages), turns, warmth
         self._checked = 0
-        self._anchor, self._summary = None, None
+        request = partial(self._builder.request, max_tokens=self.options.max_tokens, cache_key=self.cache_key)
+        self._anchor, self._summary = resumed_anchor(log, self.messages, self._using, request)
 
     def switch(self, provider: Provider, cost_per_hour: float | None = None) -> ProviderSwitched:
         """Continue the conversation on `provider` (at its current model) from the next request on.
@@ -233,15 +238,15 @@ class Agent:
         stream = StepAccumulator(
             started=time.perf_counter(), cap=self.provider.cap(request), window=self.context_window()
         )
-        async with self._interactive():
-            async for event in self.provider.stream(request):
-                if not isinstance(event, (ServerHint, ProviderWarning)):
-                    stream.take(event, time.perf_counter())
-        summary = stream.message().text.strip()
-        if (stopped := stop_words(stream.finish_reason)) is not None:
-            raise ProviderError(f"the summary was {stopped}")
-        if not summary:
-            raise ProviderError("the model wrote no summary")
+        try:
+            async with self._interactive():
+                async for event in self.provider.stream(request):
+                    if not isinstance(event, (ServerHint, ProviderWarning)):
+                        stream.take(event, time.perf_counter())
+            summary = written_summary(stream)
+        except ProviderError as error:
+            self.emit(compaction_failed(trigger, self.provider, stream, error))  # said once, billed usage counted
+            raise
         messages = compacted_messages(summary)
         summary_tokens = stream.usage.output if stream.usage else None
         compacted = Compacted(
@@ -302,8 +307,7 @@ class Agent:
         self._compacted_before = step
         try:
             await self.compact("auto", estimate, window, before_estimated=True)
-        except ProviderError as error:
-            self.emit(Notice(level="error", message=compaction_failed(error)))
+        except ProviderError:
             return False
         return True
 

@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Literal
 from hotloop import InputError
 from hotloop.agent.approvals import NO_ONE, ApprovalRules, Approvals, Ask
 from hotloop.agent.cache_lifetime import CacheRhythm
-from hotloop.agent.compaction import compaction_failed
+from hotloop.agent.compaction import log_counts
 from hotloop.agent.events import (
     AgentEvent,
     ApprovalDecided,
     Compacted,
     Notice,
     ProviderSwitched,
+    SideRequest,
     StepFinished,
     TurnFinished,
 )
@@ -47,7 +48,7 @@ from hotloop.core.log_keeper import LogKeeper
 from hotloop.core.mcp_controls import McpControls
 from hotloop.core.prewarm import Prewarmer
 from hotloop.core.server_watch import ServerFollower
-from hotloop.core.switch_menu import SwitchOption, probe_all, switch_options
+from hotloop.core.switch_menu import SwitchOption, import_sdks, in_use, probe_all, switch_options
 from hotloop.core.telemetry import Telemetry, start_telemetry  # imports the SDK only when configured
 from hotloop.providers.events import CUT_SHORT
 
@@ -129,6 +130,7 @@ class Session(McpControls):
         self.meter = ContextMeter()
         self._turns = 0  # turns in flight
         self._probes: asyncio.Task[dict[str, list[str] | str]] | None = None
+        self._sdks: asyncio.Task[None] | None = None  # the SDKs the switch menu's providers need, being imported
         # What the provider's server says of itself (`server_watch.py`), once a frontend follows it.
         self.server = ServerFollower(lambda: self.runtime, self._provider, lambda: self.busy)
         self._ready = False
@@ -158,6 +160,8 @@ class Session(McpControls):
             self.telemetry.observe(event)
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
             self.unapproved_calls += 1
+        if isinstance(event, SideRequest) and self.agent is not None:
+            self.agent.warmth.prewarmed(event)  # what its server holds now, by its own count
         self._sink(event)
 
     # -- opening ------------------------------------------------------------------------
@@ -267,7 +271,9 @@ class Session(McpControls):
         moved = resumed.elsewhere(self.workspace)  # the user's folder, never the log's
         header, conversation = resumed.session.header, resumed.conversation
         self.agent = self._new_agent(self.agent.provider, self._system(header.system), header.routing_key)
-        self.agent.restore(conversation.messages, conversation.turns, conversation.warmth)
+        self.agent.restore(
+            conversation.messages, conversation.turns, conversation.warmth, log_counts(resumed.session.events)
+        )
         self.meter = ContextMeter()
         self.prewarmer.rhythm = CacheRhythm()
         for event in resumed.session.events:
@@ -343,13 +349,19 @@ class Session(McpControls):
         assert self.agent is not None
         try:
             return await self.agent.compact(trigger, self.meter.used, self.context_window())
-        except ProviderError as error:
-            self.emit(Notice(level="error", message=compaction_failed(error)))
-            return None
+        except ProviderError:
+            return None  # the agent said it, and counted what the server billed, as a failed side request
 
-    async def switch(self, choice: Choice) -> ProviderSwitched:
-        """Move the conversation to another provider, model or tier from the next request on."""
+    def in_use(self, choice: Choice) -> bool:
+        """Whether `choice` is what answers now: switching there would change nothing (a bad name: InputError)."""
+        return self.agent is not None and in_use(self.config, choice, self.agent.using, self.router)
+
+    async def switch(self, choice: Choice) -> ProviderSwitched | None:
+        """Move the conversation to another provider, model or tier from the next request on; None (nothing done,
+        nothing logged) if `choice` answers already."""
         assert self.agent is not None and self.runtime is not None and self.router is not None
+        if self.in_use(choice):
+            return None
         switched = await self.runtime.switch(self.agent, choice)
         self.router.chose(choice)
         self.server.nudge()
@@ -417,6 +429,8 @@ class Session(McpControls):
 
     async def switch_options(self) -> list[SwitchOption]:
         """Every tier, provider and model, each with what switching to it would cost now."""
+        if self._sdks is None:  # imported meanwhile, off the loop: a pick needn't wait for one (seconds under load)
+            self._sdks = asyncio.create_task(import_sdks(self.config))
         return switch_options(self.config, self.agent, await self._probes if self._probes is not None else {})
 
     # -- closing ------------------------------------------------------------------------
@@ -424,9 +438,10 @@ class Session(McpControls):
     async def close(self, grace: float = 0.0) -> None:
         """Let side jobs finish for up to `grace` seconds (a title), then close the log, servers and connections."""
         # Awaited before the clients close: a cancelled task can still be mid-request, and would use a closed client.
-        if self._probes is not None:
-            self._probes.cancel()
-            await asyncio.gather(self._probes, return_exceptions=True)
+        tasks = [task for task in (self._probes, self._sdks) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.server.close()
         await self.prewarmer.close()
         if self.router is not None:

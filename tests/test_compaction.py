@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hotloop.agent.compaction import INSTRUCTION, compacted_messages, with_fix
-from hotloop.agent.events import AgentEvent, Compacted, Notice, StepFinished, TurnStarted, fan_out
+from hotloop.agent.events import AgentEvent, Compacted, Notice, SideRequest, StepFinished, TurnStarted, fan_out
 from hotloop.agent.loop import Agent
 from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
@@ -295,10 +295,14 @@ async def test_a_summary_cut_off_leaves_the_conversation_as_it_was(isolated_home
         kept = list(session.agent.messages)
         assert await session.compact() is None
         assert session.agent.messages == kept
-        (notice,) = [e for e in events if isinstance(e, Notice) and e.level == "error"]
-        assert notice.message == (
-            "compaction failed: the summary was cut off by the output limit; the conversation is unchanged"
+        (failed,) = [e for e in events if isinstance(e, SideRequest)]
+        assert (failed.kind, failed.outcome, failed.error) == (
+            "compaction",
+            "failed",
+            "the summary was cut off by the output limit; the conversation is unchanged",
         )
+        assert failed.usage is not None and failed.usage.output  # billed: counted in the session's totals
+        assert not [e for e in events if isinstance(e, Notice) and e.level == "error"]  # said once, by that line
         assert not any(isinstance(e, Compacted) for e in events)
     finally:
         await session.close()

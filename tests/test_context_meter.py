@@ -101,7 +101,7 @@ def test_a_request_past_the_window_is_foretold_before_it_is_sent(
     )
     # Compacting first fails too (the summary request is this request and an instruction), and says so.
     *_, refused = re.finditer(r"your request has (\d+) input tokens", err)
-    assert "error: compaction failed: " in err[: refused.start()]
+    assert "compaction (auto, side request) · " in err[: refused.start()]
     assert warning is not None and warning.start() < refused.start()
     estimate, actual = int(warning[1].replace(",", "")), int(refused[1])
     assert actual > 2_500 and abs(estimate - actual) < 0.15 * actual
