@@ -383,7 +383,9 @@ def flood_size(trial: Trial) -> list[str]:
 
 
 def first_line_only(trial: Trial) -> list[str]:
-    return [] if trial.stdout.count("\n") <= 1 else ["head -1 let more than one line through"]
+    """One line through `head -1`, and nothing on stderr: a closed pipe is quiet, as SIGPIPE would leave it."""
+    said = [f"said on stderr: {shown(trial.stderr.splitlines()[0])}"] if trial.stderr.strip() else []
+    return said + ([] if trial.stdout.count("\n") <= 1 else ["head -1 let more than one line through"])
 
 
 # Workspaces.

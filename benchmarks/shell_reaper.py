@@ -1,10 +1,12 @@
-"""What running each command under the subreaper costs: run_shell's wall per call, with it and without.
+"""What running each command under a subreaper costs: run_shell's wall per call, with it and without.
 
 Each case is the median of RUNS calls of `run_shell` (the handler, as the loop calls it), the two
-paths taken in turn so that the machine's drift falls on both: `true` (the cost of a call itself)
-and `sleep 0.2`. Also the duration the status line reports (`exit 0 · 0.00 s`), which counts from
-the shell's start, not the subreaper's. "without" is the path hotloop takes where there is no
-subreaper (not Linux): `shell.use_subreaper` off, nothing else changed. Then, with `--parallel`,
+paths taken in turn so that the machine's drift falls on both: `true` (the cost of a call itself),
+`sleep 0.2`, and three `sleep 1` at once (a step's parallel calls, wall of the three). Also the
+duration the status line reports (`exit 0 · 0.00 s`), which counts from the shell's start, not the
+subreaper's. "without" is the path hotloop takes where there is no subreaper (not Linux):
+`shell.use_subreaper` off, nothing else changed. The subreaper program starts at the first call,
+once per process: that call's wall is said apart. Then, with `--parallel`,
 benchmarks/parallel_tools.py's run_shell case, with and without.
 
     python benchmarks/shell_reaper.py [--runs N] [--parallel]
@@ -25,40 +27,45 @@ from hotloop.agent.tools.registry import ToolContext
 from hotloop.agent.tools.shell import ShellSettings, shell_tool
 
 RUNS = 21
-COMMANDS = ("true", "sleep 0.2")
+COMMANDS = (("true", 1), ("sleep 0.2", 1), ("sleep 1", 3))  # a command, and how many run at once
 
 
-async def call(command: str, workspace: Path, reaped: bool) -> tuple[float, float]:
-    """One call's wall in seconds, and the duration its status line says."""
+async def call(command: str, workspace: Path, reaped: bool, at_once: int = 1) -> tuple[float, float]:
+    """The wall in seconds of `at_once` calls started together, and the longest duration their status lines say."""
     shell.use_subreaper = reaped
     tool = shell_tool(ShellSettings(), set())
     started = time.perf_counter()
-    result = await tool.handler({"command": command}, ToolContext("bench", workspace))
+    results = await asyncio.gather(
+        *(tool.handler({"command": command}, ToolContext(f"bench{n}", workspace)) for n in range(at_once))
+    )
     wall = time.perf_counter() - started
-    return wall, float(result.split("\n", 1)[0].split(" · ")[1].removesuffix(" s"))
+    return wall, max(float(result.split("\n", 1)[0].split(" · ")[1].removesuffix(" s")) for result in results)
 
 
 async def measure(runs: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         workspace = Path(folder)
-        for command in COMMANDS:
+        first, _ = await call("true", workspace, True)  # the subreaper program starts here
+        print(f"first call, which starts the subreaper program: {first * 1000:.1f} ms")
+        for command, at_once in COMMANDS:
             walls: dict[bool, list[float]] = {True: [], False: []}
             said: dict[bool, list[float]] = {True: [], False: []}
-            await call(command, workspace, True)  # warm: the first call pays for imports and caches
-            for _ in range(runs):
+            for _ in range(runs if at_once == 1 else max(runs // 3, 3)):
                 for reaped in (True, False):
-                    wall, status = await call(command, workspace, reaped)
+                    wall, status = await call(command, workspace, reaped, at_once)
                     walls[reaped].append(wall)
                     said[reaped].append(status)
             with_, without = statistics.median(walls[True]), statistics.median(walls[False])
-            print(f"{command!r}: median of {runs}")
+            print(f"{command!r}{f' ×{at_once} at once' if at_once > 1 else ''}: median of {len(walls[True])}")
             print(
                 f"  with the subreaper    {with_ * 1000:7.1f} ms wall · status says {statistics.median(said[True]):.2f} s"
             )
             print(
                 f"  without (old path)    {without * 1000:7.1f} ms wall · status says {statistics.median(said[False]):.2f} s"
             )
-            print(f"  cost                  {(with_ - without) * 1000:+7.1f} ms per call")
+            print(
+                f"  cost                  {(with_ - without) * 1000:+7.1f} ms per {'call' if at_once == 1 else 'step'}"
+            )
     shell.use_subreaper = True
 
 

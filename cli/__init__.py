@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from hotloop import InputError, __version__
 from hotloop.cli.acp import add_acp
 from hotloop.cli.app import open_app
+from hotloop.cli.arguments import OptionalCommand
 from hotloop.cli.bench import add_bench
 from hotloop.cli.config import add_config
 from hotloop.cli.import_command import add_import
@@ -31,7 +32,10 @@ from hotloop.cli.watch import add_watch
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hotloop", description="A terminal agent console that shows where every turn's time and tokens go."
+        prog="hotloop",
+        description="A terminal agent console that shows where every turn's time and tokens go. "
+        "With no command, it opens the app.",
+        formatter_class=OptionalCommand,
     )
     parser.add_argument("--version", action="version", version=f"hotloop {__version__}")
     # The app's options. Separate dests: a subcommand's own defaults would overwrite these.

@@ -13,6 +13,14 @@ class UsageError(InputError):
     """Bad command-line input; the message is shown as one line."""
 
 
+class OptionalCommand(argparse.HelpFormatter):
+    """A usage line that shows the command as optional, `[COMMAND ...]`, where none is a command of its own."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        text = super()._format_args(action, default_metavar)
+        return f"[{text}]" if action.nargs == argparse.PARSER else text
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:

@@ -31,7 +31,7 @@ def add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--from",
         dest="from_agent",
         metavar="AGENT",
-        help="only sessions imported or watched from AGENT (claude-code, codex)",
+        help="only sessions imported or watched from AGENT (claude-code, codex, opencode)",
     )
     show = session_commands.add_parser("show", help="print a session's conversation")
     show.add_argument("session", nargs="?", metavar="ID", help=f"a session id or a unique prefix (default: {LATEST})")

@@ -14,7 +14,9 @@ sequences in what it says, and they are shown, never obeyed.
 
 When stdout's reader goes away (`hotloop run … | head`), nothing more is written there and
 `on_closed` is called, once: the run cancels its turn then, as Ctrl-C would, rather than die
-in the middle of an event with its step unfinished and its log unsettled.
+in the middle of an event with its step unfinished and its log unsettled. From then on stderr
+is quiet too, as after SIGPIPE: the cancel's lines (the step cut short, `turn 1 cancelled`)
+answer no one's Ctrl-C; only a warning or an error still says something went wrong.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class Printer:
         self.on_closed: Callable[[], object] = lambda: None
 
     def __call__(self, event: AgentEvent) -> None:
+        if self.closed and not (isinstance(event, Notice) and event.level != "info"):
+            return  # the reader went away: what follows is the cancel it caused
         if self.pricer is not None:
             self.pricer.learn(event)
         if self.json_lines:

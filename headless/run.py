@@ -4,7 +4,8 @@ A `Slash` among the prompts (`/provider`, `/model`, `/tier`) switches before the
 every switch is checked before the first turn runs, so a typo fails at once. At the end, a
 line on stderr names the session saved and how to continue it. When stdout's reader goes away
 (`| head`), the turn is cancelled as Ctrl-C would cancel it, and the run exits 141 as SIGPIPE
-would have it; a session whose only step was cut before the provider billed it is not kept.
+would have it, quietly: no line for the cancel nor the session saved (the printer's docstring);
+a session whose only step was cut before the provider billed it is not kept.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ async def run(options: SessionOptions, prompts: list[str | Slash], json_lines: b
         if session.logs.problem is not None:
             printer(Notice(level="warning", message=session.logs.problem))
         printer.close()
-        say_saved(session.logs.last, options.workspace)
+        if not printer.closed:
+            say_saved(session.logs.last, options.workspace)
     if printer.closed:
         return 141
     # A step the output limit cut off, or a call no one could approve, left work undone even if the turn went on.
@@ -67,17 +69,18 @@ async def _while_read(printer: Printer, work: Coroutine[Any, Any, bool]) -> bool
 
 
 async def _run_prompts(session: Session, prompts: list[str | Slash]) -> bool:
-    """Run the turns and switches in order; True if a turn failed (the rest would only fail again)."""
+    """Run the turns and switches in order; True if a turn failed (the rest would only fail again) or a compaction
+    did (the conversation went on as it was)."""
     assert session.agent is not None
+    failed = False
     for prompt in prompts:
         if isinstance(prompt, Slash) and prompt.name == "/compact":
-            if await session.compact() is None:
-                return True
+            failed |= await session.compact() is None
         elif isinstance(prompt, Slash):
             await session.switch(prompt.choice(session.agent.provider.name))
         elif (await session.turn(prompt)).reason == "error":
             return True
-    return False
+    return failed
 
 
 def check_switches(config: Config, provider: str, prompts: list[str | Slash]) -> None:

@@ -43,13 +43,20 @@ def headline(task: str) -> str:
 
 
 def _result_line(call: Call | None, text: str) -> str:
-    label = f"`{call.name}` {call.arguments}" if call else "`tool`"
+    label = f"`{call.name}` {_code(call.arguments)}" if call else "`tool`"
     body = text.strip()
     first = body.splitlines()[0] if body else "(no output)"
     if len(first) > 100:
         first = first[:97] + "..."
     lines = len(body.splitlines())
-    return f"- {label}: {lines} line{'' if lines == 1 else 's'}; first: {first}"
+    return f"- {label}: {lines} line{'' if lines == 1 else 's'}; first: {_code(first)}"
+
+
+def _code(text: str) -> str:
+    """`text` quoted as code, as a model quotes a tool's words: Markdown shows `__init__.py` as it is, not bold."""
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 _FENCE_LANGUAGE = {

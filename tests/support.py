@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -267,5 +268,10 @@ def drawn(report: ServerReport) -> str:
 
 
 def rows(panel: str) -> dict[str, str]:
-    """The panel's figures: label → value."""
-    return {line[:18].strip(): line[18:] for line in panel.splitlines()[3:] if line}
+    """The panel's figures: label → value, two spaces or more between them (a heading's value is "")."""
+    return {label: value for line in panel.splitlines()[3:] if line for label, value in [_label_value(line)]}
+
+
+def _label_value(line: str) -> tuple[str, str]:
+    label, _, value = re.sub(r" {2,}", "\0", line.strip(), count=1).partition("\0")
+    return label, value

@@ -73,7 +73,7 @@ def test_a_reader_that_stops_reading_leaves_no_session_behind(home: Path) -> Non
     assert process.wait(timeout=60) == 141  # as SIGPIPE would have it, and at once: not after the whole answer
     assert "Traceback" not in err and "BrokenPipe" not in err
     assert sessions(home) == [earlier]  # the cut-short run, with no tokens billed, is gone
-    assert "turn 1 cancelled" in err  # the turn was ended as Ctrl-C ends one
+    assert err == ""  # quiet, as SIGPIPE would leave it: the cancel's lines answer no one's Ctrl-C
     continued_by_c(home, earlier)
 
 

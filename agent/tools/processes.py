@@ -3,7 +3,9 @@
 On Linux a command's shell runs under a subreaper (subreaper.py): a small process, its parent, that
 Linux makes the reaper of its orphaned descendants, so that whatever the command started stays its
 descendant even once its own parent has exited. It stays until the sweep is done, then kills and
-reaps whatever is still below it before it exits (and does the same if hotloop dies). Each call's
+reaps whatever is still below it before it exits (and does the same if hotloop dies). It is a fork of
+one program hotloop starts at the first command and keeps (`Subreapers`), made ahead and waiting for
+the call: a few milliseconds a call, where a Python started per call cost ~19 (benchmarks/shell_reaper.py). Each call's
 processes also carry two marks of its own (`Marks`; never the model's call id: nothing the model
 sees names them, so no command can forge them): a random tag in their environment (`RUN_ID`) and,
 under the subreaper, a random hard limit on file locks (RLIMIT_LOCKS, which Linux has not enforced
@@ -21,7 +23,9 @@ tag miss the daemon, the subreaper's tree loses it with the subreaper, and the l
 user without CAP_SYS_RESOURCE who tries to raise it back is refused. The alternatives need what a
 user may not have (a delegated cgroup; user namespaces for a PID namespace, which is the sandbox),
 or would make hotloop itself the subreaper, the parent of every orphan of its MCP servers and hooks
-too, which it could neither tell from its own children nor reap.
+too, which it could neither tell from its own children nor reap, and with no one left to end a call's
+processes if hotloop died. The program is a process of its own for that: hotloop adopts nothing, and
+the orphans of MCP servers and hooks go to init as before, never to a subreaper of hotloop's.
 
 What escapes: a process the command had started by another, not as its descendant (a daemon that
 already runs: `systemd-run --user`, `docker run`, a tmux or screen server, `at`), unless it
@@ -37,18 +41,25 @@ bwrap, so a sandboxed command runs under no subreaper.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ctypes
 import os
 import resource
 import secrets
 import signal
+import socket
+import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from hotloop.secret_policy import allowed_environment
 
 RUN_ID = "HOTLOOP_RUN_ID"
 KILL_GRACE = 0.5  # seconds between SIGTERM and SIGKILL
@@ -86,6 +97,85 @@ def _new_limit() -> int | None:
     hard = resource.getrlimit(LOCKS_LIMIT)[1]
     ceiling = 2**63 if hard == resource.RLIM_INFINITY else min(hard, 2**63)
     return ceiling // 2 + secrets.randbelow(ceiling // 2) if ceiling >= 2**20 else None
+
+
+class Subreapers:
+    """The subreaper program (subreaper.py), started at the first command and kept: it forks each call's subreaper."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a command may start from any event loop's thread
+        self._process: subprocess.Popen[bytes] | None = None
+        self._requests: socket.socket | None = None
+        atexit.register(self.close)
+
+    def ask(self, control: socket.socket, output: int) -> None:
+        """Ask for a call's subreaper, handing it the call's socket and the output pipe's write end (kept open here).
+
+        An OSError if the program can't be started or asked, even once started again.
+        """
+        for attempt in (1, 2):
+            requests = self._running()
+            try:
+                socket.send_fds(requests, [b"c"], [control.fileno(), output])
+                return
+            except OSError:  # it died (killed from outside), or hangs: a new one
+                with self._lock:
+                    self._close(wait=False)
+                if attempt == 2:
+                    raise
+
+    def _running(self) -> socket.socket:
+        with self._lock:
+            if self._process is None or self._process.poll() is not None or self._requests is None:
+                self._close(wait=False)
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                with theirs:
+                    self._process = subprocess.Popen(
+                        [sys.executable, "-I", "-S", str(SUBREAPER)],
+                        stdin=theirs.fileno(),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        cwd="/",
+                        # What a command may see anyway: a secret of hotloop's would be readable in its /proc.
+                        env=allowed_environment(os.environ),
+                        start_new_session=True,  # the terminal's Ctrl-C is hotloop's to handle, not its
+                    )
+                ours.setblocking(False)
+                self._requests = ours
+            return self._requests
+
+    def close(self) -> None:
+        """Let the program go, at exit: it kills whatever is still below it and exits, reaped here if it does soon."""
+        with self._lock:
+            self._close(wait=True)
+
+    def _close(self, wait: bool) -> None:
+        if self._requests is not None:
+            self._requests.close()
+            self._requests = None
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                # Not on the event loop's time: a program that hangs is left to subprocess's own reaping.
+                self._process.wait(timeout=KILL_GRACE if wait else 0)
+            self._process = None
+
+
+subreapers = Subreapers()
+
+
+def request(argv: Sequence[str], env: Mapping[str, str], folder: Path, limit: int | None) -> bytes:
+    """A call's request as its subreaper reads it (see subreaper.py); a ValueError for a NUL, as subprocess's."""
+    fields = [
+        "-" if limit is None else str(limit),
+        str(folder),
+        str(len(argv)),
+        *argv,
+        *(f"{name}={value}" for name, value in env.items()),
+    ]
+    body = b"\0".join(map(os.fsencode, fields))
+    if body.count(b"\0") != len(fields) - 1:
+        raise ValueError("embedded null byte")
+    return len(body).to_bytes(8, "big") + body
 
 
 @cache

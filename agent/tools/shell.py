@@ -28,7 +28,6 @@ import collections
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -38,7 +37,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from hotloop.agent.tools.processes import KILL_GRACE, RUN_ID, SUBREAPER, Marks, stop, subreaper_problem
+from hotloop.agent.tools.processes import KILL_GRACE, RUN_ID, Marks, request, stop, subreaper_problem, subreapers
 from hotloop.agent.tools.registry import OUTPUT_LIMIT, Tool, ToolContext, ToolError, cap_output
 from hotloop.agent.tools.sandbox import NO_BWRAP, bwrap_argv, bwrap_problem, find_bwrap, sandbox_problem
 from hotloop.agent.tools.workspace import real_root
@@ -137,8 +136,9 @@ class _Captured:
 class _Command(asyncio.SubprocessProtocol):
     """The running command: its output decoded as it arrives, when it exited, and when its pipe closed.
 
-    Under a subreaper, the process started is the subreaper: it tells (`told`) the shell's pid and when
-    it started, then its exit status; `gone` is when the process started has exited, either way.
+    Under a subreaper, the call's subreaper tells (`told`) the shell's pid, when it started and its own
+    pid, then the shell's exit status; `gone` is when the subreaper has been reaped (its socket's EOF),
+    or when the shell started directly has exited.
     """
 
     def __init__(self, emit: Callable[[str], None], limit: int) -> None:
@@ -148,7 +148,9 @@ class _Command(asyncio.SubprocessProtocol):
         self.gone: asyncio.Future[None] = loop.create_future()
         # The shell's pid and start on the monotonic clock; why it could not start; None if the subreaper died first.
         self.spawned: asyncio.Future[tuple[int, float] | OSError | None] = loop.create_future()
+        self.reaper: int | None = None  # the call's subreaper, once it has told its pid
         self._code: int | None = None
+        self._reaper_code: int | None = None  # how the subreaper ended: the call's, if it never told the shell's
         self.output = _Captured(limit)
         self._emit = emit
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -172,19 +174,27 @@ class _Command(asyncio.SubprocessProtocol):
             self.spawned.set_result(None)
 
     def told(self, line: str) -> None:
-        """A line from the subreaper: `pid PID STARTED`, `exit CODE` or `error ERRNO MESSAGE`."""
+        """A line from the subreaper: `pid PID STARTED REAPER`, `exit CODE`, `error ERRNO MESSAGE` or `gone CODE`."""
         word, _, rest = line.partition(" ")
         if word == "exit":
             self._code = int(rest)
             _settle(self.exited)
-        elif not self.spawned.done() and word in ("pid", "error"):
-            number, _, more = rest.partition(" ")
-            self.spawned.set_result((int(number), float(more)) if word == "pid" else OSError(int(number), more))
+        elif word == "gone":
+            self._reaper_code = int(rest)
+        elif word == "pid" and not self.spawned.done():
+            shell, started, reaper = rest.split(" ")
+            self.reaper = int(reaper)
+            self.spawned.set_result((int(shell), float(started)))
+        elif word == "error" and not self.spawned.done():
+            number, _, why = rest.partition(" ")
+            self.spawned.set_result(OSError(int(number), why))
 
     @property
     def returncode(self) -> int | None:
         if self._code is not None:
             return self._code
+        if self._reaper_code is not None:
+            return self._reaper_code
         return None if self._transport is None else self._transport.get_returncode()
 
     def _add(self, text: str) -> None:
@@ -194,16 +204,35 @@ class _Command(asyncio.SubprocessProtocol):
 
 
 class _Lines(asyncio.Protocol):
-    """The subreaper's socket: each line it writes, handed to `told`."""
+    """The call's socket to its subreaper: each line written there, handed to the command; its end, the command's."""
 
-    def __init__(self, told: Callable[[str], None]) -> None:
-        self._told = told
+    def __init__(self, command: _Command) -> None:
+        self._command = command
         self._pending = b""
 
     def data_received(self, data: bytes) -> None:
         *lines, self._pending = (self._pending + data).split(b"\n")
         for line in lines:
-            self._told(line.decode(errors="replace"))
+            self._command.told(line.decode(errors="replace"))
+
+    def eof_received(self) -> None:
+        self._command.process_exited()  # the subreaper and the program that reaped it have both let go
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._command.process_exited()
+
+
+class _Output(asyncio.Protocol):
+    """The output pipe of a command run under a subreaper, read into the command as a subprocess's pipe would be."""
+
+    def __init__(self, command: _Command) -> None:
+        self._command = command
+
+    def data_received(self, data: bytes) -> None:
+        self._command.pipe_data_received(1, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._command.pipe_connection_lost(1, exc)
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -236,19 +265,18 @@ class _Shell:
             raise ToolError("timeout must be a positive number of seconds")
         return min(float(asked), self.settings.timeout)
 
-    async def _argv(self, command: str, workspace: Path, limit: int | None = None) -> tuple[list[str], str, bool]:
-        """The argv that runs `command`, how it is run (for the preview), and whether under the subreaper.
+    async def _argv(self, command: str, workspace: Path) -> tuple[list[str], str, bool]:
+        """The argv that runs `command`, how it is run (for the preview), and whether under a subreaper.
 
         A sandboxed command runs under none: its PID namespace ends with bwrap, and everything in it.
-        `limit` is the mark the subreaper gives the shell (see processes.py).
         """
         argv = [_shell(), "-c", command]
         if self.settings.sandbox == "off":
-            return _unsandboxed(argv, "unsandboxed", limit)
+            return _unsandboxed(argv, "unsandboxed")
         bwrap = find_bwrap()
         problem = NO_BWRAP if bwrap is None else await asyncio.to_thread(bwrap_problem, bwrap)
         if bwrap is None or problem is not None:
-            return _unsandboxed(argv, f"UNSANDBOXED (the sandbox is unavailable: {problem})", limit)
+            return _unsandboxed(argv, f"UNSANDBOXED (the sandbox is unavailable: {problem})")
         network = "with network" if self.settings.network else "no network"
         # In a thread: it reads /proc/net/unix and looks at every socket listed there.
         sandboxed = await asyncio.to_thread(
@@ -265,44 +293,28 @@ class _Shell:
         command, timeout = _command(args), self._timeout(args)
         workspace = real_root(ctx.workspace)
         marks = Marks.new()  # the model never sees them, so no command can name them
-        argv, _, reaped = await self._argv(command, workspace, marks.limit)
+        argv, _, reaped = await self._argv(command, workspace)
         if not reaped:
             marks = replace(marks, limit=None)  # only the subreaper sets it
-        shown = _shell() if reaped else argv[0]
         env = command_environment(workspace, self.settings, self.hidden_env) | {RUN_ID: marks.tag}
-        loop = asyncio.get_running_loop()
-        # The subreaper's socket: its stdin (the shell gets /dev/null), hotloop's end non-inheritable.
-        ours, theirs = socket.socketpair() if reaped else (None, None)
+        running = _Command(ctx.emit_output, self.settings.output_limit)
+        control: asyncio.Transport | None = None
         started = time.monotonic()
         try:
-            transport, running = await loop.subprocess_exec(
-                lambda: _Command(ctx.emit_output, self.settings.output_limit),
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL if theirs is None else theirs.fileno(),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=workspace,
-                env=env,
-                start_new_session=True,
-            )
+            if reaped:
+                control, transports = await _under_subreaper(running, argv, env, workspace, marks.limit)
+                group = None  # the subreaper tells the shell's pid
+            else:
+                shell = await _directly(running, argv, env, workspace)
+                transports, group = [shell], shell.get_pid()  # with a new session, its group's id
         except OSError as error:
-            if ours is not None:
-                ours.close()
-            raise ToolError(f"could not start {shown} in {workspace}: {error.strerror or error}") from None
-        finally:
-            if theirs is not None:
-                theirs.close()
-        # With a new session, the group's id is the shell's pid: the one started, or the one the subreaper tells.
-        reaper, group = (transport.get_pid(), None) if reaped else (None, transport.get_pid())
-        control: asyncio.Transport | None = None
+            raise ToolError(f"could not start {argv[0]} in {workspace}: {error.strerror or error}") from None
         try:
-            if ours is not None:
-                control, _ = await loop.connect_accepted_socket(lambda: _Lines(running.told), ours)
             async with asyncio.timeout(timeout):
                 if reaped:
                     spawned = await asyncio.shield(running.spawned)
                     if isinstance(spawned, OSError):
-                        raise ToolError(f"could not start {shown} in {workspace}: {spawned.strerror or spawned}")
+                        raise ToolError(f"could not start {argv[0]} in {workspace}: {spawned.strerror or spawned}")
                     if spawned is not None:
                         group, started = spawned
                 await asyncio.shield(running.exited)
@@ -316,27 +328,70 @@ class _Shell:
         finally:
             try:
                 # A subreaper the command killed is gone, its pid maybe another process's by now.
-                await stop(group, marks, running.exited, running.closed, None if running.gone.done() else reaper)
+                reaper = None if running.gone.done() else running.reaper
+                await stop(group, marks, running.exited, running.closed, reaper)
             finally:
                 try:
                     if control is not None:
                         control.write_eof()  # the release: the subreaper kills what is left, reaps it and exits
-                    elif ours is not None:
-                        ours.close()
                     await asyncio.wait([running.gone], timeout=KILL_GRACE)  # reaped, before the transport closes
                 finally:
-                    if control is not None:
-                        control.close()
-                    transport.close()
+                    for transport in transports:
+                        transport.close()
         return running.output.after(f"{_status(running.returncode)} · {took:.2f} s")
 
 
-def _unsandboxed(argv: list[str], mode: str, limit: int | None) -> tuple[list[str], str, bool]:
-    """`argv` run under the subreaper where there can be one (see processes.py), else as it is."""
-    if not use_subreaper or subreaper_problem() is not None:
-        return argv, mode, False
-    # -I -S: no site, no user's PYTHON* variables, no folder of the script's on sys.path: a fast, clean start.
-    return [sys.executable, "-I", "-S", str(SUBREAPER), "-" if limit is None else str(limit), *argv], mode, True
+async def _directly(
+    running: _Command, argv: list[str], env: dict[str, str], workspace: Path
+) -> asyncio.SubprocessTransport:
+    """`argv` started as hotloop's own child, in a session of its own; its transport."""
+    transport, _ = await asyncio.get_running_loop().subprocess_exec(
+        lambda: running,
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        cwd=workspace,
+        env=env,
+        start_new_session=True,
+    )
+    return transport
+
+
+async def _under_subreaper(
+    running: _Command, argv: list[str], env: dict[str, str], workspace: Path, limit: int | None
+) -> tuple[asyncio.Transport, list[asyncio.BaseTransport]]:
+    """`argv` run by a subreaper of the call's own (see subreaper.py): the call's socket, and the transports to close.
+
+    The socket carries the request and the release one way, the subreaper's lines the other; the output
+    comes on a pipe of its own, as a subprocess's would.
+    """
+    loop = asyncio.get_running_loop()
+    asked = request(argv, env, workspace, limit)
+    ours, theirs = socket.socketpair()
+    reading, writing = os.pipe()
+    try:
+        subreapers.ask(theirs, writing)
+        control, _ = await loop.connect_accepted_socket(lambda: _Lines(running), ours)
+    except BaseException:
+        ours.close()
+        os.close(reading)
+        raise
+    finally:
+        theirs.close()
+        os.close(writing)
+    control.write(asked)
+    try:
+        output, _ = await loop.connect_read_pipe(lambda: _Output(running), os.fdopen(reading, "rb", buffering=0))
+    except BaseException:
+        control.close()
+        raise
+    return control, [control, output]
+
+
+def _unsandboxed(argv: list[str], mode: str) -> tuple[list[str], str, bool]:
+    """`argv`, to run under a subreaper where there can be one (see processes.py)."""
+    return argv, mode, use_subreaper and subreaper_problem() is None
 
 
 def _command(args: dict[str, Any]) -> str:

@@ -46,7 +46,7 @@ class ReplayScreen(Screen[None]):
         self.session = session
         self.palette = palette
         self.replay = Replay(session.events, speed or 1.0)
-        self._instant = speed == 0
+        self._instant = speed == 0  # `--speed 0`: drawn at once; a step or a speed key plays on at the replay's speed
         self._leave = leave
         self._player: Worker[None] | None = None
         self._left = False
@@ -104,8 +104,9 @@ class ReplayScreen(Screen[None]):
         replay, header = self.replay, self.session.header
         steps = len(replay.timeline.step_starts)
         state = "done" if replay.done else "paused" if replay.paused else "playing"
+        pace = "at once" if self._instant else f"{replay.speed:g}×"
         title = (
-            f"replay · session {header.id} · {replay.speed:g}× · step {replay.timeline.steps_before(replay.position)} "
+            f"replay · session {header.id} · {pace} · step {replay.timeline.steps_before(replay.position)} "
             f"of {steps} · {state} · space pause · ←/→ steps · +/- speed"
         )
         self.query_one("#title", Static).update(inert(title))  # the id comes from the log
@@ -115,12 +116,15 @@ class ReplayScreen(Screen[None]):
         self._show_state()
 
     def action_next_step(self) -> None:
+        self._instant = False
         self._draw_jump(self.replay.timeline.next_step(self.replay.position))
 
     def action_previous_step(self) -> None:
+        self._instant = False
         self._draw_jump(self.replay.timeline.previous_step(self.replay.position))
 
     def action_speed(self, factor: float) -> None:
+        self._instant = False
         self.replay.set_speed(self.replay.speed * factor)
         self._show_state()
 

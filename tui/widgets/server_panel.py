@@ -48,6 +48,9 @@ _METRICS_FLAGS = {"llama.cpp": "llama-server --metrics", "sglang": "--enable-met
 
 
 PANEL_TEXT = 30  # the panel's width inside its padding
+LABELS = 18  # where the values start, unless the longest would not fit there ("no requests yet")
+GAP = 2  # spaces at least between a label and its value, so a reader can tell them apart
+Rows = list[tuple[str, str | None]]  # a label and its value; a heading has none
 
 
 class ServerPanel(Static):
@@ -90,53 +93,66 @@ class ServerPanel(Static):
             return text
         cache_empty = NONE_YET if stats.cache_reported else NOT_REPORTED
         ttft_empty = NONE_YET if stats.ttft_reported else NOT_REPORTED
-        text.append(f"{SERVER_HIT_RATE}\n", "dim")
-        _row(text, "  last 1 min", _percent(stats.hit_rate_recent, _quiet_minute(stats)))
-        _row(text, "  since start", _percent(stats.hit_rate_since_start, cache_empty))
-        _row(text, "KV cache used", _percent(stats.kv_usage))
-        _row(text, "running", _number(stats.running))
-        _row(text, "waiting", _number(stats.waiting))
-        _row(text, "TTFT p50", _seconds(stats.ttft_p50, ttft_empty))
-        _row(text, "TTFT p95", _seconds(stats.ttft_p95, ttft_empty))
-        _spec_rows(text, stats)
-        _residency_rows(text, stats.evictions)
-        _source_rows(text, stats.cache_sources)
+        rows: Rows = [(SERVER_HIT_RATE, None)]
+        rows.append(("  last 1 min", _percent(stats.hit_rate_recent, _quiet_minute(stats))))
+        rows.append(("  since start", _percent(stats.hit_rate_since_start, cache_empty)))
+        rows.append(("KV cache used", _percent(stats.kv_usage)))
+        rows.append(("running", _number(stats.running)))
+        rows.append(("waiting", _number(stats.waiting)))
+        rows.append(("TTFT p50", _seconds(stats.ttft_p50, ttft_empty)))
+        rows.append(("TTFT p95", _seconds(stats.ttft_p95, ttft_empty)))
+        _spec_rows(rows, stats)
+        _residency_rows(rows, stats.evictions)
+        _source_rows(rows, stats.cache_sources)
+        _draw(text, rows, width)
         return text
 
 
-def _residency_rows(text: Text, evictions: Evictions | None) -> None:
+def _draw(text: Text, rows: Rows, width: int) -> None:
+    """The rows, values in one column: at LABELS, or further left if a value would not fit the width beside it."""
+    longest = max((len(value) for _, value in rows if value is not None), default=0)
+    column = min(LABELS, width - longest)
+    for label, value in rows:
+        if value is None:
+            text.append(f"{label}\n", "dim")
+            continue
+        text.append(label.ljust(max(column, len(label) + GAP)), "dim")
+        text.append(value + "\n", "dim" if value in EMPTY else "bold")
+
+
+def _residency_rows(rows: Rows, evictions: Evictions | None) -> None:
     # No rows for a server without the histograms: vLLM has them only with --kv-cache-metrics.
     if evictions is None:
         return
-    text.append(f"{KV_RESIDENCY}\n", "dim")
+    rows.append((KV_RESIDENCY, None))
     if not evictions.count:
-        _row(text, "  evictions", NOTHING_YET)
+        rows.append(("  evictions", NOTHING_YET))
         return
-    _row(text, "  evictions", f"{evictions.count:,}")
+    rows.append(("  evictions", f"{evictions.count:,}"))
     for label, value in (
         ("  evicted after", evictions.lifetime),
         ("  idle before", evictions.idle),
         ("  reuse gap", evictions.reuse_gap),
     ):
         if value is not None:
-            _row(text, label, duration(value))
+            rows.append((label, duration(value)))
 
 
-def _source_rows(text: Text, sources: tuple[tuple[str, float], ...] | None) -> None:
+def _source_rows(rows: Rows, sources: tuple[tuple[str, float], ...] | None) -> None:
     """Each source's share of the cached tokens; nothing when the server names no source ("total" is none)."""
     named = [(source, tokens) for source, tokens in sources or () if source != "total"]
     if not named:
         return
-    text.append(f"{CACHED_FROM}\n", "dim")
+    rows.append((CACHED_FROM, None))
     cached = sum(tokens for _, tokens in named)
     if cached <= 0:
-        _row(text, "  any source", NOTHING_YET)
+        rows.append(("  any source", NOTHING_YET))
         return
     for source, tokens in sorted(named, key=lambda item: -item[1]):
         if tokens > 0:
             # HiCache's storage tier is its L3, named by backend (`storage_mooncake`).
             name = _SOURCES.get(source, source.replace("storage_", "L3 ", 1).replace("_", " "))
-            _row(text, f"  {inert(name)[:15]}", f"{tokens / cached:.0%}")
+            rows.append((f"  {inert(name)[:15]}", f"{tokens / cached:.0%}"))
 
 
 def _quiet_minute(stats: ServerStats) -> str:
@@ -146,20 +162,15 @@ def _quiet_minute(stats: ServerStats) -> str:
     return NONE_YET if stats.hit_rate_since_start is None else QUIET
 
 
-def _spec_rows(text: Text, stats: ServerStats) -> None:
+def _spec_rows(rows: Rows, stats: ServerStats) -> None:
     # No rows for a server without the series: vLLM has them only when speculative decoding is on.
     if not stats.spec_reported:
         return
     if stats.spec_acceptance is None and stats.spec_length is None:
-        _row(text, "spec decoding", NO_DRAFTS)
+        rows.append(("spec decoding", NO_DRAFTS))
         return
-    _row(text, "spec accepted", _percent(stats.spec_acceptance, NO_DRAFTS))
-    _row(text, "spec mean length", f"{stats.spec_length:.2f}" if stats.spec_length is not None else NO_DRAFTS)
-
-
-def _row(text: Text, label: str, value: str) -> None:
-    text.append(f"{label:<18}", "dim")
-    text.append(value + "\n", "dim" if value in EMPTY else "bold")
+    rows.append(("spec accepted", _percent(stats.spec_acceptance, NO_DRAFTS)))
+    rows.append(("spec mean length", f"{stats.spec_length:.2f}" if stats.spec_length is not None else NO_DRAFTS))
 
 
 def _percent(value: float | None, empty: str = NOT_REPORTED) -> str:

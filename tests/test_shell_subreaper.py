@@ -1,0 +1,120 @@
+"""run_shell's subreapers come from one program hotloop starts once, forked per call (issue 35, item 9).
+
+A Python interpreter started for every call cost ~19 ms each; the program now forks the call's subreaper. What the
+subreaper guaranteed still holds (tests/test_shell_tool.py, tests/test_host_doors.py); these show how it is made now:
+one program, a fork of it per call, calls that don't wait on each other, and a program started again if it dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from hotloop.agent.tools.processes import subreaper_problem
+from hotloop.agent.tools.registry import ToolContext
+from hotloop.agent.tools.shell import ShellSettings, shell_tool
+
+from support import present, wait_until
+
+pytestmark = pytest.mark.skipif(subreaper_problem() is not None, reason=f"no subreaper: {subreaper_problem()}")
+
+# The call's subreaper ($PPID): its pid, its parent's, and its command line.
+WHO = "echo $PPID; cut -d' ' -f4 /proc/$PPID/stat; tr '\\0' ' ' < /proc/$PPID/cmdline; echo"
+
+
+async def run(workspace: Path, command: str, **args: object) -> str:
+    tool = shell_tool(ShellSettings(), set())
+    return await tool.handler({"command": command, **args}, ToolContext("c1", workspace))
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+async def program(workspace: Path) -> int:
+    """The program's pid: the parent of a call's subreaper."""
+    return int((await run(workspace, WHO)).splitlines()[2])
+
+
+async def test_each_call_s_subreaper_is_a_fork_of_one_program(tmp_path: Path) -> None:
+    """Two calls: two subreapers, each a child of the same program, itself hotloop's child, with the program's own
+    command line, as a fork has: no interpreter started for either call."""
+    first, second = [(await run(tmp_path, WHO)).splitlines()[1:] for _ in range(2)]
+    assert first[0] != second[0]
+    assert int(first[1]) == int(second[1]) != os.getpid()
+    assert parent_of(int(first[1])) == os.getpid()
+    with open(f"/proc/{first[1]}/cmdline", "rb") as cmdline:
+        assert first[2] == second[2] == cmdline.read().replace(b"\0", b" ").decode()
+    assert first[2].split()[-1].endswith("subreaper.py")
+
+
+async def test_each_subreaper_holds_its_own_call_s_socket_alone(tmp_path: Path) -> None:
+    """Two calls at once: each one's subreaper holds one socket, its own call's. A fork that kept the other's would
+    keep that call from seeing its subreaper end (the socket's EOF) until the later call ended too."""
+    said: dict[str, list[str]] = {"earlier": [], "later": []}
+    tool = shell_tool(ShellSettings(), set())
+
+    def start(name: str, command: str) -> asyncio.Future[str]:
+        context = ToolContext(name, tmp_path, said[name].append)
+        return asyncio.ensure_future(tool.handler({"command": f"echo $PPID; {command}"}, context))
+
+    def subreaper(name: str) -> int | None:
+        first = "".join(said[name]).split("\n", 1)
+        return int(first[0]) if len(first) == 2 else None
+
+    earlier = start("earlier", "until [ -e go ]; do sleep 0.01; done; echo done")
+    later: asyncio.Future[str] | None = None
+    try:
+        await wait_until(lambda: subreaper("earlier") is not None, what="the earlier call's subreaper")
+        later = start("later", "sleep 60")
+        await wait_until(lambda: subreaper("later") is not None, what="the later call's subreaper")
+        held = [sockets(present(subreaper(name))) for name in ("earlier", "later")]
+        assert [len(names) for names in held] == [1, 1] and held[0] != held[1]
+        (tmp_path / "go").touch()
+        result = await asyncio.wait_for(earlier, timeout=30)
+        assert result.startswith("exit 0 · ") and result.endswith("\ndone\n")
+        assert not later.done()
+    finally:
+        for call in (earlier, later):
+            if call is not None and not call.done():
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+
+
+def sockets(pid: int) -> list[str]:
+    """The sockets a process holds open, as /proc names them (`socket:[123]`)."""
+    held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    return [name for name in held if name.startswith("socket:")]
+
+
+async def test_a_subreaper_a_command_kills_says_the_signal_and_its_processes_end(tmp_path: Path) -> None:
+    """A signal the subreaper doesn't shield (SIGALRM) ends it: the call ends with that signal's name, told by the
+    program that reaped it, and what the command left running ends too."""
+    result = await run(tmp_path, "sleep 100 & echo $!; kill -ALRM $PPID; wait", timeout=30)
+    assert result.startswith("killed by SIGALRM · ")
+    pid = int(result.splitlines()[1])
+    await wait_until(lambda: not alive(pid), timeout=10)
+
+
+async def test_the_program_is_started_again_when_it_has_died(tmp_path: Path) -> None:
+    """SIGKILLed from outside, the program is replaced at the next call, which runs under a fork of the new one."""
+    old = await program(tmp_path)
+    os.kill(old, signal.SIGKILL)
+    await wait_until(lambda: not alive(old))
+    result = (await run(tmp_path, WHO)).splitlines()
+    assert result[0].startswith("exit 0 · ")
+    assert int(result[2]) != old and parent_of(int(result[2])) == os.getpid()
