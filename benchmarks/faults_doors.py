@@ -3,12 +3,13 @@
 Hostile input at the doors the watch, the importers and ACP opened: deny rules against spellings
 that run the same program, an imported or loaded session that names another workspace, JSON
 nested past any parser's stack, a key the watch knows echoed back to it, and lines to
-`hotloop acp` that are no request. Every row checks what the fault left on disk, in the log or
-in the output, not only how the run ended.
+`hotloop acp` that are no request; and issue 35's switches and a Ctrl-C mid-stream. Every row checks
+what the fault left on disk, in the log or in the output, not only how the run ended.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import faults_acp as acp
 import faults_host as host
 import faults_imports as imports
 import faults_nesting as nesting
+import faults_switching as switching
 import faults_watch as watch
 from faults import ANTHROPIC, DONE, Custom, Fault, Trial, mcp
 from faults_acting import held, shell
@@ -212,4 +214,37 @@ ACP: Rows = [*acp.ACP_ROWS]
 
 HOST: Rows = host.ROWS
 
-DOORS = [*DENY, *IMPORTS, *NESTING, *WATCH, *ACP, *HOST]
+# ---- switching, and totals after a cancel ----
+
+SWITCHING: Rows = switching.ROWS
+
+# ---- compaction ----
+
+
+def _failed_compaction_counted(trial: Trial) -> list[str]:
+    """The prompts after a failed /compact ran, its failure is one line, and the log keeps it with its usage."""
+    lines = trial.log.read_text().splitlines() if trial.log is not None else []
+    turns = [json.loads(line)["prompt"] for line in lines if line.startswith('{"type":"turn_started"')]
+    sides = [line for line in lines if line.startswith('{"type":"side_request"') and '"kind":"compaction"' in line]
+    said = [line for line in trial.stderr.splitlines() if "compaction" in line]
+    problems = [] if turns[:3] == ["first", "second", "third"] else [f"the turns logged: {turns}"]
+    if len(sides) != 1 or '"outcome":"failed"' not in sides[0] or '"usage":{"prompt_total"' not in sides[0]:
+        problems.append("the failed summary request is not logged once with its usage")
+    if len(said) != 1 or "failed: the summary was cut off" not in said[0]:
+        problems.append(f"said in {len(said)} lines, not one: {said}")
+    return [*problems, "note: -c is cut off too: this row's config caps every answer at 8 tokens"]
+
+
+COMPACTION: Rows = [
+    Fault(
+        "compaction: the summary cut off between prompts of hotloop run",
+        [{"text": "hi"}] * 4,
+        ("--provider", "tiny", "first", "/compact", "second"),
+        prompt="third",
+        config='[cache]\nprewarm = "off"\n[providers.tiny]\nkind = "sim-anthropic"\nmax_tokens = 8\n',
+        expect=(1,),
+        check=_failed_compaction_counted,
+    ),
+]
+
+DOORS = [*DENY, *IMPORTS, *NESTING, *WATCH, *ACP, *HOST, *SWITCHING, *COMPACTION]
