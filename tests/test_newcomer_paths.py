@@ -95,7 +95,7 @@ def test_the_usage_shows_the_command_as_optional(isolated_home: Path) -> None:
 async def test_ctrl_q_quits_the_app_as_the_quick_start_says(isolated_home: Path) -> None:
     """The README's Quick start says ctrl+q quits: from the prompt, with the session ready, the app exits."""
     write_config(isolated_home)
-    async with running_app() as (app, pilot):
+    async with running_app() as (app, _pilot):
         press(app, "ctrl+q")
         await wait_until(lambda: app.return_code is not None, what="the app to exit")
     assert app.return_code == 0
