@@ -1,4 +1,5 @@
-"""Shared fixtures: a private config and data folder per test, and the embedded simulator."""
+"""The suite's set-up: the whole suite on every core; per test a private config and data folder, no start
+pre-warm, and the embedded simulator."""
 
 from __future__ import annotations
 
@@ -7,9 +8,22 @@ from pathlib import Path
 
 import pytest
 
+from hotloop.core import prewarm
 from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import KEY_VARIABLES, start_sim
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads these options
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`pytest` with no paths runs the suite on every core, in worker processes (pytest-xdist); named files or
+    tests run in one process, where `-s` and `--pdb` work. `-n` on the command line decides either way."""
+    whole_suite = config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    worker = hasattr(config, "workerinput")  # a worker is started with the suite's arguments: it must not fork again
+    if whole_suite and not worker and getattr(config.option, "numprocesses", 0) is None:
+        config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"  # a worker that runs out takes tests from the other: the slow ones vary
 
 
 @pytest.fixture(autouse=True)
@@ -22,6 +36,14 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in KEY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     return home
+
+
+@pytest.fixture(autouse=True)
+def no_start_prewarm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's start and switch pre-warms wait past any test's timeout, unless a test sets its own
+    `prewarmer.delay` (test_prewarm.py): their 1-second timer would race what a test watches on a loaded machine
+    (the screen, the simulator's requests, the totals, the log)."""
+    monkeypatch.setattr(prewarm, "DELAY", 3600.0)
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ from hotloop.providers.conversation import AssistantMessage, ToolResultMessage
 from hotloop.providers.events import TextDelta, ToolCallReady
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sim.embedded import EmbeddedSimulator
-from hotloop.sim.engine import LatencyProfile
 
 from support import make_agent, present, sim_with_scenario, start_sim, wait_until
 
@@ -219,8 +218,9 @@ async def test_cancel_during_tools_leaves_a_valid_conversation(tmp_path: Path) -
 
 
 async def test_cancel_mid_stream_keeps_the_partial_answer(tmp_path: Path) -> None:
-    slow = LatencyProfile(ttft=0.0, prefill_per_token=0.0, decode_per_token=0.02)
-    sim = sim_with_scenario(tmp_path, [{"text": "word " * 200}, {"text": "second answer"}], slow)
+    # Silent after 10 tokens for longer than any test runs: the cancel comes mid-answer, however busy the machine.
+    cut = {"text": "word " * 200, "stall": {"after_chunks": 10, "seconds": 30}}
+    sim = sim_with_scenario(tmp_path, [cut, {"text": "second answer"}])
     try:
         agent, recorder = make_agent(sim, tmp_path)
         turn = asyncio.create_task(agent.run_turn("talk"))

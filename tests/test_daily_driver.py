@@ -30,9 +30,10 @@ from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.sessions_sidebar import SessionList, SessionsSidebar
 
 from support import present
-from tui_support import drawn, idle, press, running_app, send, wait_until, write_config
+from tui_support import HELD, drawn, holding, idle, press, running_app, send, wait_until, write_config
 
-LONG = {"text": "word " * 300}  # at 5 ms a token: 1.5 s of streaming, time enough to type during it
+# An answer that stops mid-way (30 s, past any test's end) until ctrl+s or Esc cuts it.
+MID_ANSWER = {"text": "word " * 300, "stall": {"after_chunks": 20, "seconds": 30}}
 
 
 def prompts_sent(app: HotloopApp) -> list[str]:
@@ -50,22 +51,25 @@ async def type_during_the_turn(app: HotloopApp, text: str) -> PromptInput:
 
 
 async def test_enter_during_a_turn_queues_the_prompt_and_sends_it_when_the_turn_ends(isolated_home: Path) -> None:
-    write_config(isolated_home, [LONG, {"text": "Second answer."}], decode_ms=5)
+    write_config(isolated_home, [HELD, {"text": "First answer."}, {"text": "Second answer."}])
     async with running_app() as (app, pilot):
+        release = holding(app)
         await send(app, pilot, "first")
         box = await type_during_the_turn(app, "second")
         press(app, "enter")
         queued = app.query_one(QueuedPrompts)
         await wait_until(lambda: queued.prompts == ("second",) and queued.display)
         assert box.text == "" and app.agent is not None and app.agent.turn == 1  # queued, not sent, not refused
+        release.set()
         await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.main.turn_running)
         assert prompts_sent(app) == ["first", "second"]
         assert queued.prompts == () and not queued.display
 
 
 async def test_up_in_an_empty_box_takes_a_queued_prompt_back_to_edit(isolated_home: Path) -> None:
-    write_config(isolated_home, [LONG, {"text": "Edited answer."}], decode_ms=5)
+    write_config(isolated_home, [HELD, {"text": "First answer."}, {"text": "Edited answer."}])
     async with running_app() as (app, pilot):
+        release = holding(app)
         await send(app, pilot, "first")
         box = await type_during_the_turn(app, "secnod")
         press(app, "enter")
@@ -74,13 +78,16 @@ async def test_up_in_an_empty_box_takes_a_queued_prompt_back_to_edit(isolated_ho
         await wait_until(lambda: box.text == "secnod" and app.query_one(QueuedPrompts).prompts == ())
         box.load_text("second")
         press(app, "enter")
+        await wait_until(lambda: app.query_one(QueuedPrompts).prompts == ("second",))
+        release.set()
         await wait_until(lambda: app.agent is not None and app.agent.turn == 2 and not app.main.turn_running)
         assert prompts_sent(app) == ["first", "second"]
 
 
 async def test_esc_stops_the_turn_and_gives_the_queued_prompts_back(isolated_home: Path) -> None:
-    write_config(isolated_home, [LONG, {"text": "never"}], decode_ms=5)
+    write_config(isolated_home, [HELD, {"text": "never"}])
     async with running_app() as (app, pilot):
+        holding(app)  # never let go: Esc ends the turn
         await send(app, pilot, "first")
         box = await type_during_the_turn(app, "second")
         press(app, "enter")
@@ -92,7 +99,7 @@ async def test_esc_stops_the_turn_and_gives_the_queued_prompts_back(isolated_hom
 
 
 async def test_ctrl_s_sends_now_in_place_of_the_turn_in_flight(isolated_home: Path) -> None:
-    write_config(isolated_home, [LONG, {"text": "Right away."}], decode_ms=5)
+    write_config(isolated_home, [MID_ANSWER, {"text": "Right away."}])
     async with running_app() as (app, pilot):
         await send(app, pilot, "first")
         await type_during_the_turn(app, "stop, do this instead")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -204,10 +203,12 @@ def test_figures_not_reported_are_left_out_never_zero(tmp_path: Path) -> None:
     assert not {"total_prompt_tokens", "total_completion_tokens", "total_cost_usd"} & set(document["final_metrics"])
 
 
-def test_the_cli_writes_atif(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_writes_atif(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (isolated_home / "config.toml").write_text(FAST_SIM)
     (isolated_home / "ws").mkdir()
-    os.chdir(isolated_home / "ws")
+    monkeypatch.chdir(isolated_home / "ws")  # the tests after it keep their own folder
     (isolated_home / "ws" / "README.md").write_text("# Demo\n")
     assert main(["run", "read README.md"]) == 0
     capsys.readouterr()

@@ -70,8 +70,9 @@ async def test_end_takes_the_cursor_to_the_bottom_with_the_view(isolated_home: P
             press(app, end)
             await wait_until(lambda: near_the_bottom(history) and history.following, what=f"{end} to follow")
             assert cursor_shows(history) and history._layout.places()[history.cursor].key != call
+            at = history.cursor
             press(app, "up")  # from the bottom: to the item before, in the last turn, not to turn 1
-            await pilot.pause()
+            await wait_until(moved_from(history, at), what="the cursor to move up")
             assert in_the_last_turn(history)
         press(app, "end", "enter")  # acts on what is on screen, not on turn 1's call
         await pilot.pause()

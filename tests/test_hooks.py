@@ -14,7 +14,7 @@ import pytest
 from hotloop.agent.hooks import MAX_REASON, Hook, Hooks
 from hotloop.agent.loop import Agent
 
-from support import Recorder, make_agent, sim_with_scenario
+from support import Recorder, make_agent, sim_with_scenario, wait_until
 
 
 def hooks(workspace: Path, *entries: Hook, hidden: set[str] | None = None) -> Hooks:
@@ -96,11 +96,7 @@ async def test_a_hook_past_its_timeout_is_killed_with_its_children_and_warned_ab
         "PreToolUse hook `sleep 30 & echo $! > child; wait` timed out after 0.5 s and was killed"
     ]
     child = int((tmp_path / "child").read_text())
-    for _ in range(100):
-        if not alive(child):
-            break
-        await asyncio.sleep(0.02)
-    assert not alive(child)
+    await wait_until(lambda: not alive(child), what="the hook's child to end")
 
 
 async def test_a_cancelled_turn_kills_its_hooks(tmp_path: Path) -> None:
@@ -108,19 +104,12 @@ async def test_a_cancelled_turn_kills_its_hooks(tmp_path: Path) -> None:
         hooks(tmp_path, Hook(event="Stop", command="echo $$ > pid; exec sleep 30", timeout=60)).stop()
     )
     pid_file = tmp_path / "pid"
-    for _ in range(250):
-        if pid_file.exists() and pid_file.read_text().strip():
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the hook to start")
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
     pid = int(pid_file.read_text())
-    for _ in range(100):
-        if not alive(pid):
-            break
-        await asyncio.sleep(0.02)
-    assert not alive(pid)
+    await wait_until(lambda: not alive(pid), what="the hook to end")
 
 
 async def test_the_event_arrives_as_claude_code_json_on_stdin(tmp_path: Path) -> None:

@@ -128,7 +128,7 @@ async def test_a_daemon_left_by_a_command_that_killed_its_subreaper_ends_with_th
     assert result.startswith("killed by SIGKILL · ")  # the subreaper's end is the call's
     [pid] = [int(line) for line in result.splitlines()[1:] if line.isdigit()]
     # SIGKILLed before the call returned; the kernel may take a moment to end it on a busy machine.
-    await wait_until(lambda: dead(pid), timeout=5)
+    await wait_until(lambda: dead(pid))
 
 
 def file_locks(result: str) -> tuple[list[str], list[str]]:

@@ -41,7 +41,18 @@ from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.server_panel import ServerPanel
 
 from support import present
-from tui_support import connected, drawn, idle, live_panes, press, send, sessions_sidebar, wait_until, write_config
+from tui_support import (
+    connected,
+    drawn,
+    held_toasts,
+    idle,
+    live_panes,
+    press,
+    send,
+    sessions_sidebar,
+    wait_until,
+    write_config,
+)
 
 MARKUP = "[/bold] then [red]x[/red] then [not a tag"
 # Clear the screen, retitle the window, a hidden link (OSC 8), a clipboard write (OSC 52), a C1 CSI.
@@ -96,13 +107,19 @@ async def test_markup_in_notices_errors_and_titles_shows_literally(isolated_home
         app.session.emit(Notice(level="warning", message=f"warning {MARKUP}"))
         app.session.emit(Notice(level="error", message=f"error {MARKUP}"))
         app.session.emit(SessionTitled(title=f"title {MARKUP}", model="[red]model"))
+        # Read while the three toasts show: the title's goes after 4 s, which a busy machine may reach.
+        await wait_until(
+            lambda: (
+                (toasts(app).count(MARKUP) == 3 and "[/bold] then [red]x[/red]" in drawn(app))
+                or app._exception is not None
+            )
+        )
+        assert app._exception is None
+        assert "session titled “title [/bold]" in toasts(app) and "by [red]model" in toasts(app)
         await send(app, pilot, f"/provider {MARKUP.split()[0]}x")  # an error that quotes what was typed
-        await wait_until(lambda: toasts(app).count(MARKUP) == 3 or app._exception is not None)
-        await wait_until(lambda: "unknown provider '[/bold]x'" in toasts(app))
+        await wait_until(lambda: "unknown provider '[/bold]x'" in toasts(app) or app._exception is not None)
         await pilot.pause()
         assert app.is_running and app._exception is None
-        assert "session titled “title [/bold]" in toasts(app) and "by [red]model" in toasts(app)
-        assert "[/bold] then [red]x[/red]" in drawn(app)
 
 
 async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolated_home: Path) -> None:
@@ -149,7 +166,7 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
 
         app.session.emit(SessionTitled(title=HOSTILE, model=EVIL_TOOL))
         app.session.emit(Notice(level="warning", message=HOSTILE))
-        await wait_until(lambda: len(app.screen.query("Toast")) == 2)
+        await held_toasts(app, 2)  # the title's would go after 4 s, before a busy machine has drawn the stand-ins
         await screen_inert(app)
         assert_inert(app.sub_title)
 
@@ -168,9 +185,7 @@ async def test_escapes_in_an_answer_tool_output_and_names_are_drawn_inert(isolat
         await screen_inert(app)
 
         press(app, "f3")
-        await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and bool(app.screen.plain))  # composed
-        await pilot.pause()
-        assert "evil␛[2J<9b>31m" in drawn(app)
+        await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and "evil␛[2J<9b>31m" in drawn(app))
         assert not CONTROL.search(drawn(app))
 
 

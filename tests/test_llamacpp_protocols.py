@@ -160,8 +160,8 @@ async def test_llama_cpps_anthropic_side_sends_no_timings_so_the_rate_counts_fro
     response = recorder.of(ResponseFinished)[0]
     assert response.figures_by == "" and response.usage is not None and response.usage.output == 30
     # From the first byte the span is the hold at least, less what a loaded client's late reading of the first event
-    # takes off it (the deltas' own span, a few ms, would read ~100× higher).
-    assert response.decode_tps is not None and response.decode_tps <= (30 - 1) / (hold - 0.05)
+    # takes off it: up to half of it here (the deltas' own span, a few ms, would read ~100× higher).
+    assert response.decode_tps is not None and response.decode_tps <= (30 - 1) / (hold / 2)
 
 
 @pytest.mark.parametrize("protocol", ["responses", "anthropic"])

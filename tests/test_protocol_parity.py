@@ -55,7 +55,7 @@ async def test_a_title_keeps_the_conversations_prefix_on_anthropic_and_responses
     agent, router, recorder = await routed(quick(tmp_path, tiers=tiers), workspace, Choice(tier="fast"))
     try:
         await router.turn(agent, PROMPT)
-        await router.side_jobs.settle(5)
+        await router.side_jobs.settle(30)  # a bound, not a wait: it returns when the job is done
         requests = list(present(router.runtime.simulator).server.requests)
     finally:
         await router.runtime.aclose()
@@ -83,7 +83,7 @@ async def test_a_configured_self_hosted_providers_tiers_are_its_own_models(
         await runtime.fit_tiers(resolve(config, choice))
         agent, router, recorder = await routed(runtime.config, workspace, choice)
         await router.turn(agent, PROMPT)
-        await router.side_jobs.settle(5)
+        await router.side_jobs.settle(30)
         await router.runtime.aclose()
     finally:
         await runtime.aclose()

@@ -24,7 +24,15 @@ def test_ci_runs_the_readmes_test_command_as_written() -> None:
 
 
 def test_the_test_command_installs_what_every_test_needs() -> None:
-    """`.[test]` alone: tests/test_architecture.py runs lint-imports, so the test extra brings import-linter."""
+    """`.[test]` alone: tests/test_architecture.py runs lint-imports, so the test extra brings import-linter, and
+    the suite's workers (tests/conftest.py) come with pytest-xdist."""
     pyproject = (ROOT / "pyproject.toml").read_text()
     test_extra = pyproject[pyproject.index("test = [") : pyproject.index("]", pyproject.index("test = ["))]
-    assert "import-linter" in test_extra
+    assert "import-linter" in test_extra and "pytest-xdist" in test_extra
+
+
+def test_the_run_under_load_is_the_readmes_test_command() -> None:
+    """`.ci/under-load` runs the suite as the README's command does, beside its busy loops: no option of its own."""
+    _, tests = readme_commands()
+    script = [line.strip() for line in (ROOT / ".ci" / "under-load").read_text().splitlines()]
+    assert tests.split(" && ")[-1] in script

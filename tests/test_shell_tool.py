@@ -84,9 +84,9 @@ async def test_output_streams_before_the_command_ends(tmp_path: Path) -> None:
 
 
 async def test_parallel_calls_run_at_once_each_in_its_own_process(tmp_path: Path) -> None:
-    started = time.monotonic()
-    results = await asyncio.gather(*(run(tmp_path, "sleep 1; echo $$") for _ in range(3)))
-    assert time.monotonic() - started < 2.5  # three 1-s sleeps one after the other would take 3 s
+    # Each call waits until all three have started: run one after the other, the first would wait to its timeout.
+    meet = "touch started.$$; until [ $(ls started.* | wc -l) -ge 3 ]; do sleep 0.01; done; echo $$"
+    results = await asyncio.gather(*(run(tmp_path, meet, timeout=20) for _ in range(3)))
     assert len({result.split("\n")[1] for result in results}) == 3
 
 
@@ -111,23 +111,24 @@ async def test_cancel_kills_the_whole_group(tmp_path: Path, command: str) -> Non
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+    await wait_until(lambda: all(dead(pid) for pid in pids))
 
 
 async def test_a_timeout_kills_the_group_and_keeps_the_output(tmp_path: Path) -> None:
     with pytest.raises(ToolError) as error:
-        await run(tmp_path, "echo $!$$; sleep 100 & echo $!; wait", timeout=0.5)
+        # Long enough for both pids to be printed first on a busy machine (a shell and its subreaper to start).
+        await run(tmp_path, "echo $!$$; sleep 100 & echo $!; wait", timeout=2)
     message = str(error.value)
-    assert message.startswith("timed out after 0.5 s; the command was killed\n")
+    assert message.startswith("timed out after 2 s; the command was killed\n")
     pids = [int(pid) for pid in message.split("\n")[1:] if pid]
     assert len(pids) == 2
-    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+    await wait_until(lambda: all(dead(pid) for pid in pids))
 
 
 async def test_what_is_left_in_the_background_is_stopped_when_the_command_ends(tmp_path: Path) -> None:
     result = await run(tmp_path, "sleep 100 & echo $!")
     assert result.startswith("exit 0 · ")
-    await wait_until(lambda: dead(int(result.split("\n")[1])), timeout=5)
+    await wait_until(lambda: dead(int(result.split("\n")[1])))
 
 
 # Two processes that leave the call's process group: one `setsid -f`, one double-forked and setsid'd;
@@ -155,7 +156,7 @@ async def test_what_left_the_group_is_stopped_when_the_command_ends(tmp_path: Pa
     assert result.startswith("exit 0 · ")
     pids = pids_in(result)
     assert len(pids) == 2
-    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+    await wait_until(lambda: all(dead(pid) for pid in pids))
 
 
 @needs_setsid
@@ -165,7 +166,7 @@ async def test_what_left_the_group_is_stopped_at_a_timeout(tmp_path: Path) -> No
     assert str(error.value).startswith("timed out after 3 s; the command was killed\n")
     pids = pids_in(str(error.value))
     assert len(pids) == 3
-    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+    await wait_until(lambda: all(dead(pid) for pid in pids))
 
 
 @needs_setsid
@@ -177,7 +178,7 @@ async def test_what_left_the_group_is_stopped_at_a_cancel(tmp_path: Path) -> Non
     with pytest.raises(asyncio.CancelledError):
         await task
     pids = pids_in(pane.text)
-    await wait_until(lambda: all(dead(pid) for pid in pids), timeout=5)
+    await wait_until(lambda: all(dead(pid) for pid in pids))
 
 
 # A process that clears its environment and leaves the group, double-forked: its parent (the subshell) has
@@ -286,7 +287,7 @@ async def test_without_a_subreaper_the_reason_is_said_once_and_commands_run_as_b
         assert sandbox_notice(ShellSettings(sandbox="workspace-write")) is None
     result = await run(tmp_path, f"echo $PPID; {ESCAPING}")
     assert int(result.split("\n")[1]) == os.getpid()  # the shell is hotloop's own child, as before
-    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)[1:]), timeout=5)
+    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)[1:]))
 
 
 @needs_subreaper
@@ -295,7 +296,7 @@ async def test_a_command_that_signals_its_parent_still_ends_whole(tmp_path: Path
     assert (await run(tmp_path, "kill $PPID; echo still here")).endswith("\nstill here\n")
     result = await run(tmp_path, "kill -9 $PPID; sleep 100 & echo $!; wait", timeout=10)
     assert result.startswith("killed by SIGKILL · ")
-    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)), timeout=5)
+    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)))
 
 
 # A hotloop that runs a command which prints its background child's pid, then waits to be killed.
@@ -320,7 +321,7 @@ async def test_when_hotloop_dies_its_commands_die_with_it(tmp_path: Path) -> Non
     assert not dead(pid)
     hotloop.kill()  # no sweep: the subreaper reads EOF on its socket, kills what is below it and exits
     await hotloop.wait()
-    await wait_until(lambda: dead(pid), timeout=5)
+    await wait_until(lambda: dead(pid))
 
 
 # Credentials by other names, agents' sockets, and a variable no one listed: none reaches a command.
@@ -546,11 +547,11 @@ async def test_cancel_kills_everything_in_the_sandbox(tmp_path: Path) -> None:
     task = run(tmp_path, f"sleep {marker} & echo started; wait", pane, ShellSettings(sandbox="workspace-write"))
     await wait_until(lambda: "started" in pane.text)
     # The shell echoes while its background child may not have exec'd `sleep` yet (a busy machine).
-    await wait_until(lambda: running_marker(f"sleep\0{marker}"), timeout=5)
+    await wait_until(lambda: running_marker(f"sleep\0{marker}"))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await wait_until(lambda: not running_marker(f"sleep\0{marker}"), timeout=5)
+    await wait_until(lambda: not running_marker(f"sleep\0{marker}"))
 
 
 needs_bwrap = pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets._toast import Toast
-
 from hotloop.config import load_config
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.widgets.approval_bar import ApprovalBar
 from hotloop.tui.widgets.status_bar import StatusBar
 
-from tui_support import answer, connected, drawn, idle, running_app, send, wait_until, write_config
+from tui_support import answer, connected, drawn, held_toasts, idle, running_app, send, wait_until, write_config
 
 SIZE = (80, 24)
 LINES = "".join(f"line {n}\n" for n in ("one", "two", "three", "four", "five", "six"))
@@ -66,12 +64,12 @@ async def test_f1_is_in_the_footer_whatever_has_the_focus(isolated_home: Path) -
 async def test_a_toast_leaves_the_status_bar_on_screen(isolated_home: Path) -> None:
     write_config(isolated_home)
     app = HotloopApp(load_config())
-    async with app.run_test(size=SIZE, notifications=True) as pilot:  # tests run without toasts unless asked
+    async with app.run_test(size=SIZE, notifications=True):  # tests run without toasts unless asked
         await connected(app)
         app.main.say("a notice long enough to take two lines of a toast at eighty columns, or more")
-        await wait_until(lambda: bool(app.screen.query(Toast)), what="the toast")
-        await pilot.pause()
+        toasts = await held_toasts(app)
+        await wait_until(lambda: all(toast.region.height for toast in toasts), what="the toast laid out")
         status = app.main.query_one(StatusBar).region
-        for toast in app.screen.query(Toast):
+        for toast in toasts:
             assert not toast.region.overlaps(status)
         assert "● ready" in drawn(app).splitlines()[-2]

@@ -6,7 +6,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from test_snapshots import SnapCompare, T, app_of, showing, snapshot_app, tool_call_events, two_step_turn, usage
+from test_snapshots import (
+    SnapCompare,
+    T,
+    app_of,
+    settle,
+    showing,
+    snapshot_app,
+    tool_call_events,
+    two_step_turn,
+    usage,
+)
 from test_waterfall_truth import asked_and_allowed, cancelled_mid_stream, turn_two
 from textual.pilot import Pilot
 
@@ -25,7 +35,7 @@ from hotloop.providers.events import TextDelta
 from hotloop.tui.screens.waterfall import WaterfallScreen
 from hotloop.tui.widgets.approval_bar import ApprovalBar
 
-from tui_support import wait_until
+from tui_support import held_toasts, wait_until
 
 SIZE = (80, 24)
 DIFF = "--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1,6 @@\n" + "".join(
@@ -84,7 +94,15 @@ def test_a_toast_leaves_the_status_bar_readable_at_80_by_24(snap_compare: SnapCo
     top right, over the transcript's oldest lines, and the status bar below stays whole: ● ready, sim ·
     sim-balanced (the provider and model kept before the totals), the cache hit and the context meter."""
     events = [*two_step_turn(), SessionTitled(title="Parallel reads", model="sim-fast", ts=T + 5)]
-    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=showing(events))
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        for event in events:
+            app_of(pilot).session.emit(event)
+        await held_toasts(pilot.app)  # it would go after 4 s: the picture may come later on a busy machine
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(isolated_home), terminal_size=SIZE, run_before=run_before)
 
 
 def test_the_waterfall_of_a_cancel_and_a_wait_at_80_by_24(snap_compare: SnapCompare, isolated_home: Path) -> None:

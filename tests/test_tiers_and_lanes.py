@@ -64,7 +64,7 @@ async def test_auto_sends_a_greeting_to_fast_and_a_multi_part_task_to_strong(tmp
     try:
         await router.turn(agent, "hi there!")
         await router.turn(agent, "Read README.md and notes.txt, then grep for TODO")
-        await router.side_jobs.settle(5)
+        await router.side_jobs.settle(30)  # a bound, not a wait: it returns when the job is done
         requests = list(present(router.runtime.simulator).server.requests)
     finally:
         await router.runtime.aclose()
@@ -89,9 +89,9 @@ async def test_the_fast_tier_titles_the_session_after_its_first_turn(tmp_path: P
     agent, router, recorder = await agent_and_router(config_with(tmp_path), workspace)
     try:
         await router.turn(agent, "Please read README.md, then grep for TODO")
-        await router.side_jobs.settle(5)
+        await router.side_jobs.settle(30)
         await router.turn(agent, "and notes.txt too")
-        await router.side_jobs.settle(5)
+        await router.side_jobs.settle(30)
         titler = [r for r in present(router.runtime.simulator).server.requests if b"Write a title" in r.body]
     finally:
         await router.runtime.aclose()
@@ -128,7 +128,7 @@ async def test_a_title_on_the_conversations_model_extends_its_request_and_evicts
     try:
         await router.turn(agent, "Please read README.md, then grep for TODO")
         conversation = list(agent.messages)
-        await router.side_jobs.settle(5)
+        await router.side_jobs.settle(30)
         assert agent.messages == conversation  # the title job leaves the conversation as it was
         requests = list(server.requests)
         await router.turn(agent, "and notes.txt too")

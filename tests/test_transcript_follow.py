@@ -13,10 +13,10 @@ from hotloop.tui.widgets.new_output import NewOutput
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.transcript import Transcript
 
-from tui_support import idle, press, running_app, send, wait_until, write_config
+from tui_support import HELD, holding, idle, live_panes, press, running_app, send, wait_until, write_config
 
 LONG = {"text": "A line of the answer.\n\n" * 60}
-SLOW = {"text": "streaming " * 200}  # at 5 ms a token: a second of output arriving below the view
+SLOW = {"text": "streaming " * 200, "decode_ms": 5}  # a second of output arriving below the view
 
 
 def at_bottom(transcript: Transcript) -> bool:
@@ -52,15 +52,17 @@ async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(is
 
 
 async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_again(isolated_home: Path) -> None:
-    write_config(isolated_home, [LONG, SLOW], decode_ms=5)
+    write_config(isolated_home, [LONG, HELD, SLOW])
     async with running_app() as (app, pilot):
+        release = holding(app)
         await send(app, pilot, "one")
         await idle(app, pilot)
         transcript = app.main.transcript
         await send(app, pilot, "two")
-        await wait_until(lambda: app.main.turn_running and transcript.answer.text)
+        await wait_until(lambda: bool(live_panes(transcript, "running")))  # held: its answer is still to come
         press(app, "ctrl+home")
         await wait_until(lambda: transcript.history.scroll_y == 0 and not transcript.following)
+        release.set()  # the answer streams below the view
         await wait_until(lambda: marker(app).has_class("-shown") and marker(app).display)
         assert transcript.history.scroll_y == 0  # the stream did not pull the view down
         press(app, "ctrl+end")
@@ -70,15 +72,19 @@ async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_a
 
 
 async def test_the_marker_follows_when_clicked_and_scrolling_to_the_bottom_follows(isolated_home: Path) -> None:
-    write_config(isolated_home, [LONG, SLOW], decode_ms=5)
+    write_config(isolated_home, [LONG, HELD, SLOW])
     async with running_app() as (app, pilot):
+        release = holding(app)
         await send(app, pilot, "one")
         await idle(app, pilot)
         transcript = app.main.transcript
         await send(app, pilot, "two")
-        await wait_until(lambda: app.main.turn_running and transcript.answer.text)
-        transcript.history.scroll_up(animate=False, immediate=True)  # the mouse wheel's way
-        await wait_until(lambda: not transcript.following and marker(app).has_class("-shown"))
+        await wait_until(lambda: bool(live_panes(transcript, "running")))  # held: its answer is still to come
+        for _ in range(20):  # the mouse wheel's way, above the tool's pane (it folds to one line when it ends)
+            transcript.history.scroll_up(animate=False, immediate=True)
+        await wait_until(lambda: not transcript.following)
+        release.set()  # the answer streams below the view
+        await wait_until(lambda: marker(app).has_class("-shown"))
         shown = marker(app)
         # Drawn where a click lands (the screen's map is rebuilt on the next refresh).
         await wait_until(lambda: shown.region and app.get_widget_at(*shown.region.offset)[0] is shown)
@@ -100,8 +106,9 @@ async def test_tab_goes_from_the_prompt_to_the_history_and_back_with_no_invisibl
         await idle(app, pilot)
         focused: list[Widget] = []
         for _ in range(4):
+            before = app.focused
             press(app, "tab")
-            await pilot.pause()
+            await wait_until(lambda: app.focused is not before, what="tab to move the focus")  # noqa: B023
             assert app.focused is not None
             focused.append(app.focused)
         assert [type(w) for w in focused] == [HistoryView, PromptInput, HistoryView, PromptInput]

@@ -71,13 +71,14 @@ async def search_palette(app: HotloopApp, query: str, best: str) -> None:
 
 
 async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -> None:
-    # 8 ms a token: the answer streams for 1.2 s, long enough to be seen half-written on a busy machine.
-    write_config(isolated_home, [{"text": "## Streaming\n\n" + "word " * 150}], decode_ms=8)
+    # 2 ms a token, and 2 s of silence after 30: time to be seen half-written on a busy machine.
+    streaming = {"text": "## Streaming\n\n" + "word " * 150, "stall": {"after_chunks": 30, "seconds": 2}}
+    write_config(isolated_home, [streaming], decode_ms=2)
     async with running_app() as (app, pilot):
         await send(app, pilot, "hello")
         answer = app.main.transcript.answer
-        await wait_until(lambda: answer.shown_to > 40)
-        assert app.main.turn_running  # part of the answer is on screen before the model has finished
+        # Part of the answer is on screen before the model has finished.
+        await wait_until(lambda: answer.shown_to > 40 and app.main.turn_running)
         partial = answer.shown_to
         await idle(app, pilot)
 
@@ -179,7 +180,9 @@ async def test_slash_commands_switch_and_unknown_ones_explain(isolated_home: Pat
 
 
 async def test_escape_mid_stream_leaves_a_valid_conversation(isolated_home: Path) -> None:
-    write_config(isolated_home, [{"text": "word " * 400}, {"text": "second answer"}], decode_ms=10)
+    # Silent after 40 tokens, for longer than any test runs: Esc comes mid-answer however busy the machine.
+    cut = {"text": "word " * 400, "stall": {"after_chunks": 40, "seconds": 30}}
+    write_config(isolated_home, [cut, {"text": "second answer"}])
     async with running_app() as (app, pilot):
         await send(app, pilot, "talk")
         await wait_until(lambda: app.main.transcript.answer.shown_to > 30)

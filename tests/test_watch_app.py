@@ -109,9 +109,9 @@ async def test_each_conversation_keeps_its_own_transcript_and_totals(sim: Embedd
         assert "first conversation" in _text(first)
         screen.query_one(WatchedList).focus()
         await pilot.press("down")
-        await pilot.pause()
+        await wait_until(lambda: screen.visible_transcript() is not first, what="the other conversation on screen")
         second = present(screen.visible_transcript())
-        assert second is not first and "second conversation" in _text(second)
+        assert "second conversation" in _text(second)
         assert screen.query_one(StatusBar).totals.steps == 1  # the conversation on screen, not the whole traffic
 
 
@@ -128,8 +128,7 @@ async def test_f3_draws_the_waterfall_and_f1_says_how_to_point_an_agent_here(sim
         await pilot.press("f3")
         await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and "time me" in app.screen.plain)
         await pilot.press("escape", "f1")
-        await pilot.pause()
-        assert isinstance(app.screen, WatchHelp)
+        await wait_until(lambda: isinstance(app.screen, WatchHelp), what="the help screen")
         assert f"ANTHROPIC_BASE_URL={app.url}" in "".join(str(s.render()) for s in app.screen.query("Static"))
 
 
@@ -141,8 +140,10 @@ async def test_a_request_the_watch_cannot_read_is_one_line_and_the_app_goes_on(s
         async with openai.AsyncOpenAI(base_url=f"{app.url}/v1", api_key="k", max_retries=0) as client:
             with pytest.raises(openai.APIStatusError):
                 await client.post("/chat/completions", cast_to=object, content=b"\xff{not json")
-        await pilot.pause()
-        assert any("not JSON" in n.message or "not UTF-8" in n.message for n in app._notifications)
+        await wait_until(
+            lambda: any("not JSON" in n.message or "not UTF-8" in n.message for n in app._notifications),
+            what="the line about the unreadable body",
+        )
         finished = _finished_steps(app)
         await _ask(app.url, "still watching?")
         await asyncio.wait_for(finished.get(), 10)

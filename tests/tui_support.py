@@ -9,6 +9,7 @@ process, keeps from happening.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import unicodedata
 from collections.abc import AsyncIterator, Sequence
@@ -22,7 +23,9 @@ from textual._compositor import LayoutUpdate
 from textual.app import App
 from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
 from textual.pilot import Pilot
+from textual.widgets._toast import Toast
 
+from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.config import load_config
 from hotloop.core.slash import SlashError, parse
 from hotloop.tui.app import HotloopApp
@@ -35,9 +38,12 @@ from hotloop.tui.widgets.transcript import Transcript
 from support import wait_until
 
 __all__ = [
+    "HELD",
     "answer",
     "connected",
     "drawn",
+    "held_toasts",
+    "holding",
     "idle",
     "live_panes",
     "press",
@@ -51,6 +57,9 @@ __all__ = [
 
 # Titles off: a title request would add to the requests the tests count; titles have tests of their own.
 FAST_SIM = "[routing]\ntitles = false\n[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
+
+# A scenario step that calls the `hold` tool `holding` adds: its turn runs until the test lets it go on.
+HELD = {"tool_calls": [{"name": "hold", "arguments": {}}]}
 
 # The turn each app's last prompt started: `idle` waits for it to end.
 _turns_sent: WeakKeyDictionary[HotloopApp, int] = WeakKeyDictionary()
@@ -98,6 +107,20 @@ async def running_app(
         await connected(app)
         app.query_one(PromptInput).cursor_blink = False
         yield app, pilot
+
+
+def holding(app: HotloopApp) -> asyncio.Event:
+    """Add the `hold` tool to `app`'s tools: a `HELD` step's call ends once the event returned is set. A test that
+    must act while a turn runs holds it open so, not with a stream it hopes is slow enough for the machine."""
+    release = asyncio.Event()
+
+    async def hold(arguments: dict[str, Any], context: ToolContext) -> str:
+        await release.wait()
+        return "let go"
+
+    assert app.session.runtime is not None
+    app.session.runtime.tools.add(Tool("hold", "Wait.", {"type": "object"}, hold))
+    return release
 
 
 def press(app: App[Any], *keys: str) -> None:
@@ -165,6 +188,18 @@ async def answer(app: HotloopApp, *keys: str) -> None:
         lambda: bar.requests and bar.armed and isinstance(app.focused, AnswerList), what="the question to take keys"
     )
     press(app, *keys)
+
+
+async def held_toasts(app: App[Any], count: int = 1) -> list[Toast]:
+    """The screen's toasts once `count` are up, kept there: a toast goes a few seconds after it is mounted, which a
+    busy machine can spend before a picture or a check. Their timers stop as soon as they run."""
+    await wait_until(lambda: sum(bool(toast._timers) for toast in app.screen.query(Toast)) >= count, what="the toasts")
+    toasts = list(app.screen.query(Toast))
+    for toast in toasts:
+        toast._notification.timeout = 3600  # and no refresh of the notifications reaps it
+        for timer in toast._timers:
+            timer.pause()
+    return toasts
 
 
 async def sessions_sidebar(app: HotloopApp) -> SessionsSidebar:
