@@ -8,7 +8,6 @@ from typing import Any, TypeVar
 
 import pytest
 from rich.style import Style
-from textual.command import CommandInput, CommandList, CommandPalette
 from textual.widgets import Input, OptionList
 
 from hotloop.agent.events import AgentEvent, decode
@@ -25,7 +24,19 @@ from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.transcript import Transcript
 
 from support import present
-from tui_support import drawn, idle, live_panes, press, running_app, send, submit, wait_until, write_config
+from tui_support import (
+    drawn,
+    idle,
+    live_panes,
+    notified,
+    press,
+    running_app,
+    search_palette,
+    send,
+    submit,
+    wait_until,
+    write_config,
+)
 
 T = TypeVar("T")
 
@@ -46,28 +57,6 @@ def simulator(app: HotloopApp) -> EmbeddedSimulator:
 def logged_events(home: Path) -> list[AgentEvent]:
     (log,) = (home / "data" / "sessions").glob("*.jsonl")
     return [decode(line) for line in log.read_bytes().splitlines()[1:]]
-
-
-def notified(app: HotloopApp, text: str) -> bool:
-    return any(text in str(n.message) for n in app._notifications)
-
-
-async def search_palette(app: HotloopApp, query: str, best: str) -> None:
-    """Open the command palette, type `query`, and wait until `best` is the highlighted first match."""
-    press(app, "ctrl+p")
-    await wait_until(lambda: isinstance(app.screen, CommandPalette) and isinstance(app.focused, CommandInput))
-    press(app, *query)
-    commands = app.screen.query_one(CommandList)
-
-    def highlighted() -> str:
-        index = commands.highlighted
-        return str(commands.get_option_at_index(index).prompt) if index is not None and commands.option_count else ""
-
-    # Results arrive from the palette's search task, however long that takes.
-    await wait_until(
-        lambda: app.screen.query_one(CommandInput).value == query and highlighted().startswith(best),
-        what=f"the palette to offer {best!r} for {query!r}",
-    )
 
 
 async def test_a_prompt_streams_its_answer_token_by_token(isolated_home: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.command import CommandInput, CommandList, CommandPalette
+from textual.command import CommandPalette
 
 from hotloop.agent.events import AgentEvent, ProviderSwitched, decode
 from hotloop.config import load_config
@@ -17,7 +17,7 @@ from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.tui.app import HotloopApp
 
 from support import present
-from tui_support import drawn, idle, press, running_app, send, wait_until, write_config
+from tui_support import drawn, idle, notified, press, running_app, search_palette, send, wait_until, write_config
 
 
 def simulator(app: HotloopApp) -> EmbeddedSimulator:
@@ -31,25 +31,9 @@ def logged(app: HotloopApp) -> list[AgentEvent]:
     return [decode(line) for line in log.path.read_bytes().splitlines()[1:]]
 
 
-def said(app: HotloopApp, text: str) -> bool:
-    return any(text in str(notification.message) for notification in app._notifications)
-
-
 async def pick(app: HotloopApp, query: str, best: str) -> None:
     """ctrl+p, type `query`, wait until `best` is the highlighted first match, and press Enter."""
-    press(app, "ctrl+p")
-    await wait_until(lambda: isinstance(app.screen, CommandPalette) and isinstance(app.focused, CommandInput))
-    press(app, *query)
-    commands = app.screen.query_one(CommandList)
-
-    def highlighted() -> str:
-        index = commands.highlighted
-        return str(commands.get_option_at_index(index).prompt) if index is not None and commands.option_count else ""
-
-    await wait_until(
-        lambda: app.screen.query_one(CommandInput).value == query and highlighted().startswith(best),
-        what=f"the palette to offer {best!r} for {query!r}",
-    )
+    await search_palette(app, query, best)
     press(app, "enter")
     await wait_until(lambda: not isinstance(app.screen, CommandPalette), what="the palette to close")
 
@@ -117,11 +101,11 @@ async def test_picking_what_answers_already_switches_nothing(isolated_home: Path
         await send(app, pilot, "hello")
         await idle(app, pilot)
         await pick(app, "sim sim-balanced", "model: sim · sim-balanced")
-        await wait_until(lambda: said(app, "already on sim · sim-balanced: nothing to switch"), what="the note")
+        await wait_until(lambda: notified(app, "already on sim · sim-balanced: nothing to switch"), what="the note")
         for command in ("/provider sim", "/tier balanced", "/model sim-balanced"):
             app._notifications.clear()
             await send(app, pilot, command)
-            await wait_until(lambda: said(app, "already on sim · sim-balanced"), what=f"{command}'s note")
+            await wait_until(lambda: notified(app, "already on sim · sim-balanced"), what=f"{command}'s note")
         assert not [e for e in logged(app) if isinstance(e, ProviderSwitched)]
         assert app.main.status.state == "ready" and app.main.status.provider == "sim"
 
@@ -134,7 +118,7 @@ async def test_a_pick_during_a_turn_is_made_when_the_turn_ends(isolated_home: Pa
         await send(app, pilot, "talk")
         await wait_until(lambda: app.main.transcript.answer.shown_to > 10, what="the answer to stream")
         await send(app, pilot, "/tier fast")
-        await wait_until(lambda: said(app, "switching to sim · sim-fast when this turn ends"), what="the note")
+        await wait_until(lambda: notified(app, "switching to sim · sim-fast when this turn ends"), what="the note")
         await idle(app, pilot)
         await wait_until(lambda: app.main.status.model == "sim-fast" and app.main.status.state == "ready")
         await send(app, pilot, "again")

@@ -21,6 +21,7 @@ from weakref import WeakKeyDictionary
 from textual import events
 from textual._compositor import LayoutUpdate
 from textual.app import App
+from textual.command import CommandInput, CommandList, CommandPalette
 from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
 from textual.pilot import Pilot
 from textual.widgets._toast import Toast
@@ -188,6 +189,29 @@ async def answer(app: HotloopApp, *keys: str) -> None:
         lambda: bar.requests and bar.armed and isinstance(app.focused, AnswerList), what="the question to take keys"
     )
     press(app, *keys)
+
+
+def notified(app: App[Any], text: str) -> bool:
+    """Whether a notification (a toast, shown or gone) said `text`."""
+    return any(text in str(notification.message) for notification in app._notifications)
+
+
+async def search_palette(app: App[Any], query: str, best: str) -> None:
+    """Open the command palette, type `query`, and wait until `best` is the highlighted first match."""
+    press(app, "ctrl+p")
+    await wait_until(lambda: isinstance(app.screen, CommandPalette) and isinstance(app.focused, CommandInput))
+    press(app, *query)
+    commands = app.screen.query_one(CommandList)
+
+    def highlighted() -> str:
+        index = commands.highlighted
+        return str(commands.get_option_at_index(index).prompt) if index is not None and commands.option_count else ""
+
+    # Results arrive from the palette's search task, however long that takes.
+    await wait_until(
+        lambda: app.screen.query_one(CommandInput).value == query and highlighted().startswith(best),
+        what=f"the palette to offer {best!r} for {query!r}",
+    )
 
 
 async def held_toasts(app: App[Any], count: int = 1) -> list[Toast]:
