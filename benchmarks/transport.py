@@ -85,7 +85,7 @@ from hotloop.providers.conversation import (
     UserMessage,
 )
 from hotloop.providers.openai_chat import ChunkParser, OpenAIChatProvider, _decode_chunk
-from hotloop.providers.transport import server_sent_data
+from hotloop.providers.sse import server_sent_data
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import NO_LATENCY, SimConfig
 from hotloop.sim.scenario import Reply

@@ -51,7 +51,8 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import ANTHROPIC_URL, CallIds, SdkProvider, malformed
+from hotloop.providers.sse import CallIds, malformed
+from hotloop.providers.transport import ANTHROPIC_URL, SdkProvider
 
 BREAKPOINT_LIMIT = 4
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"

@@ -51,7 +51,8 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
 from hotloop.providers.server_fixes import fix_for, truncated_prompt
-from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, malformed
+from hotloop.providers.sse import CallIds, malformed
+from hotloop.providers.transport import OPENAI_URL, SdkProvider
 from hotloop.providers.vllm import MissingDetails
 
 _encode = msgspec.json.Encoder().encode

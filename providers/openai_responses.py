@@ -49,7 +49,8 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
-from hotloop.providers.transport import OPENAI_URL, CallIds, SdkProvider, malformed
+from hotloop.providers.sse import CallIds, malformed
+from hotloop.providers.transport import OPENAI_URL, SdkProvider
 
 _encode = msgspec.json.Encoder().encode
 # Reasoning comes back as encrypted items, which a stateless request sends back as they came.

@@ -22,7 +22,7 @@ from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
 from hotloop.providers.openai_chat import Chunk, ChunkParser, read_chunk
 from hotloop.providers.openai_responses import ResponsesParser
-from hotloop.providers.transport import SseSplitter, utf8
+from hotloop.providers.sse import SseSplitter, utf8
 
 MAX_WHOLE = 64 * 1024 * 1024  # bytes of a non-streamed answer kept to read it
 _encode = msgspec.json.Encoder().encode

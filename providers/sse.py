@@ -1,0 +1,110 @@
+"""Server-sent events read as the protocols need them: each event's `data` as bytes, valid UTF-8, tool-call
+ids made unique, and the one line for data that isn't the JSON it should be. The watch reads its copy of a
+stream with the same splitter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from hotloop.providers.errors import StreamInterrupted
+from hotloop.providers.events import ProviderWarning
+
+if TYPE_CHECKING:
+    import httpx2
+
+
+class SseSplitter:
+    """Cuts server-sent events out of blocks of bytes as they arrive: the `data` of each event, as bytes
+    (multi-line data joined by newlines).
+
+    Working on bytes skips text decoding and line objects: msgspec decodes JSON from bytes
+    directly. Lines end in LF, CRLF or CR, as the spec allows (a CR ending a block is held: its
+    LF may come with the next). `end` delivers a last event not ended by a blank line.
+    """
+
+    __slots__ = ("_data", "_pending")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._data: list[bytes] = []
+
+    def feed(self, block: bytes) -> list[bytes]:
+        text = self._pending + block
+        if b"\r" in text:
+            held = b"\r" if text.endswith(b"\r") else b""
+            text = text[: len(text) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
+        *lines, self._pending = text.split(b"\n")
+        events = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    events.append(b"\n".join(data))
+                    data.clear()
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+        return events
+
+    def end(self) -> list[bytes]:
+        pending, self._pending = self._pending.removesuffix(b"\r"), b""
+        if pending.startswith(b"data:"):
+            self._data.append(pending[6:] if pending.startswith(b"data: ") else pending[5:])
+        last = [b"\n".join(self._data)] if self._data else []
+        self._data = []
+        return last
+
+
+async def server_sent_data(
+    response: httpx2.Response, received: Callable[[], None] = lambda: None
+) -> AsyncGenerator[bytes, None]:
+    """The `data` of each server-sent event in an HTTP response (`SseSplitter`); `received` is called for every
+    block read from the network."""
+    splitter = SseSplitter()
+    async for block in response.aiter_bytes():
+        received()
+        for data in splitter.feed(block):
+            yield data
+    for data in splitter.end():
+        yield data
+
+
+class CallIds:
+    """Tool-call ids made unique within a response: a repeated id gets a suffix, and a warning says so.
+
+    Two calls with one id would pair with one result, and the other's result would be dropped.
+    """
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._seen: set[str] = set()
+
+    def unique(self, call_id: str) -> tuple[str, ProviderWarning | None]:
+        if call_id not in self._seen:
+            self._seen.add(call_id)
+            return call_id, None
+        number = 2
+        while f"{call_id}-{number}" in self._seen:
+            number += 1
+        renamed = f"{call_id}-{number}"
+        self._seen.add(renamed)
+        return renamed, ProviderWarning(
+            f"{self._where} sent two tool calls with the id {call_id}; the later is {renamed}"
+        )
+
+
+def utf8(data: bytes) -> tuple[bytes, bool]:
+    """`data` as valid UTF-8 (bytes that aren't become U+FFFD), and whether any had to."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace").encode(), True
+    return data, False
+
+
+def malformed(where: str, what: str, error: msgspec.DecodeError, data: bytes) -> StreamInterrupted:
+    """The error for event data that is not the JSON it should be, quoting the start of it."""
+    return StreamInterrupted(f"{where} sent a malformed {what} ({error}): {data[:120].decode(errors='replace')}")
