@@ -125,6 +125,25 @@ async def test_a_replay_redraws_parallel_panes_overlapping_as_they_did(
     assert len(tools) == 1 and [call.status for call in tools[0].calls] == ["ok", "ok", "ok"]
 
 
+async def test_a_replay_closing_mid_play_draws_nothing_more(parallel_session: tuple[Path, list[int]]) -> None:
+    """Once the app quits, events the player already holds are not drawn: the widgets are being torn down (CI once
+    failed with `NoMatches: Transcript` from the player during shutdown)."""
+    path, _ = parallel_session
+    session = read_session(path)
+    app = ReplayApp(session, speed=0.25)
+    async with app.run_test(size=(120, 36)):
+        await wait_until(lambda: replay_drawn(app))
+        screen = replaying(app)
+        press(app, "space")
+        await wait_until(lambda: screen.replay.paused)
+        drawn_before = [type(item) for item in screen.transcript.history.items]
+        app.exit()
+        for event in session.events:
+            screen.deliver(event)
+        assert [type(item) for item in screen.transcript.history.items] == drawn_before
+        assert ToolCallsItem not in drawn_before  # the log's events held the step's tool panes
+
+
 async def test_replay_keys_pause_step_and_change_speed(
     parallel_session: tuple[Path, list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -73,16 +73,22 @@ class ReplayScreen(Screen[None]):
         if not self._left:  # left before the first refresh: a replay started now would draw on a screen being torn down
             self._player = self.play()
 
+    @property
+    def drawing(self) -> bool:
+        """False once the user left or the app is closing: a burst or a tick already under way would draw on
+        widgets being torn down."""
+        return not self._left and self.is_attached and self.app.is_running
+
     @work(exclusive=True, group="replay")
     async def play(self) -> None:
         await self.replay.play(self.deliver)
-        self._finish()
+        if self.drawing:
+            self._finish()
 
     def deliver(self, event: AgentEvent) -> None:
         """One event of the log, through the same path a live event takes."""
-        if self._left:
-            return  # a burst already under way when the user left: its widgets are being torn down
-        self.transcript.apply(event)
+        if self.drawing:
+            self.transcript.apply(event)
 
     def _finish(self) -> None:
         """The end of the log: a step it leaves open was cut short when the session stopped."""
@@ -101,6 +107,8 @@ class ReplayScreen(Screen[None]):
         self._show_state()
 
     def _show_state(self) -> None:
+        if not self.drawing:
+            return
         replay, header = self.replay, self.session.header
         steps = len(replay.timeline.step_starts)
         state = "done" if replay.done else "paused" if replay.paused else "playing"
