@@ -55,14 +55,20 @@ class SessionsBrowsing(Screen[None]):
         if sidebars and sidebars.first().has_class("-open"):
             self.load_sessions()
 
-    @work(exclusive=True, group="sessions", thread=True)
+    @work(exclusive=True, group="sessions", thread=True, exit_on_error=False)
     def load_sessions(self) -> None:
         from hotloop import paths
         from hotloop.sessions.store import list_sessions
 
         sessions = list_sessions(paths.sessions_dir()).sessions
-        # The sidebar is looked up on the UI thread, where the DOM changes.
-        self.app.call_from_thread(lambda: self.query_one(SessionsSidebar).show(sessions))
+
+        def show() -> None:
+            # Looked up on the UI thread, where the DOM changes; gone if the app closed while the folder was read.
+            for sidebar in self.query(SessionsSidebar):
+                sidebar.show(sessions)
+
+        if self.app.is_running:
+            self.app.call_from_thread(show)
 
     @work(exclusive=True, group="sessions", exit_on_error=False)
     async def on_sessions_sidebar_picked(self, message: SessionsSidebar.Picked) -> None:
