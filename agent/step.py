@@ -211,7 +211,7 @@ class StepAccumulator:
         return closing
 
     def ttft(self) -> float | None:
-        """Seconds from the request to the response's first byte of any kind.
+        """Seconds from the request to the answer's first event (`StreamStarted`: keep-alives and preambles aside).
 
         Not to its first token: a server that holds a tool call's first fragment back (llama.cpp)
         has done its prefill long before.

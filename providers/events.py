@@ -325,7 +325,8 @@ class Usage(Event, frozen=True):
 
 
 class StreamStarted(Event, frozen=True):
-    """The response's first byte of any kind arrived (before its first token, for a server that holds tokens back)."""
+    """The answer's first event arrived, keep-alives and preambles aside (`sse.opens_answer`): before its first token,
+    for a server that holds tokens back."""
 
 
 class Finished(Event, frozen=True):

@@ -23,7 +23,8 @@ class SseSplitter:
 
     Working on bytes skips text decoding and line objects: msgspec decodes JSON from bytes
     directly. Lines end in LF, CRLF or CR, as the spec allows (a CR ending a block is held: its
-    LF may come with the next). `end` delivers a last event not ended by a blank line.
+    LF may come with the next). `end` delivers a last event not ended by a blank line. An event
+    whose data is empty or blank is a keep-alive, as a comment is: no protocol's event, so none is delivered.
     """
 
     __slots__ = ("_data", "_pending")
@@ -43,7 +44,8 @@ class SseSplitter:
         for line in lines:
             if not line:
                 if data:
-                    events.append(b"\n".join(data))
+                    if (event := b"\n".join(data)) and not event.isspace():
+                        events.append(event)
                     data.clear()
             elif line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
@@ -53,9 +55,9 @@ class SseSplitter:
         pending, self._pending = self._pending.removesuffix(b"\r"), b""
         if pending.startswith(b"data:"):
             self._data.append(pending[6:] if pending.startswith(b"data: ") else pending[5:])
-        last = [b"\n".join(self._data)] if self._data else []
+        last = b"\n".join(self._data)
         self._data = []
-        return last
+        return [last] if last and not last.isspace() else []
 
 
 async def server_sent_data(
@@ -94,6 +96,30 @@ class CallIds:
         return renamed, ProviderWarning(
             f"{self._where} sent two tool calls with the id {call_id}; the later is {renamed}"
         )
+
+
+class _Typed(msgspec.Struct, gc=False):
+    type: str = ""
+
+
+_decode_typed = msgspec.json.Decoder(_Typed).decode
+# Events a server sends before, or beside, its answer: none says when the model's first token came (real Anthropic
+# pings at once, OpenAI's Responses creates the response before its prefill).
+_PREAMBLE = frozenset({"ping", "response.created", "response.in_progress", "response.queued"})
+_PREAMBLE_MARKS = (b'"ping"', b'"response.created"', b'"response.in_progress"', b'"response.queued"')
+
+
+def opens_answer(data: bytes) -> bool:
+    """Whether an event's `data` is the answer's first content, where TTFT ends: a preamble event (`_PREAMBLE`)
+    names no token, and keep-alives (comments, empty events) never leave `SseSplitter`. A role-only chunk counts:
+    servers send it with their first token (llama.cpp as its prefill ends, then holds a call's first fragment
+    back)."""
+    if not any(mark in data for mark in _PREAMBLE_MARKS):
+        return True
+    try:
+        return _decode_typed(data).type not in _PREAMBLE
+    except (msgspec.DecodeError, RecursionError):
+        return True  # not JSON, or not this shape: the parser says what it is
 
 
 def utf8(data: bytes) -> tuple[bytes, bool]:

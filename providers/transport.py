@@ -27,7 +27,7 @@ from hotloop.providers.errors import ProviderError, RequestRejected, Stalled, St
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
 from hotloop.providers.failures import backoff, explain, retry_line, root_cause
 from hotloop.providers.server_fixes import room_left
-from hotloop.providers.sse import server_sent_data, utf8
+from hotloop.providers.sse import opens_answer, server_sent_data, utf8
 from hotloop.providers.tls import tls_context
 
 if TYPE_CHECKING:
@@ -250,15 +250,15 @@ class SdkProvider(Generic[Rendered]):
     async def stream_data(
         self, body: bytes, session_key: str | None = None
     ) -> AsyncGenerator[bytes | ProviderWarning | StreamStarted, None]:
-        """`server_events`, with `StreamStarted` before the first event's data, and each event's data as valid
-        UTF-8: the first event with bytes that aren't says so once."""
+        """`server_events`, with `StreamStarted` before the answer's first content (`opens_answer`), and each event's
+        data as valid UTF-8: the first event with bytes that aren't says so once."""
         started = mangled = False
         async with aclosing(self.server_events(body, session_key)) as stream:
             async for data in stream:
                 if isinstance(data, ProviderWarning):
                     yield data
                     continue
-                if not started:
+                if not started and opens_answer(data):
                     started = True
                     yield StreamStarted()
                 data, replaced = utf8(data)

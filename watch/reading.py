@@ -3,7 +3,12 @@
 A stream is cut into server-sent events (`SseSplitter`) and each event goes to the protocol's
 parser (`ChunkParser`, `ResponsesParser`, `MessageParser`), so a watched step's text, calls and
 usage are read exactly as hotloop reads its own. A whole (non-streamed) JSON answer is handed to
-the same parsers as the events it would have streamed. What can't be read ends the reading with
+the same parsers as the events it would have streamed.
+
+TTFT ends at the answer's first content, by the rule hotloop's own provider uses (`opens_answer`): a keep-alive
+comment, an empty event or a preamble (a ping, a Responses `response.created`) is no token. A server that reports
+its own prefill is believed over a first byte that came before it. A whole answer has a first byte but no
+stream to time a rate by: its rate is the server's, or none. What can't be read ends the reading with
 one line (`problem`), a whole answer nested past the decoder's stack too (the providers' parsers refuse
 an event nested past `nesting.LIMIT`); the bytes the client gets are never touched.
 """
@@ -22,7 +27,7 @@ from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
 from hotloop.providers.openai_chat import Chunk, ChunkParser, read_chunk
 from hotloop.providers.openai_responses import ResponsesParser
-from hotloop.providers.sse import SseSplitter, utf8
+from hotloop.providers.sse import SseSplitter, opens_answer, utf8
 
 MAX_WHOLE = 64 * 1024 * 1024  # bytes of a non-streamed answer kept to read it
 _encode = msgspec.json.Encoder().encode
@@ -44,16 +49,25 @@ class ResponseReader:
     """Reads one response's bytes into model events, timed into a `StepAccumulator`.
 
     `feed` takes each block as it arrives (with its arrival time) and returns the events it
-    completed; `end` the rest. `problem` is the first thing that couldn't be read.
+    completed; `end` the rest. `problem` is the first thing that couldn't be read. `cap` is the request's own
+    output cap: an answer that reached it was cut by it, whatever stop the server names.
     """
 
     def __init__(
-        self, protocol: str, model: str, where: str, started: float, streamed: bool, encoding: str = ""
+        self,
+        protocol: str,
+        model: str,
+        where: str,
+        started: float,
+        streamed: bool,
+        encoding: str = "",
+        cap: int | None = None,
     ) -> None:
         self.protocol = protocol
         self.where = where
-        self.step = StepAccumulator(started=started)
+        self.step = StepAccumulator(started=started, cap=cap)
         self.streamed = streamed
+        self._opened = False  # the answer's first content has come: TTFT ends there
         self.problem = ""
         self.cache_miss_reason = ""  # Anthropic's cache diagnostics, when the agent asked for them
         self._splitter = SseSplitter()
@@ -69,8 +83,8 @@ class ResponseReader:
 
     def feed(self, block: bytes, now: float) -> list[ModelEvent]:
         events: list[ModelEvent] = []
-        if self.step.first_byte is None:
-            events.append(StreamStarted())
+        if self.problem or not self.streamed:
+            self._open(events)  # unreadable, or a whole answer: its first byte is all there is to time
         if self.problem:
             return self._taken(events, now)
         if self._inflate is not None:
@@ -91,6 +105,11 @@ class ResponseReader:
             self.problem = str(error)
         return self._taken(events, now)
 
+    def _open(self, events: list[ModelEvent]) -> None:
+        if not self._opened:
+            self._opened = True
+            events.append(StreamStarted())
+
     def end(self, now: float) -> list[ModelEvent]:
         """The events the response's end completes; after a stream cut short, `problem` says so."""
         events: list[ModelEvent] = []
@@ -108,14 +127,21 @@ class ResponseReader:
         return self._taken(events, now)
 
     def _taken(self, events: list[ModelEvent], now: float) -> list[ModelEvent]:
+        step = self.step
         for event in events:
             if not isinstance(event, ProviderWarning):
-                self.step.take(event, now)
+                # A whole answer's tokens all came at once: timing them would make a rate of the body's transfer.
+                step.take(event, now if self.streamed or isinstance(event, StreamStarted) else None)
+        prefill = step.timings.prefill if step.timings is not None else None
+        if prefill is not None and step.first_byte is not None and step.first_byte - step.started < prefill:
+            step.first_byte = step.started + prefill  # what came first was no token: the server's own figure holds
         return events
 
     def _event(self, data: bytes) -> list[ModelEvent]:
-        data, replaced = utf8(data)
         warned: list[ModelEvent] = []
+        if not self._opened and opens_answer(data):
+            self._open(warned)
+        data, replaced = utf8(data)
         if replaced and not self._mangled:
             self._mangled = True
             warned.append(ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �"))

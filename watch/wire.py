@@ -9,7 +9,6 @@ itself is forwarded regardless. The prompt and tool results are kept up to `KEPT
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +55,7 @@ class WatchedRequest:
     prompt: str | None
     results: tuple[ToolResult, ...]
     session_key: str
+    cap: int | None = None  # the output cap the client set: `max_tokens`, `max_completion_tokens`, `max_output_tokens`
 
 
 def read_request(protocol: str, body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
@@ -98,9 +98,24 @@ def _read(protocol: str, document: dict[str, Any], body: bytes, headers: Mapping
         body=body,
     )
     prompt, results = _ending(protocol, messages)
-    return WatchedRequest(
-        protocol, model, document.get("stream") is True, segments, prompt, results, _session_key(document, headers)
-    )
+    key, stream = _session_key(document, headers), document.get("stream") is True
+    return WatchedRequest(protocol, model, stream, segments, prompt, results, key, _cap(protocol, document))
+
+
+_CAPS = {
+    "anthropic": ("max_tokens",),
+    "openai-chat": ("max_completion_tokens", "max_tokens"),  # the newer name first: OpenAI's own clients send it
+    "openai-responses": ("max_output_tokens",),
+}
+
+
+def _cap(protocol: str, document: dict[str, Any]) -> int | None:
+    """The output cap the request sets, if a positive whole number."""
+    for name in _CAPS[protocol]:
+        value = document.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 Messages = list[tuple[str, Any]]  # (role, the message as sent)
@@ -191,18 +206,6 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict) and "text" in part)
     return ""
-
-
-# Context an agent wraps in tags before the user's words: Claude Code's `<system-reminder>`, Codex's
-# `<environment_context>` and `<user_instructions>`.
-_WRAPPED = re.compile(r"\s*<([A-Za-z_-]+)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
-
-
-def headline(prompt: str) -> str:
-    """A prompt's first line of the user's own words, for a title: the agent's tagged context before it skipped."""
-    while (wrapped := _WRAPPED.match(prompt)) is not None:
-        prompt = prompt[wrapped.end() :]
-    return next((line.strip() for line in prompt.splitlines() if line.strip()), "")[:80]
 
 
 def _ending(protocol: str, messages: Messages) -> tuple[str | None, tuple[ToolResult, ...]]:
