@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hotloop.sim.agents import strip_context, title_subject, working_directory
 from hotloop.sim.answers import answer, headline, preface
 from hotloop.sim.planner import clauses, plan, resolved
 from hotloop.sim.scenario import Reply, scenario_step
@@ -34,7 +35,7 @@ def reply(turns: list[Turn], tools: list[dict[str, Any]], scenario: tuple[Reply,
     if step < len(scenario):
         return scenario[step]
     # An agent's reminders and context come as user messages too (Claude Code's <system-reminder>): not the task.
-    asked = [i for i, turn in enumerate(turns) if turn.role == "user" and _strip_context(turn.text)]
+    asked = [i for i, turn in enumerate(turns) if turn.role == "user" and strip_context(turn.text)]
     last_user = asked[-1] if asked else max((i for i, turn in enumerate(turns) if turn.role == "user"), default=-1)
     task, earlier = _task_of(turns[last_user].text if last_user >= 0 else "")
     since = turns[last_user + 1 :]
@@ -70,9 +71,9 @@ def _task_of(text: str) -> tuple[str, int]:
     """
     found = _SUMMARY_BLOCK.search(text)
     if found is None:
-        return _strip_context(text), 0
+        return strip_context(text), 0
     if after := text[found.end() :].strip():
-        return _strip_context(after), 0
+        return strip_context(after), 0
     task, done = "", 0
     for line in found.group(1).splitlines():
         if line.startswith(_ASKED):
@@ -86,6 +87,9 @@ def _side_job(turns: list[Turn]) -> Reply | None:
     """A side job asked by its system prompt, or as the last paragraph of the request's last message (a user's)."""
     system = turns[0].text if turns and turns[0].role == "system" else ""
     first_user = next((turn.text for turn in turns if turn.role == "user"), "")
+    subject = title_subject(turns)
+    if subject is not None:
+        return Reply(text=title_for(subject))
     fresh = _job(system, first_user)
     if fresh is not None or not turns or turns[-1].role != "user":
         return fresh
@@ -99,7 +103,7 @@ def _side_job(turns: list[Turn]) -> Reply | None:
 def _job(instruction: str, about: str) -> Reply | None:
     """The answer to a side job's `instruction` about a task, a transcript or a tool result; None if it is none."""
     if "Reply with one word: simple" in instruction:
-        return Reply(text=classify(_strip_context(about)))
+        return Reply(text=classify(strip_context(about)))
     if instruction.startswith(("Write a title", "Reply with only a title")):
         return Reply(text=title_for(about))
     if instruction.startswith("Summarize this tool result"):
@@ -118,7 +122,7 @@ def conversation_summary(turns: list[Turn]) -> str:
         if turn.role == "user" and (earlier := _SUMMARY_BLOCK.search(turn.text)):
             lines += earlier.group(1).splitlines()[1:]
         elif turn.role == "user":
-            lines.append(f"{_ASKED}{_clipped(_strip_context(turn.text), 100)}")
+            lines.append(f"{_ASKED}{_clipped(strip_context(turn.text), 100)}")
         elif turn.role == "assistant" and turn.calls:
             calls = ", ".join(f"{call.name}({_clipped(call.arguments, 60)})" for call in turn.calls)
             lines.append(f"{_CALLED}{calls}")
@@ -142,7 +146,7 @@ def classify(task: str) -> str:
 def title_for(transcript: str) -> str:
     """The first request's first clause, in at most six words."""
     first = next((line[6:] for line in transcript.splitlines() if line.startswith("User: ")), transcript)
-    clause = clauses(_strip_context(first))[0]
+    clause = clauses(strip_context(first))[0]
     words = _POLITE.sub("", clause.strip()).rstrip(" ,.?!").split()[:6]
     title = " ".join(words).rstrip(",")
     return title[:1].upper() + title[1:] if title else "Untitled session"
@@ -163,29 +167,10 @@ def summary_of(text: str, words: int) -> str:
 def thinking_for(task_turns: list[Turn], planned: Reply) -> str:
     """What the model "thinks" before a reply, for a client that asked for reasoning but got none planned."""
     last_user = next((turn.text for turn in reversed(task_turns) if turn.role == "user"), "")
-    task = headline(_strip_context(last_user))
+    task = headline(strip_context(last_user))
     if planned.calls:
         names = ", ".join(sorted({call.name for call in planned.calls}))
         return (
             f"The task is: {task}. I need {len(planned.calls)} tool call(s) first ({names}); they can run in parallel."
         )
     return f"The task is: {task}. I have what I need to answer."
-
-
-# hotloop's <context>, Claude Code's <system-reminder>, Codex's <environment_context>: what the agent adds, not asks.
-_CONTEXT_BLOCK = re.compile(r"<(context|system-reminder|environment_context)>.*?</\1>", re.DOTALL)
-# Where the agent works, as Claude Code (its environment block) and Codex (its environment_context) say it.
-_WORKING_DIRECTORY = re.compile(r"Primary working directory: (/\S*)|<cwd>(/[^<]*)</cwd>")
-
-
-def working_directory(turns: list[Turn]) -> str | None:
-    """The folder the agent says it works in, for tools that want absolute paths; None if it says none."""
-    for turn in turns:
-        found = _WORKING_DIRECTORY.search(turn.text)
-        if found is not None:
-            return found.group(1) or found.group(2)
-    return None
-
-
-def _strip_context(text: str) -> str:
-    return _CONTEXT_BLOCK.sub("", text).strip()

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hotloop.sim import json_depth
+from hotloop.sim.agents import file_text
 from hotloop.sim.template import Call, Turn
 from hotloop.sim.toolbox import ROLES, Toolbox
 
@@ -186,11 +187,13 @@ def _search_target(text: str) -> str | None:
 
 def _read_results(since: list[Turn], wanted: list[str], tools: Toolbox) -> dict[str, str]:
     """What each `wanted` file read since the task began held, by path (the last read of it); failed reads left
-    out. A read is known by the call the toolbox makes for it."""
+    out. A read is known by the call the toolbox makes for it; an agent's own read tool numbers the lines."""
     reads = {_key(tools.call(_call("read_file", {"path": path}))): path for path in wanted}
     paths = {call.id: reads[_key(call)] for turn in since for call in turn.calls if _key(call) in reads}
+    reader = tools.roles.get("read_file")
+    numbered = reader is not None and reader.name != "read_file"
     return {
-        paths[turn.call_id]: turn.text
+        paths[turn.call_id]: file_text(turn.text) if numbered else turn.text
         for turn in since
         if turn.role == "tool" and turn.call_id in paths and not turn.text.startswith("error")
     }

@@ -3,12 +3,13 @@ a command, and the arguments each wants, read from its name, description and JSO
 
 The planner plans in hotloop's words (`read_file {path}`, `list_dir {path}`, `grep {pattern}`, `edit_file`,
 `write_file`, `run_shell {command}`); `Toolbox.call` turns each call into the offered tool's: Claude Code's `Read`
-with an absolute `file_path`, Codex's `exec_command` with `cmd`, a `shell` that takes an argv array. A tool of
-hotloop's own name is taken as it is, so hotloop gets the calls it always got; any other plays a part only when
-its schema requires the argument the job takes (a path, a pattern, a command): one that requires nothing says
-nothing of which argument is which, and is called when the task names it, as before. An agent whose only tool for
-looking is a shell reads, lists and searches with it (`cat`, `ls`, `grep`), as a model would; hotloop's `run_shell`
-is not used so, since hotloop offers its own tools for looking and its shell asks for an approval a look shouldn't.
+with an absolute `file_path`, Codex's `exec_command` with `cmd`, opencode's `read` with an absolute `filePath`, a
+`shell` that takes an argv array. A tool of hotloop's own name is taken as it is, so hotloop gets the calls it
+always got; any other plays a part only when its schema requires the argument the job takes (a path, a pattern, a
+command): one that requires nothing says nothing of which argument is which, and is called when the task names it,
+as before. An agent whose only tool for looking is a shell reads, lists and searches with it (`cat`, `ls`, `grep`),
+as a model would; hotloop's `run_shell` is not used so, since hotloop offers its own tools for looking and its shell
+asks for an approval a look shouldn't.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ _PATHS = ("path", "file_path", "filepath", "file", "filename", "file_name", "tar
 _DIRS = ("path", "dir", "directory", "dir_path", "folder", "target_directory")
 _PATTERNS = ("pattern", "regex", "query", "search", "glob")
 _COMMANDS = ("command", "cmd", "script", "commands")
-_OLD, _NEW = ("old_string", "old_str", "old_text", "old"), ("new_string", "new_str", "new_text", "new")
+# opencode spells them in camelCase (`oldString`): names are compared lowercased.
+_OLD = ("old_string", "old_str", "old_text", "old", "oldstring")
+_NEW = ("new_string", "new_str", "new_text", "new", "newstring")
 _CONTENTS = ("content", "contents", "file_text", "text")
 _NOT_FILES = {"image", "images", "media", "notebook", "mcp", "resource", "stdin", "web", "url", "tool", "tools"}
 
@@ -94,6 +97,10 @@ class Toolbox:
             tool = next((tool for tool in self.tools if tool.name == role), None) or next(
                 (tool for tool in self.tools if tool not in self.roles.values() and _DOES[role](tool)), None
             )
+            # opencode lists a folder by reading it (its glob needs ripgrep); its read says it takes a directory.
+            reader = self.roles.get("read_file")
+            if role == "list_dir" and reader is not None and reader.name != "read_file" and _reads_folders(reader):
+                tool = next((tool for tool in self.tools if tool.name == role), reader)
             if tool is not None:
                 self.roles[role] = tool
         shell = self.roles.get("run_shell")
@@ -135,12 +142,12 @@ class Toolbox:
                 arguments[where] = self._absolute(folder) if _wants_absolute(tool, where) else folder
             return arguments
         renames = {
-            "path": tool.prop(_DIRS if role == "list_dir" else _PATHS),
+            "path": (tool.prop(_DIRS) or tool.prop(_PATHS)) if role == "list_dir" else tool.prop(_PATHS),
             "pattern": tool.prop(_PATTERNS),
             "old_string": tool.prop(_OLD),
             "new_string": tool.prop(_NEW),
             "content": tool.prop(_CONTENTS),
-            "replace_all": tool.prop(("replace_all",), ("boolean",)),
+            "replace_all": tool.prop(("replace_all", "replaceall"), ("boolean",)),
         }
         for key, value in given.items():
             name = renames.get(key)
@@ -197,6 +204,12 @@ def _reads(tool: Offered) -> bool:
     if words & _NOT_FILES or not tool.needs(_PATHS):
         return False
     return "read" in words or bool(words & {"view", "cat", "open", "show"} and "file" in words)
+
+
+def _reads_folders(tool: Offered) -> bool:
+    path = tool.properties.get(tool.prop(_PATHS) or "")
+    described = path.get("description", "") if isinstance(path, dict) else ""
+    return re.search(r"\b(director(?:y|ies)|folders?)\b", f"{described}", re.IGNORECASE) is not None
 
 
 def _lists(tool: Offered) -> bool:

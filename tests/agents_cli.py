@@ -1,9 +1,10 @@
-"""The real agent CLIs, Claude Code and Codex, for tests that run them: where they are (HOTLOOP_AGENTS_DIR, by
+"""The real agent CLIs, Claude Code, Codex and opencode, for tests that run them: where they are (HOTLOOP_AGENTS_DIR, by
 default /work/agents/node_modules/.bin, then PATH; a skip saying what to install where they aren't), and the
 environment that points each at a server with a HOME of its own, so nothing of the user's is read or written."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ AGENTS_DIR = Path(os.environ.get("HOTLOOP_AGENTS_DIR", "/work/agents/node_module
 PACKAGES = {
     "claude": "@anthropic-ai/claude-code@2.1.332",
     "codex": "@openai/codex@0.171.0",
+    "opencode": "opencode-ai@1.18.33",
     # 20.0.26 ships no linux-x64 binary: npm installs it, and it refuses to run.
     "ccusage": "ccusage@20.0.24 @ccusage/ccusage-linux-x64@20.0.24",
 }
@@ -50,3 +52,21 @@ def codex_env(home: Path, base_url: str) -> dict[str, str]:
         f'base_url = "{base_url}"\nwire_api = "responses"\nenv_key = "SIM_API_KEY"\n'
     )
     return {"HOME": str(home), "CODEX_HOME": str(codex_home), "SIM_API_KEY": "sk-sim-not-a-key"}
+
+
+def opencode_env(home: Path, base_url: str) -> dict[str, str]:
+    """opencode's environment: its config file in `home` sends it to `base_url` (…/v1, the AI SDK's form) through its
+    Anthropic provider, with sim-fast for its title requests too; every XDG folder under `home`, and no update or
+    model-catalogue fetch."""
+    config = home / ".config" / "opencode"
+    config.mkdir(parents=True)
+    provider = {"options": {"baseURL": base_url, "apiKey": "sk-ant-sim-not-a-key"}, "models": {"sim-fast": {}}}
+    settings = {"provider": {"anthropic": provider}, "model": "anthropic/sim-fast", "small_model": "anthropic/sim-fast"}
+    (config / "opencode.json").write_text(json.dumps(settings))
+    folders = {"CONFIG": ".config", "DATA": ".local/share", "STATE": ".local/state", "CACHE": ".cache"}
+    return {
+        "HOME": str(home),
+        **{f"XDG_{name}_HOME": str(home / folder) for name, folder in folders.items()},
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    }

@@ -1,5 +1,6 @@
 """The simulator's planner calls the tools a request offers by what they do: hotloop's by name, as always; Claude
-Code's and Codex's, as their CLIs offered them (tests/fixtures/agents/), by their names, descriptions and schemas."""
+Code's, Codex's and opencode's, as their CLIs offered them (tests/fixtures/agents/), by their names, descriptions
+and schemas."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def recorded(name: str) -> list[dict[str, Any]]:
 
 CLAUDE = recorded("claude_code_2.1.332_requests.jsonl")
 CODEX = recorded("codex_0.171.0_requests.jsonl")
+OPENCODE = recorded("opencode_1.18.33_requests.jsonl")
 
 
 def first_body(requests: list[dict[str, Any]], run: str, index: int = 0) -> dict[str, Any]:
@@ -48,6 +50,7 @@ def hotloop_tools() -> list[dict[str, Any]]:
 CLAUDE_TOOLS: list[dict[str, Any]] = first_body(CLAUDE, "claude-1-read-bash")["tools"]
 CLAUDE_GLOB_TOOLS: list[dict[str, Any]] = first_body(CLAUDE, "claude-2-tools-read-bash-glob-grep")["tools"]
 CODEX_TOOLS: list[dict[str, Any]] = first_body(CODEX, "codex-1-default-tools")["tools"]
+OPENCODE_TOOLS: list[dict[str, Any]] = first_body(OPENCODE, "opencode-1-read-list", 1)["tools"]
 
 
 def calls(batches: list[list[Planned]]) -> list[list[tuple[str, dict[str, Any]]]]:
@@ -61,8 +64,10 @@ def calls(batches: list[list[Planned]]) -> list[list[tuple[str, dict[str, Any]]]
         (CLAUDE_TOOLS, CWD, [("Read", {"file_path": f"{CWD}/README.md"}), ("Bash", {"command": "ls -la"})]),
         (CLAUDE_GLOB_TOOLS, CWD, [("Read", {"file_path": f"{CWD}/README.md"}), ("Glob", {"pattern": "*"})]),
         (CODEX_TOOLS, CWD, [("exec_command", {"cmd": "cat -- README.md"}), ("exec_command", {"cmd": "ls -la"})]),
+        # opencode's read takes a folder too; its glob needs ripgrep
+        (OPENCODE_TOOLS, CWD, [("read", {"filePath": f"{CWD}/README.md"}), ("read", {"filePath": CWD})]),
     ],
-    ids=["hotloop", "claude-code", "claude-code-with-glob", "codex"],
+    ids=["hotloop", "claude-code", "claude-code-with-glob", "codex", "opencode"],
 )
 def test_reading_and_listing_take_each_agents_tools(
     tools: list[dict[str, Any]], cwd: str | None, expected: list[tuple[str, dict[str, Any]]]
@@ -77,8 +82,9 @@ def test_reading_and_listing_take_each_agents_tools(
         (CLAUDE_TOOLS, ("Bash", {"command": "grep -rn -- TODO ."})),  # no Grep offered: the shell searches
         (CLAUDE_GLOB_TOOLS, ("Grep", {"pattern": "TODO"})),
         (CODEX_TOOLS, ("exec_command", {"cmd": "grep -rn -- TODO ."})),
+        (OPENCODE_TOOLS, ("grep", {"pattern": "TODO"})),
     ],
-    ids=["hotloop", "claude-code", "claude-code-with-grep", "codex"],
+    ids=["hotloop", "claude-code", "claude-code-with-grep", "codex", "opencode"],
 )
 def test_searching_takes_a_search_tool_or_the_shell(
     tools: list[dict[str, Any]], expected: tuple[str, dict[str, Any]]
@@ -92,8 +98,9 @@ def test_searching_takes_a_search_tool_or_the_shell(
         (hotloop_tools(), ("run_shell", {"command": "make test"})),
         (CLAUDE_TOOLS, ("Bash", {"command": "make test"})),
         (CODEX_TOOLS, ("exec_command", {"cmd": "make test"})),
+        (OPENCODE_TOOLS, ("bash", {"command": "make test"})),
     ],
-    ids=["hotloop", "claude-code", "codex"],
+    ids=["hotloop", "claude-code", "codex", "opencode"],
 )
 def test_running_takes_the_shell_by_its_command_argument(
     tools: list[dict[str, Any]], expected: tuple[str, dict[str, Any]]

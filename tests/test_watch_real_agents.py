@@ -2,7 +2,8 @@
 with two tool calls, then resumes the same session with another tool list. Every request it made is a step of one
 watched conversation, with the ledger the CLI itself recorded for it, a TTFT, the calls and their results; a request
 the simulator refused would be named instead (none is). The resumed run's first request continues the conversation,
-and the explainer's verdict on it names the tools that changed.
+and the explainer's verdict on it names the tools that changed. A real opencode (issue 36) does its task the same
+way, and its title request, sent first, is a side request of that one conversation.
 
 The runs need the CLIs (tests/agents_cli.py) and skip where they aren't, saying what to install. The unit tests
 below them pin the grouping bugs those runs found, and run everywhere.
@@ -15,10 +16,12 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +38,13 @@ from hotloop.agent.events import (
 )
 from hotloop.providers.events import ToolCallReady
 from hotloop.sessions.log import SessionHeader, SessionLog
-from hotloop.sessions.store import list_sessions, read_session
+from hotloop.sessions.store import LoggedSession, list_sessions, read_session
 from hotloop.watch.conversation import Conversation, ConversationInfo
 from hotloop.watch.lineage import Lineage, Placement
 from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import read_request
 
-from agents_cli import claude_env, cli, codex_env
+from agents_cli import claude_env, cli, codex_env, opencode_env
 from tui_support import FAST_SIM
 
 TASK = "read README.md and list the files here"
@@ -52,11 +55,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 @dataclass
 class Watched:
-    """One `hotloop watch --run`: its output, and the conversations it saved."""
+    """One `hotloop watch --run`: its output, the conversation it saved, and that one's side requests."""
 
     out: str
     header: SessionHeader
     events: list[AgentEvent]
+    sides: list[LoggedSession]
 
     def of(self, kind: type[Any]) -> list[Any]:
         return [event for event in self.events if isinstance(event, kind)]
@@ -77,7 +81,7 @@ def workdir(tmp_path: Path) -> Path:
 
 def watch_run(home: Path, workdir: Path, env: dict[str, str], script: str, *args: str, port: int = 0) -> Watched:
     """`hotloop watch --upstream sim --run sh -ec SCRIPT sh ARGS` in `workdir`, killed with everything it started if it
-    outlasts RUN_SECONDS; the one conversation it saved."""
+    outlasts RUN_SECONDS; the one conversation it saved, every other session a side request of it."""
     (home / "config.toml").write_text(FAST_SIM)
     environment = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -107,10 +111,13 @@ def watch_run(home: Path, workdir: Path, env: dict[str, str], script: str, *args
     assert process.returncode == 0, out + err
     listing = list_sessions(home / "data" / "sessions")
     assert not listing.problems
-    assert len(listing.sessions) == 1, out  # both runs, each request and its retry: one conversation
-    session = read_session(listing.sessions[0].path)
-    assert not session.warnings
-    return Watched(out, session.header, session.events)
+    sessions = [read_session(summary.path) for summary in listing.sessions]
+    assert not [session.warnings for session in sessions if session.warnings]
+    # Both runs, each request and its retry: one conversation; a title request is a side request of it.
+    [session] = [session for session in sessions if not session.header.side_of]
+    sides = [side for side in sessions if side is not session]
+    assert [side.header.side_of for side in sides] == [session.header.id] * len(sides), out
+    return Watched(out, session.header, session.events, sides)
 
 
 def free_port() -> int:
@@ -175,7 +182,7 @@ def test_claude_code_twice_through_watch_is_one_measured_conversation_and_the_to
     runs = [json.loads((workdir / name).read_text()) for name in ("first.json", "second.json")]
     assert [run["is_error"] for run in runs] == [False, False]
     assert runs[0]["session_id"] == runs[1]["session_id"]
-    assert watched.header.origin == "watch:claude-cli/2.1.332" and not watched.header.side_of
+    assert watched.header.origin == "watch:claude-cli/2.1.332" and not watched.sides
     # Claude Code's own records: each request it sent (`api-request`, refused ones too) and each answer's usage.
     records = [
         json.loads(line)
@@ -223,7 +230,7 @@ def test_codex_twice_through_watch_is_one_measured_conversation_and_the_tool_cha
 
     for name in ("first.txt", "second.txt"):
         assert f"## Results for: {TASK}" in (workdir / name).read_text()
-    assert watched.header.origin == "watch:codex_exec/0.171.0" and not watched.header.side_of
+    assert watched.header.origin == "watch:codex_exec/0.171.0" and not watched.sides
     # Codex's own rollout: a token count for each request answered (resume appends to the same file).
     counts = [
         record["payload"]["info"]["last_token_usage"]
@@ -247,6 +254,48 @@ def test_codex_twice_through_watch_is_one_measured_conversation_and_the_tool_cha
     assert_two_calls_a_run_each_with_its_result(watched)
     verdict = resumed_verdict(watched)
     assert verdict.startswith("cache miss: tools changed (−create_goal, −get_goal, −update_goal"), verdict
+
+
+@pytest.mark.timeout(RUN_SECONDS + 30)
+def test_opencode_through_watch_is_one_conversation_with_its_title_request_under_it(
+    isolated_home: Path, workdir: Path, tmp_path: Path
+) -> None:
+    """opencode sends its title request (no tools) first, then its task: the task and its results are the one
+    conversation, each request a measured step whose calls got their results; the title request is a side request
+    of it, and each step's ledger is what opencode stored for that request. opencode takes the watch's address from
+    its config (the AI SDK's form, `/v1` at its end)."""
+    opencode, agent_home, port = cli("opencode"), tmp_path / "agent", free_port()
+    env = opencode_env(agent_home, f"http://127.0.0.1:{port}/v1")
+    watched = watch_run(isolated_home, workdir, env, '"$@" >answer.md', opencode, "run", TASK, port=port)
+
+    assert f"## Results for: {TASK}" in (workdir / "answer.md").read_text()
+    assert watched.header.origin.startswith("watch:opencode/1.18.33") and watched.refusals() == 0, watched.out
+    calls = watched.of(ToolCallReady)
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [
+        ("read", {"filePath": str(workdir / "README.md")}),
+        ("read", {"filePath": str(workdir)}),
+    ]
+    finished = {event.call_id: event.status for event in watched.of(ToolFinished)}
+    assert [finished.get(call.call_id) for call in calls] == ["ok", "ok"]
+    # opencode's own store: a `step-finish` part, with the usage, for each request of the task.
+    with closing(sqlite3.connect(agent_home / ".local" / "share" / "opencode" / "opencode.db")) as store:
+        parts = [json.loads(data) for (data,) in store.execute("SELECT data FROM part ORDER BY time_created, id")]
+    tokens = [part["tokens"] for part in parts if part["type"] == "step-finish"]
+    recorded = [
+        (
+            used["input"] + used["cache"]["read"] + used["cache"]["write"],
+            used["cache"]["read"],
+            used["cache"]["write"],
+            used["output"],
+        )
+        for used in tokens
+    ]
+    assert len(recorded) == 2  # the task, then its results
+    assert_each_step_measured(watched, recorded)
+    [title] = watched.sides
+    assert title.header.origin == watched.header.origin
+    [titled] = [event for event in title.events if isinstance(event, ResponseFinished)]
+    assert titled.usage is not None and not [event for event in title.events if isinstance(event, ToolCallReady)]
 
 
 # The grouping bugs the runs above found, pinned where no CLI is needed.
