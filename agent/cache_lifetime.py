@@ -7,6 +7,9 @@ is cheaper depends on the pauses: a user who reads an answer for 6 minutes pays 
 
 `CacheRhythm` takes a session's events as they come (or from its log) and keeps, per request (a step, a
 compaction's summary, a pre-warm), its cacheable prompt (tokens read plus written) and the idle time before it.
+Only a server that bills its writes by lifetime counts: one that splits them so (Anthropic's `cache_creation`);
+OpenAI's, Codex's, llama.cpp's and opencode's usages have no lifetime to price, and a session that wrote nothing
+to the cache has no choice to make.
 It then prices the session both ways under one model of the cache, the same for both: a request reads what the
 request before it had cached unless the pause between them outlived the lifetime, and writes the rest. The
 cheaper lifetime is the choice for the writes to come (5 minutes on a tie: no pause has argued for more);
@@ -58,6 +61,7 @@ class CacheRhythm:
         self._last_end: float | None = None
         self._used: tuple[str, str] = ("", "")
         self.wrote: Ttl = "5m"  # the lifetime the session's last write was billed at
+        self.written = 0  # cache tokens the session's requests wrote
 
     def observe(self, event: AgentEvent) -> None:
         if isinstance(event, TurnStarted):
@@ -76,12 +80,13 @@ class CacheRhythm:
         return self._used
 
     def _add(self, usage: UsageLedger | None, start: float, end: float) -> None:
-        if usage is None or usage.cache_read is None or usage.cache_write is None:
-            return  # a server that doesn't say what it wrote has no lifetime to choose (OpenAI, vLLM)
+        if usage is None or usage.cache_read is None or usage.cache_write is None or usage.cache_write_1h is None:
+            return  # a server that doesn't split its writes by lifetime bills none (OpenAI's, vLLM's, llama.cpp's)
         gap = None if self._last_end is None else max(start - self._last_end, 0.0)
         self.uses.append(Use(usage.cache_read + usage.cache_write, gap, self._turn_began))
         if usage.cache_write:
             self.wrote = "1h" if usage.cache_write_1h else "5m"
+            self.written += usage.cache_write
         self._turn_began = False
         self._last_end = end
 
@@ -95,8 +100,8 @@ class CacheRhythm:
         return total
 
     def choice(self) -> Choice | None:
-        """The cheaper lifetime so far and why; None before any request that reported its cache writes."""
-        if not self.uses:
+        """The cheaper lifetime so far and why; None before a request wrote to a cache billed by lifetime."""
+        if not self.written:
             return None
         cost: dict[Ttl, Decimal] = {"5m": self.cost("5m"), "1h": self.cost("1h")}
         pauses = [use.gap for use in self.uses if use.after_pause and use.gap is not None]

@@ -26,6 +26,7 @@ from hotloop.providers.events import UsageLedger
 from hotloop.sessions.projection import CallRecord, StepRecord, TurnRecord, project
 from hotloop.sessions.store import LoggedSession
 from hotloop.sessions.summary import Summary, own_spending_since, tokens_total
+from hotloop.sessions.titles import headline
 
 RESULT_LINES = 20
 # JSON must escape only C0 controls; DEL and the C1 controls (a terminal may read `\x9b` as CSI) are escaped too.
@@ -96,8 +97,7 @@ def _started(session: LoggedSession) -> str:
 
 
 def _title(turns: list[TurnRecord]) -> str:
-    first = turns[0].prompt.strip().splitlines()[0] if turns and turns[0].prompt.strip() else "an empty session"
-    return first if len(first) <= 80 else first[:79] + "…"
+    return (headline(turns[0].prompt) if turns else "") or "an empty session"
 
 
 def _fence(text: str, language: str = "") -> str:

@@ -15,6 +15,7 @@ endpoint, no workspace.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,16 +35,19 @@ def trajectory(session: LoggedSession, projection: Projection, costs: Costs) -> 
         steps.append(_user_step(turn, len(steps) + 1))
         for step in turn.steps:
             steps.append(_agent_step(step, turn.cut_short(step), costs, len(steps) + 1))
-    # Another agent's session keeps its own name: hotloop only recorded it.
-    agent = {"name": header.origin or "hotloop", "version": "unknown" if header.origin else header.hotloop}
+    recorded = {
+        "provider": header.provider,
+        "recorded_by": f"hotloop {header.hotloop}",
+        "origin": header.origin or None,
+    }
     return _present(
         {
             "schema_version": SCHEMA_VERSION,
             "session_id": header.id,
             "agent": {
-                **agent,
+                **agent_of(header.origin, header.hotloop),
                 "model_name": header.model or None,
-                "extra": {"provider": header.provider, "recorded_by": f"hotloop {header.hotloop}"},
+                "extra": _present(recorded),
             },
             "steps": steps,
             "final_metrics": _final_metrics(projection.turns, costs, len(steps)),
@@ -57,6 +61,22 @@ def trajectory(session: LoggedSession, projection: Projection, costs: Costs) -> 
             ),
         }
     )
+
+
+# Harbor's names for the agents hotloop watches and imports, by the product their user-agent or import names.
+_AGENTS = {"claude-cli": "claude-code", "claude-code": "claude-code", "codex": "codex", "opencode": "opencode"}
+_VERSION = re.compile(r"\d[\w.+-]*")
+
+
+def agent_of(origin: str, hotloop: str) -> dict[str, str]:
+    """Who made the session: hotloop itself, or the agent it watched or imported (`watch:claude-cli/2.1.332 (external,
+    cli)`, `import:codex/0.171.0`) by Harbor's name for it and the version its user-agent or transcript says."""
+    if not origin:
+        return {"name": "hotloop", "version": hotloop}
+    client = origin.partition(":")[2].split(" ", 1)[0]
+    product, _, version = client.partition("/")
+    name = next((agent for prefix, agent in _AGENTS.items() if product.lower().startswith(prefix)), product)
+    return {"name": name or "unknown", "version": version if _VERSION.fullmatch(version) else "unknown"}
 
 
 def _user_step(turn: TurnRecord, step_id: int) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from hotloop.agent.events import AgentEvent, ApprovalAsked, ApprovalDecided, Res
 from hotloop.agent.figures import short_model
 from hotloop.agent.pricing import StepPricer, money
 from hotloop.sessions.projection import TurnRecord, project
+from hotloop.sessions.titles import headline
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -101,7 +102,7 @@ def _approval_waits(events: list[AgentEvent]) -> dict[int, list[_Wait]]:
 def _turn(record: TurnRecord, pricer: StepPricer | None, waits: list[_Wait]) -> TurnWaterfall:
     # A prompt's hooks run before its turn starts: the axis begins with them.
     origin = min([record.started, *(hook.ts - hook.seconds for hook in record.hooks)])
-    turn = TurnWaterfall(record.turn, record.prompt.strip().splitlines()[0] if record.prompt.strip() else "")
+    turn = TurnWaterfall(record.turn, headline(record.prompt))
     steps = []
     for step in record.steps:
         at = step.started - origin

@@ -33,7 +33,9 @@ MODEL = "claude-sonnet-4-5"
 
 
 def step(turn: int, number: int, start: float, end: float, read: int, written: int) -> list[AgentEvent]:
-    usage = UsageLedger(read + written + 20, cache_read=read, cache_write=written, uncached=20, output=50)
+    usage = UsageLedger(
+        read + written + 20, cache_read=read, cache_write=written, uncached=20, output=50, cache_write_1h=0
+    )
     return [
         StepStarted(turn=turn, step=number, provider="anthropic", model=MODEL, ts=start),
         ResponseFinished(

@@ -27,9 +27,9 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.sessions.store import list_sessions, read_session
+from hotloop.sessions.titles import headline
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.watch import Watch, upstream_at
-from hotloop.watch.wire import headline
 
 from support import close_clients, start_sim, wait_until
 

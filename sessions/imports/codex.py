@@ -18,13 +18,12 @@ from typing import Any
 
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.imports.model import Call, Imported, Step, Turn, kind_of, read_lines, text_of, timestamp
+from hotloop.sessions.titles import users_words
 
 AGENT = "codex"
 _RECORDS = frozenset(
     {"session_meta", "turn_context", "response_item", "event_msg", "world_state", "token_usage_record", "compacted"}
 )
-# What Codex puts in user messages itself: the environment, instructions; the user's prompt is the rest.
-_CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md", "<turn_aborted>")
 
 
 @dataclass
@@ -100,7 +99,7 @@ def _item(reading: _Reading, item: Mapping[str, Any], at: float | None) -> None:
     kind, role = item.get("type"), item.get("role")
     if kind == "message" and role == "user":
         text = text_of(item.get("content"))
-        if text and not text.lstrip().startswith(_CONTEXT):
+        if users_words(text):  # not a message of Codex's own context (the environment, instructions)
             reading.imported.turns.append(Turn(prompt=text, at=at))
             reading.step, reading.last_input = None, at
     elif kind == "message" and role == "assistant":
