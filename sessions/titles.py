@@ -1,13 +1,15 @@
 """The user's own words in a prompt: agents put their context in the user's message too.
 
 Claude Code sends `<system-reminder>` blocks ahead of the prompt in the same message; Codex sends its
-`<environment_context>`, `<user_instructions>`, AGENTS.md and `<turn_aborted>` as user messages of their own.
+`<environment_context>`, `<user_instructions>`, AGENTS.md and `<turn_aborted>` as user messages of their own;
+`opencode run` sends the prompt as a JSON string, quotes and escapes included.
 A title (the listing, `show`, the waterfall, the watch's table) is the first line of what follows such blocks;
 an importer takes a message of context alone for no prompt at all. One rule for all of them.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 # A block an agent wraps its context in, ahead of the words: a tag of its own (`system-reminder`,
@@ -24,7 +26,18 @@ def users_words(prompt: str) -> str:
         return ""
     while (wrapped := _WRAPPED.match(prompt)) is not None:
         prompt = prompt[wrapped.end() :]
-    return prompt.strip()
+    return _unquoted(prompt.strip())
+
+
+def _unquoted(words: str) -> str:
+    """opencode's JSON string read; quoted words that aren't one (`"a" and "b"`) kept as written."""
+    if len(words) < 2 or words[0] != '"' or words[-1] != '"':
+        return words
+    try:
+        decoded = json.loads(words)
+    except ValueError:
+        return words
+    return decoded.strip() if isinstance(decoded, str) else words
 
 
 def headline(prompt: str, length: int = HEADLINE_LENGTH) -> str:

@@ -207,8 +207,19 @@ def test_a_conversation_is_titled_by_the_users_words_wherever_it_is_listed(capsy
         ('<user_instructions a="1">be terse</user_instructions><turn_aborted>x</turn_aborted> go on', "go on"),
         ("<b>bold</b> words stay the user's", "<b>bold</b> words stay the user's"),
         ("<system-reminder>never closed: what was sent", "<system-reminder>never closed: what was sent"),
+        ('"read README.md then run \\"ls -la\\""', 'read README.md then run "ls -la"'),
+        ('"a" and "b"', '"a" and "b"'),
     ],
-    ids=["claude-code", "codex-context-alone", "agents-md", "several-blocks", "html-of-the-user", "unclosed"],
+    ids=[
+        "claude-code",
+        "codex-context-alone",
+        "agents-md",
+        "several-blocks",
+        "html-of-the-user",
+        "unclosed",
+        "opencode-json-string",
+        "quoted-words",
+    ],
 )
 def test_an_agents_wrapper_is_skipped_and_the_users_own_tags_are_kept(prompt: str, title: str) -> None:
     """One rule for the title and for what an importer takes for context alone (Codex's own user messages)."""
