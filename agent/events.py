@@ -149,6 +149,13 @@ class SessionTitled(Event, frozen=True):
     model: str
 
 
+class SideOf(Event, frozen=True):
+    """A watched conversation turned out to be a side request of `parent` after its log began (a title request that
+    arrived before the conversation it titles): it supersedes the header's `side_of`."""
+
+    parent: str
+
+
 class ApprovalAsked(Event, frozen=True):
     """A call with side effects waits for the user: `preview` is what it would do (a diff, a command)."""
 
@@ -260,6 +267,7 @@ AgentEvent = (
     | TurnFinished
     | ProviderSwitched
     | SessionTitled
+    | SideOf
     | Compacted
     | SideRequest
     | Notice

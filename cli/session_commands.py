@@ -125,9 +125,10 @@ def list_command(limit: int, search: str | None, from_agent: str | None = None) 
         started = datetime.fromtimestamp(s.started).strftime("%Y-%m-%d %H:%M")
         tokens = tokens_total(s.tokens, s.unmeasured)
         model = f"{s.provider}/{short_model(s.model)}"
-        # A fork sits under its parent; one whose parent isn't listed says whose fork it is.
+        # A fork or a side request sits under its parent; one whose parent isn't listed says whose it is.
         ident = f"{'  ' * (depth - 1)}↳ {s.id}" if depth else s.id
         title = f"(fork of {s.parent}) {s.title}" if s.parent and not depth else s.title
+        title = f"(side request of {s.side_of}) {title}" if s.side_of and not depth else title
         _print(f"{ident:<11} {started:<16} {s.turns:>5} {tokens:>9} {_cost(s.costs):>13}  {model:<28.28} {title}")
     if len(listing.sessions) > limit:
         _print(f"… {counted(len(listing.sessions) - limit, 'older session')} (--limit N shows more)")

@@ -62,29 +62,38 @@ def fork_session(parent: Path, turn: int | None = None) -> Forked:
 
 
 def under_parents(sessions: list[SessionSummary]) -> list[tuple[SessionSummary, int]]:
-    """`sessions` in their order, each fork moved right after its parent; with each, how deep a fork it is shown.
+    """`sessions` in their order, each fork (and watched side request) moved right after its parent; with each, how
+    deep it is shown.
 
     A fork whose parent isn't among `sessions` (deleted, or filtered out) stays where it was, at depth 0.
     """
     ids = {session.id for session in sessions}
     forks: dict[str, list[SessionSummary]] = {}
     for session in sessions:
-        if session.parent in ids:
-            forks.setdefault(session.parent, []).append(session)
+        if _above(session) in ids:
+            forks.setdefault(_above(session), []).append(session)
     placed: list[tuple[SessionSummary, int]] = []
     seen: set[str] = set()
 
-    def place(session: SessionSummary, depth: int) -> None:
-        if session.id in seen:
-            return
-        seen.add(session.id)
-        placed.append((session, depth))
-        for fork in forks.get(session.id, []):
-            place(fork, depth + 1)
+    def place(top: SessionSummary) -> None:
+        # A stack, not recursion: watched traffic can chain side requests as deep as a client likes.
+        stack = [(top, 0)]
+        while stack:
+            session, depth = stack.pop()
+            if session.id in seen:
+                continue
+            seen.add(session.id)
+            placed.append((session, depth))
+            stack += [(fork, depth + 1) for fork in reversed(forks.get(session.id, []))]
 
     for session in sessions:
-        if session.parent not in ids:
-            place(session, 0)
+        if _above(session) not in ids:
+            place(session)
     for session in sessions:  # headers edited into a loop of parents: listed anyway
-        place(session, 0)
+        place(session)
     return placed
+
+
+def _above(session: SessionSummary) -> str:
+    """The session it is listed under: a fork's parent, or the watched conversation it is a side request of."""
+    return session.parent or session.side_of

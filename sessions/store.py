@@ -14,14 +14,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 
 from hotloop import InputError
-from hotloop.agent.events import AgentEvent, Compacted, ResponseFinished, SideRequest, StepFinished, decode
+from hotloop.agent.events import (
+    AgentEvent,
+    Compacted,
+    ResponseFinished,
+    SideOf,
+    SideRequest,
+    StepFinished,
+    decode,
+)
 from hotloop.agent.figures import counted
 from hotloop.agent.pricing import CostTotals
 from hotloop.nesting import LIMIT, TooDeep, decoded
@@ -55,6 +63,7 @@ class SessionSummary:
     parent: str = ""  # the session it was forked from, if it is a fork
     origin: str = ""  # a watched session's (`watch:claude-cli/2.1.332`); "" for hotloop's own
     unmeasured: int = 0  # steps whose usage is unknown: `tokens` is a floor
+    side_of: str = ""  # a watched side request's conversation (a title, a sub-agent)
 
     def matches(self, text: str) -> bool:
         """Whether `text` appears, ignoring case, in the session's id, model, title, origin or any of its prompts."""
@@ -124,6 +133,7 @@ def summarize(path: Path) -> SessionSummary:
         header.parent,
         header.origin,
         summary.unmeasured,
+        summary.side_of or header.side_of,
     )
 
 
@@ -220,17 +230,23 @@ def read_session(path: Path) -> LoggedSession:
 
 
 def _believed(path: Path, session: LoggedSession) -> LoggedSession:
-    """`session` with every usage no request has marked unknown, and one warning that says so."""
+    """`session` with every usage no request has marked unknown, and one warning that says so; its header's
+    `side_of` as a watch corrected it later (`SideOf`)."""
     claims: list[str] = []
     events = session.events
+    side_of = session.header.side_of
     for n, event in enumerate(events):
         if isinstance(event, (StepFinished, ResponseFinished, Compacted, SideRequest)):
             claim = implausible(event.usage)
             if claim is not None:
                 events[n] = believable(event)
                 claims.append(claim)
+        elif isinstance(event, SideOf):
+            side_of = event.parent
     if claims:
         session.warnings.append(f"{path.name}: usage no request has ({claims[0]}), read as unknown")
+    if side_of != session.header.side_of:
+        return replace(session, header=msgspec.structs.replace(session.header, side_of=side_of))
     return session
 
 

@@ -47,7 +47,8 @@ class WatchApp(App[None]):
 
     async def on_mount(self) -> None:
         self.url = await self.watch_.start(self.host, self.port)
-        screen = WatchScreen((self.url, str(self.watch_.upstream)), time.perf_counter, self.palette)
+        # The events' clock (wall time): a step's wait and a running call tick against their `ts`.
+        screen = WatchScreen((self.url, str(self.watch_.upstream)), time.time, self.palette)
         await self.push_screen(screen)
         if self.config is not None:
             from hotloop.core.telemetry import start_telemetry
@@ -86,11 +87,13 @@ class WatchApp(App[None]):
         if isinstance(self.screen, WatchScreen):
             self.screen.fit_server_panel(event.size.width)
 
-    def _deliver(self, screen: WatchScreen, conversation: str, event: AgentEvent) -> None:
-        """A conversation's event to the screen; the pass-through's own lines (no conversation) as toasts."""
+    def _deliver(self, screen: WatchScreen | None, conversation: str, event: AgentEvent) -> None:
+        """A conversation's event to the screen (None: it is gone) and its spans; the pass-through's own lines (no
+        conversation) as toasts."""
         info = self.watch_.conversations.get(conversation)
         if info is not None:
-            screen.deliver(info, event)
+            if screen is not None:
+                screen.deliver(info, event)
             if self.telemetry is not None:
                 self.telemetry.stream(conversation, info.pricer).observe(event)
         elif isinstance(event, Notice):
@@ -103,6 +106,9 @@ class WatchApp(App[None]):
         self.push_screen(WatchHelp(self.url, [*keys, ("↑ ↓", "Another conversation (in the list)")]))
 
     async def on_unmount(self) -> None:
+        # Closing ends the steps still waiting for their tools: their events go to the logs and spans, the screen
+        # being torn down has nothing left to draw them on.
+        self.watch_.sink = lambda conversation, event: self._deliver(None, conversation, event)
         await self.watch_.aclose()
         if self.telemetry is not None:
             await self.telemetry.close()

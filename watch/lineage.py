@@ -13,7 +13,12 @@ A session key (an agent's session header, Codex's `prompt_cache_key`) keeps agen
 sessions apart: lineage is looked for only among requests with the same key. A keyed request that
 extends nothing continues the key's main conversation when its system prompt is the same as that
 conversation's latest (the agent rewrote its history: a compaction), else it is a side request of it
-(a sub-agent, a title job).
+(a sub-agent, a title job). The main conversation is the one that carries the tools: a key's first
+conversation is its main until, while it has none, a request with tools would continue it without
+extending it or branch off it. That request starts the key's main conversation instead, and adopts
+the tool-less one and its side requests as its own (`Placement.adopts`): opencode sends its title
+request (no tools) before its real one, under the same session header, and the title's answer
+begins first.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ def chains(messages: Sequence[bytes]) -> list[bytes]:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a request goes: `continues` a conversation, or starts a new one (`side_of` its parent, if any)."""
+    """Where a request goes: `continues` a conversation, or starts a new one (`side_of` its parent, if any) that
+    `adopts` these conversations as its side requests."""
 
     continues: str = ""
     side_of: str = ""
+    adopts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -48,15 +55,20 @@ class _Line:
     key: str
     system: bytes  # the digest of its latest request's system prompt
     head: bytes  # the chained digest of its latest request's messages
+    tools: bool  # a request of it carried tools
 
 
 class Lineage:
     def __init__(self) -> None:
         self._seen: dict[tuple[str, bytes], str] = {}  # (key, a request's chain) -> its conversation
         self._lines: dict[str, _Line] = {}
-        self._main: dict[str, str] = {}  # a session key's first conversation
+        self._main: dict[str, str] = {}  # a session key's main conversation
+        self._sides: dict[str, list[str]] = {}  # a conversation's side requests
 
-    def place(self, key: str, system: str, messages: Sequence[bytes], roles: Sequence[str]) -> Placement:
+    def place(
+        self, key: str, system: str, messages: Sequence[bytes], roles: Sequence[str], tools: bool = False
+    ) -> Placement:
+        """Where a request goes; `tools`: it carries tools."""
         chained = chains(messages)
         for length in range(len(messages), 0, -1):
             conversation = self._seen.get((key, chained[length]))
@@ -67,24 +79,45 @@ class Lineage:
                 return Placement(continues=conversation)
             if length == len(messages):
                 return Placement()  # an earlier request again, whole: a new run of it, not a branch
-            return Placement(side_of=conversation)
+            return self._beside(key, conversation, tools)
         main = self._main.get(key) if key else None
         if main is None:
             return Placement()
-        if self._lines[main].system == _digest(system.encode()):
+        line = self._lines[main]
+        if line.system == _digest(system.encode()) and (line.tools or not tools):
             return Placement(continues=main)
-        return Placement(side_of=main)
+        return self._beside(key, main, tools)
 
-    def record(self, conversation: str, key: str, system: str, messages: Sequence[bytes]) -> None:
-        """`conversation`'s latest request is this one."""
+    def _beside(self, key: str, conversation: str, tools: bool) -> Placement:
+        """A side request of `conversation`, unless that is its key's main without tools and this one has some: then
+        this one is the main, and the other and its side requests are its side requests."""
+        if not (tools and key and self._main.get(key) == conversation and not self._lines[conversation].tools):
+            return Placement(side_of=conversation)
+        return Placement(adopts=(conversation, *self._sides.get(conversation, ())))
+
+    def record(
+        self,
+        conversation: str,
+        key: str,
+        system: str,
+        messages: Sequence[bytes],
+        tools: bool = False,
+        placed: Placement = Placement(),
+    ) -> None:
+        """`conversation`'s latest request is this one, which was `placed` there."""
         head = chains(messages)[-1]
         self._seen[(key, head)] = conversation
         line = self._lines.get(conversation)
         if line is None:
-            self._lines[conversation] = _Line(key, _digest(system.encode()), head)
-            if key:
-                self._main.setdefault(key, conversation)
+            self._lines[conversation] = _Line(key, _digest(system.encode()), head, tools)
+            if placed.side_of:
+                self._sides.setdefault(placed.side_of, []).append(conversation)
+            if placed.adopts:  # the first is the key's old main: its side requests are this one's now
+                self._sides.pop(placed.adopts[0], None)
+                self._sides[conversation] = list(placed.adopts)
+            if key and (placed.adopts or key not in self._main):
+                self._main[key] = conversation
         else:
             # A later request's system prompt is the one a rewrite of this conversation keeps: an agent whose tools
             # changed (Claude Code's --tools on a resumed session) sends a new one from then on.
-            line.head, line.system = head, _digest(system.encode())
+            line.head, line.system, line.tools = head, _digest(system.encode()), line.tools or tools

@@ -2,8 +2,9 @@
 
 The pass-through hands every event of every watched conversation to `deliver`. Each
 conversation gets its own `Transcript` (the same widget a live session and a replay use: the
-answer streams, calls show as calls, usage strips fill); the list on the left picks which one is
-on screen, side requests (titles, summaries, sub-agents) under their parent; a self-hosted upstream's
+answer streams, calls show as calls, usage strips fill), and only the one the list on the left
+highlights is on screen, side requests (titles, summaries, sub-agents) under their parent (one on
+screen that turns out to be a side request hands the screen to its parent); a self-hosted upstream's
 server panel beside them (F2). The status bar
 counts the conversation on screen, as it counts a session; the line at the top names the
 address to point agents at and the whole traffic's totals. F3 draws the conversation's waterfall.
@@ -20,7 +21,15 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import ContentSwitcher, Footer, OptionList, Static
 
-from hotloop.agent.events import AgentEvent, ResponseFinished, StepFinished, StepStarted, TurnFinished, TurnStarted
+from hotloop.agent.events import (
+    AgentEvent,
+    ResponseFinished,
+    SideOf,
+    StepFinished,
+    StepStarted,
+    TurnFinished,
+    TurnStarted,
+)
 from hotloop.agent.figures import SessionTotals, counted
 from hotloop.agent.pricing import CostTotals, StepPricer
 from hotloop.tui.render import Palette
@@ -57,6 +66,7 @@ class WatchScreen(ServerPanelHost):
         self.events: dict[str, list[AgentEvent]] = {}
         self.totals: dict[str, SessionTotals] = {}
         self._shown: str | None = None
+        self._follow = ""  # the conversation on screen became a side request of this one: it goes on screen
         self.answering = 0  # requests whose answer is streaming now: the server panel scrapes faster meanwhile
         self.nudge: Callable[[], None] = lambda: None  # a request started or ended: the panel scrapes at once
 
@@ -99,7 +109,9 @@ class WatchScreen(ServerPanelHost):
             self.nudge()
         if isinstance(event, StepStarted) and conversation.id == self._shown:
             self.status.provider, self.status.model = event.provider, event.model
-        if isinstance(event, (TurnStarted, StepFinished, TurnFinished)):
+        if isinstance(event, SideOf) and conversation.id == self._shown:
+            self._follow = event.parent
+        if isinstance(event, (TurnStarted, StepFinished, TurnFinished, SideOf)):
             self.conversations.update(conversation, totals)
             self._count()
         if conversation.id == self._shown:
@@ -108,14 +120,16 @@ class WatchScreen(ServerPanelHost):
     def _open(self, conversation: ConversationInfo) -> None:
         self.totals[conversation.id] = SessionTotals(StepPricer())
         transcript = Transcript(self.clock, self.palette, StepPricer, id=_widget_id(conversation.id))
+        transcript.display = False  # the switcher shows its `current` alone: a child mounted later shows too
         self.query_one(ContentSwitcher).mount(transcript)
         self.conversations.update(conversation, self.totals[conversation.id])
-        if self._shown is None:
+        if self._shown is None or conversation.id == self._follow:
             self.show(conversation.id)
 
     def show(self, conversation: str) -> None:
-        """Put a conversation's transcript on screen, and its totals in the status bar."""
-        self._shown = conversation
+        """Put a conversation's transcript on screen, highlighted in the list, and its totals in the status bar."""
+        self._shown, self._follow = conversation, ""
+        self.conversations.highlight(conversation)
         self.query_one(ContentSwitcher).current = _widget_id(conversation)
         self.status.totals = self.totals[conversation]
         started = next((e for e in reversed(self.events[conversation]) if isinstance(e, StepStarted)), None)

@@ -1,7 +1,7 @@
 """`WatchedList`: the conversations `hotloop watch` has seen, each with its agent, requests and dollars.
 
 Side requests (a title, a summary, a sub-agent) are listed under the conversation they branched
-from. Highlighting one puts it on screen (the screen listens for `OptionHighlighted`).
+from, theirs under them. Highlighting one puts it on screen (the screen listens for `OptionHighlighted`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from hotloop.agent.text import inert
 
 if TYPE_CHECKING:
     from hotloop.watch import ConversationInfo
+
+
+_INDENTS = 6  # the deepest indent: past it, side requests of side requests line up
 
 
 class WatchedList(OptionList):
@@ -38,6 +41,11 @@ class WatchedList(OptionList):
         self._rows[conversation.id] = (conversation, title, figures)
         self._redraw()
 
+    def highlight(self, conversation: str) -> None:
+        """Highlight the conversation on screen, wherever a redraw has put its row."""
+        if conversation in self._rows:
+            self.highlighted = self.get_option_index(conversation)
+
     def on_resize(self) -> None:
         self._redraw()
 
@@ -51,17 +59,24 @@ class WatchedList(OptionList):
             self.highlighted = 0
 
     def _ordered(self) -> list[Option]:
-        """Conversations in the order first seen, each followed by its side requests, indented."""
-        rows: list[Option] = []
-        for key, (conversation, *lines) in self._rows.items():
+        """Conversations in the order first seen, each followed by its side requests (and theirs), indented."""
+        sides: dict[str, list[str]] = {}
+        for key, (conversation, *_) in self._rows.items():
             if conversation.parent in self._rows:
-                continue
-            rows.append(Option(self._fitted(lines), id=key))
-            rows += [
-                Option(self._fitted(child_lines, "↳ "), id=child)
-                for child, (other, *child_lines) in self._rows.items()
-                if other.parent == key
-            ]
+                sides.setdefault(conversation.parent, []).append(key)
+        # A stack, not recursion: a client can chain side requests as deep as it likes (each branching off the last).
+        stack = [
+            (key, 0)
+            for key, (conversation, *_) in reversed(self._rows.items())
+            if conversation.parent not in self._rows
+        ]
+        rows: list[Option] = []
+        while stack:
+            key, depth = stack.pop()
+            _, *lines = self._rows[key]
+            indent = f"{' ' * min(depth - 1, _INDENTS)}↳ " if depth else ""
+            rows.append(Option(self._fitted(lines, indent), id=key))
+            stack += [(side, depth + 1) for side in reversed(sides.get(key, ()))]
         return rows
 
     def _fitted(self, lines: list[Text], indent: str = "") -> Text:
