@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
@@ -101,7 +102,9 @@ def price_step(
     if usage is None or usage.prompt_total is None or usage.output is None or not base_url:
         return None
     found = _table_price(model, base_url, datetime.fromtimestamp(at, UTC) if at is not None else None)
-    return _priced(usage, *found, write_ttl) if found is not None else None
+    if found is None:
+        return None
+    return _priced_once(usage, _Prices(found[0]), found[1], found[2], write_ttl)
 
 
 def warm() -> None:
@@ -134,6 +137,28 @@ def _table_model(model: str, base_url: str) -> tuple[Provider, ModelInfo] | None
         return get_snapshot().find_provider_model(model, None, None, base_url)
     except LookupError:
         return None
+
+
+class _Prices:
+    """A model's prices as a cache key: the table's own object, by identity (the table lives as long as the process)."""
+
+    __slots__ = ("prices",)
+
+    def __init__(self, prices: ModelPrice) -> None:
+        self.prices = prices
+
+    def __hash__(self) -> int:
+        return id(self.prices)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Prices) and other.prices is self.prices
+
+
+# genai-prices' `calc_price` costs ~0.1 ms a call (3× that on a loaded machine) and every step is priced by several
+# readers (the log's summary, the status bar or printer, the spans, the cache's savings): each of its figures once.
+@lru_cache(maxsize=1024)
+def _priced_once(usage: UsageLedger, prices: _Prices, provider: str, model: str, write_ttl: Ttl) -> Cost | None:
+    return _priced(usage, prices.prices, provider, model, write_ttl)
 
 
 def _priced(usage: UsageLedger, prices: ModelPrice, provider: str, model: str, write_ttl: Ttl) -> Cost | None:

@@ -1,14 +1,27 @@
 """The session log: every event of a session, one JSON object per line, append-only.
 
-The first line is a header naming the session. Events are buffered and written at step,
-tool and turn boundaries, and at least every quarter second while a stream runs, so a
-killed process loses at most that much. Files are private (0600, in a 0700 folder), and
-any secret value the log is told about is masked before it reaches the disk. A log is
-locked while a process writes it, so two hotloop processes never append to one session.
+The first line is a header naming the session, written before `create` returns. The caller's
+thread only keeps each event; at every turn start, step end, tool end, turn end, notice and title,
+and at least every quarter second while a stream runs, it hands them to the process's writer
+thread (`writer.py`), which caps, masks, encodes and appends them, and keeps the summary beside
+the log, saved at most once a second and at close. So no encoding, pricing, disk write or rename
+runs on the caller's thread (an event loop) but in `flush` and `close`, which wait for the disk.
+
+What SIGKILL loses: the events not yet handed over (less than a quarter second of a stream; never
+a finished step, tool or turn, which are handed over as they come) and what the writer thread had
+not yet written (typically what the last millisecond handed over; more while a disk stalls). A
+summary older than its log is caught up from the log by its reader. A process that exits without
+closing its logs (SIGTERM handled, a return from main) still writes all it handed over: the
+writer thread is drained at exit.
+
+Files are private (0600, in a 0700 folder), and any secret value the log is told about is masked
+before it reaches the disk. A log is locked while a process writes it, so two hotloop processes
+never append to one session.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
@@ -23,6 +36,7 @@ from hotloop.agent.events import (
     AgentEvent,
     Notice,
     SessionTitled,
+    SideOf,
     StepFinished,
     ToolFinished,
     TurnFinished,
@@ -32,12 +46,15 @@ from hotloop.agent.events import (
 from hotloop.agent.pricing import StepPricer
 from hotloop.sessions.caps import LogCaps
 from hotloop.sessions.masking import Masker
-from hotloop.sessions.summary import Summary, read_summary, summary_bytes, summary_path
+from hotloop.sessions.summary import Sidecar, Summary, read_summary, summary_path
+from hotloop.sessions.writer import WRITER
 
 FORMAT_VERSION = 1
 FLUSH_INTERVAL = 0.25
-_FLUSH_ON = (TurnStarted, StepFinished, ToolFinished, TurnFinished, Notice, SessionTitled)
-_SUMMARY_ON = (TurnFinished, SessionTitled)
+SUMMARY_INTERVAL = 1.0  # seconds between two saves of a log's summary
+FLUSH_WAIT = 30.0  # seconds `flush` and `close` wait for the disk before saying it didn't take the log
+_FLUSH_ON = (TurnStarted, StepFinished, ToolFinished, TurnFinished, Notice, SessionTitled, SideOf)
+_SUMMARY_ON = (TurnFinished, SessionTitled, SideOf)
 
 
 class SessionHeader(msgspec.Struct, frozen=True, tag="session", tag_field="type", omit_defaults=True):
@@ -88,7 +105,12 @@ def new_session_id() -> str:
 
 
 class SessionLog:
-    """Appends a session's events to `<folder>/<start time>_<id>.jsonl`, keeping its summary beside it."""
+    """Appends a session's events to `<folder>/<start time>_<id>.jsonl`, keeping its summary beside it.
+
+    The caller's thread only keeps each event; at a boundary it hands them to the process's writer
+    thread (`writer.WRITER`), which alone caps, masks, encodes and appends them once the header is
+    written, and keeps and saves the summary.
+    """
 
     def __init__(
         self, path: Path, session_id: str, fd: int, summary: Summary, secrets_to_mask: Iterable[str] = ()
@@ -97,10 +119,16 @@ class SessionLog:
         self.id = session_id
         self._masker = Masker(list(secrets_to_mask))
         self._caps = LogCaps()
-        self._buffer: list[bytes] = []
+        self._buffer: list[AgentEvent] = []  # the events not yet handed over
         self._last_flush = time.monotonic()
+        self._closed = False
+        # The writer thread's alone once the log is made: the file, how much it holds, the summary of that, and
+        # whether a save of it is waiting (one every SUMMARY_INTERVAL seconds at most).
         self._fd: int | None = fd
-        self._summary = summary
+        self._written = os.fstat(fd).st_size
+        self._sidecar = Sidecar(summary)
+        self._save_waiting = False
+        self._saved_at = -SUMMARY_INTERVAL
         self.error: OSError | None = None
 
     @classmethod
@@ -131,10 +159,6 @@ class SessionLog:
         stamp = datetime.fromtimestamp(started).strftime("%Y%m%dT%H%M%S")
         path = folder / f"{stamp}_{session_id}.jsonl"
         fd = _locked(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
-        own_since = started if forked_from is not None else 0.0
-        summary = Summary(costed=True, own_since=own_since)
-        summary.learn(provider, base_url, cost_per_hour)
-        log = cls(path, session_id, fd, summary, secrets_to_mask)
         header = SessionHeader(
             session_id,
             FORMAT_VERSION,
@@ -153,9 +177,15 @@ class SessionLog:
             header = msgspec.structs.replace(
                 header, parent=forked_from.id, forked_at_turn=forked_at_turn, cache_key=forked_from.routing_key
             )
-        log._write_line(msgspec.json.encode(header))
-        log.flush()
-        log._summary.size = log._written()
+        summary = Summary(costed=True, own_since=started if forked_from is not None else 0.0)
+        summary.learn(provider, base_url, cost_per_hour)
+        log = cls(path, session_id, fd, summary, secrets_to_mask)
+        line = log._masker.masked(msgspec.json.encode(header)) + b"\n"
+        try:
+            _write_all(fd, line)  # here, not on the writer thread: a reader finds the session as soon as it exists
+        except OSError as error:
+            log._stop(error)
+        log._written = len(line)
         return log
 
     @classmethod
@@ -167,68 +197,94 @@ class SessionLog:
         return cls(path, session_id, fd, read_summary(path, header_size), secrets_to_mask)
 
     def write(self, event: AgentEvent) -> None:
-        if self._fd is None:
+        if self._closed or self.error is not None:
             return  # closed, or stopped by a write error
-        kept = self._caps.capped(event)
-        for masked in self._masker.events(kept) if kept is not None else ():
-            self._write_line(encode(masked))
-        self._summary.observe(event)
+        self._buffer.append(event)
         if isinstance(event, _FLUSH_ON) or time.monotonic() - self._last_flush >= FLUSH_INTERVAL:
-            self.flush()
-        if isinstance(event, _SUMMARY_ON):
-            self._save_summary()
+            self._hand_over()
 
-    def _write_line(self, line: bytes) -> None:
-        self._buffer.append(self._masked(line) + b"\n")
-
-    def _masked(self, data: bytes) -> bytes:
-        return self._masker.masked(data)
-
-    def flush(self) -> None:
-        """Write what is buffered. A failing disk stops the log (see `error`), never the run."""
-        if self._buffer and self._fd is not None:
-            data = b"".join(self._buffer)
-            self._buffer.clear()
-            view = memoryview(data)
-            try:
-                while view:
-                    view = view[os.write(self._fd, view) :]
-            except OSError as error:
-                self._stop(error)
+    def _hand_over(self) -> None:
+        """Give the writer thread the events kept: on disk moments later (`flush` waits for them)."""
         self._last_flush = time.monotonic()
+        if self._buffer:
+            events, self._buffer = self._buffer, []
+            WRITER.submit(lambda: self._write_out(events))
 
-    def _written(self) -> int:
-        return os.fstat(self._fd).st_size if self._fd is not None else self._summary.size
+    def flush(self, timeout: float = FLUSH_WAIT) -> bool:
+        """Write what is kept and wait, at most `timeout` seconds, until it is on disk; whether it is.
 
-    def _save_summary(self) -> None:
-        """Replace the summary beside the log; readers never see half of one."""
+        A failing disk stops the log (see `error`), never the run.
+        """
+        if self._closed or self.error is not None:
+            return False
+        self._hand_over()
+        return WRITER.done(timeout) and self.error is None
+
+    def close(self, timeout: float = FLUSH_WAIT) -> None:
+        """Write everything, save the summary and let the session go; waits for the disk at most `timeout` s."""
+        if self._closed:
+            return
+        self._closed = True
+        events, self._buffer = self._buffer, []
+        WRITER.submit(lambda: self._close_out(events))
+        if not WRITER.done(timeout) and self.error is None:
+            self.error = TimeoutError(
+                errno.ETIMEDOUT, f"the disk had not taken the log's last writes after {timeout:g} s"
+            )
+
+    # -- on the writer thread --------------------------------------------------------------
+
+    def _write_out(self, events: list[AgentEvent], closing: bool = False) -> None:
+        """Append `events` (and, closing, what the masker still holds); a turn's end or a title makes a save due."""
         if self._fd is None:
             return
-        self._summary.size = self._written()
+        lines = []
+        for event in events:
+            kept = self._caps.capped(event)
+            for masked in self._masker.events(kept) if kept is not None else ():
+                lines.append(self._masker.masked(encode(masked)) + b"\n")
+            self._sidecar.observe(event)
+        for held in self._masker.release() if closing else ():
+            lines.append(self._masker.masked(encode(held)) + b"\n")
+        data = b"".join(lines)
+        try:
+            _write_all(self._fd, data)
+        except OSError as error:
+            self._stop(error)
+            return
+        self._written += len(data)
+        if not self._save_waiting and any(isinstance(event, _SUMMARY_ON) for event in events):
+            self._save_waiting = True
+            WRITER.later(self._saved_at + SUMMARY_INTERVAL, self._save_summary)
+
+    def _save_summary(self) -> None:
+        """Replace the summary beside the log with one of all it holds; readers never see half of one."""
+        self._save_waiting = False
+        if self._fd is None:
+            return
+        self._saved_at = time.monotonic()
         target = summary_path(self.path)
         temporary = target.with_name(f".{target.name}.{os.getpid()}")
         try:
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(descriptor, "wb") as file:
-                file.write(self._masked(summary_bytes(self._summary)))
+                file.write(self._masker.masked(self._sidecar.encoded(self._written)))
             os.replace(temporary, target)
         except OSError as error:
             self._stop(error)
 
+    def _close_out(self, events: list[AgentEvent]) -> None:
+        self._write_out(events, closing=True)
+        self._save_summary()
+        self._let_go()
+
     def _stop(self, error: OSError) -> None:
         self.error = error
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._let_go()
 
-    def close(self) -> None:
+    def _let_go(self) -> None:
         if self._fd is not None:
-            for held in self._masker.release():
-                self._write_line(encode(held))
-            self.flush()
-            self._save_summary()
-        if self._fd is not None:
-            os.close(self._fd)
+            os.close(self._fd)  # and with it the lock
             self._fd = None
 
     def __enter__(self) -> SessionLog:
@@ -236,6 +292,12 @@ class SessionLog:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _locked(path: Path, flags: int) -> int:

@@ -1,9 +1,10 @@
 """A session's summary, kept beside its log so that listing sessions never reads whole logs.
 
-The log writes `<log name>.summary.json` at every turn end: the log's size at that moment,
-the turns, their prompts, the tokens used, their dollars and the model the last step ran on. A reader takes the summary
-and scans only what the log gained since (a turn in flight, or a process killed mid-turn); a log without
-a summary is scanned whole.
+The log's writer thread saves `<log name>.summary.json` after a turn end or a title, at most once a second,
+and at close: the log's size it covers, the turns, their prompts, the tokens used, their dollars and the model the
+last step ran on. Keeping it costs the log O(1) a turn (`Sidecar`: each prompt is encoded once, as it comes). A
+reader takes the summary and scans only what the log gained since (the last second, a turn in flight, or a process
+killed mid-turn); a log without a summary is scanned whole.
 
 A step's usage that no request can have (a negative count, more than `MAX_STEP_TOKENS`) is never summed:
 `believable` marks it unknown, here and wherever a log is read back, and a summary file whose totals such
@@ -28,6 +29,7 @@ from hotloop.agent.events import (
     ProviderSwitched,
     ResponseFinished,
     SessionTitled,
+    SideOf,
     SideRequest,
     StepFinished,
     StepStarted,
@@ -36,6 +38,7 @@ from hotloop.agent.events import (
 from hotloop.agent.pricing import CostTotals, StepPricer
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.files import NotAFile, open_file
+from hotloop.sessions.titles import headline
 
 if TYPE_CHECKING:
     from hotloop.sessions.log import SessionHeader
@@ -51,6 +54,7 @@ _STEP_PREFIX = b'{"type":"step_finished"'
 _TITLE_PREFIX = b'{"type":"session_titled"'
 _COMPACTED_PREFIX = b'{"type":"compacted"'
 _SIDE_PREFIX = b'{"type":"side_request"'
+_SIDE_OF_PREFIX = b'{"type":"side_of"'
 _STARTED_PREFIX = b'{"type":"step_started"'
 _SWITCHED_PREFIX = b'{"type":"provider_switched"'
 _HEADER_PREFIX = b'{"type":"session",'
@@ -123,6 +127,7 @@ _header = msgspec.json.Decoder(_Header)
 _step = msgspec.json.Decoder(StepFinished)
 _compacted = msgspec.json.Decoder(Compacted)
 _side = msgspec.json.Decoder(SideRequest)
+_side_of = msgspec.json.Decoder(SideOf)
 _titled = msgspec.json.Decoder(SessionTitled)
 _used = msgspec.json.Decoder(_Used)
 
@@ -152,6 +157,7 @@ class Summary(msgspec.Struct, gc=False):
     # A fork's log starts with its parent's turns, stamped with their own times: the steps before the
     # fork was made are the parent's spend, counted in the parent's summary, not again in the fork's.
     own_since: float = 0.0
+    side_of: str = ""  # a watched conversation found to be a side request after its header was written
 
     @property
     def costs(self) -> CostTotals | None:
@@ -162,13 +168,10 @@ class Summary(msgspec.Struct, gc=False):
 
     @property
     def title(self) -> str:
-        """The helper tier's title; until there is one, the first line of the first prompt, shortened."""
+        """The helper tier's title; until there is one, the first line of the user's own words in the first prompt."""
         if self.titled:
             return self.titled
-        first = next(
-            (line.strip() for line in (self.prompts[0] if self.prompts else "").splitlines() if line.strip()), ""
-        )
-        return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
+        return headline(self.prompts[0] if self.prompts else "", TITLE_LENGTH)
 
     def observe(self, event: AgentEvent) -> None:
         if isinstance(event, TurnStarted):
@@ -176,6 +179,8 @@ class Summary(msgspec.Struct, gc=False):
             self.prompts.append(event.prompt)
         elif isinstance(event, StepStarted):
             self.provider, self.model = event.provider, event.model
+        elif isinstance(event, SideOf):
+            self.side_of = event.parent
         elif isinstance(event, SessionTitled):
             self.titled = event.title
         elif isinstance(event, ProviderSwitched):
@@ -223,6 +228,8 @@ class Summary(msgspec.Struct, gc=False):
                     self.provider, self.model = used.provider, used.model
                 elif line.startswith(_COMPACTED_PREFIX):
                     self.observe(_compacted.decode(line))
+                elif line.startswith(_SIDE_OF_PREFIX):
+                    self.observe(_side_of.decode(line))
                 elif line.startswith(_SIDE_PREFIX):
                     self.observe(_side.decode(line))
                 elif line.startswith(_TITLE_PREFIX):
@@ -296,5 +303,37 @@ def tokens_total(tokens: int | None, unmeasured: int) -> str:
     return "–" if tokens is None else f"{'≥' if unmeasured else ''}{tokens:,}"
 
 
-def summary_bytes(summary: Summary) -> bytes:
-    return _encode(summary)
+class _Saved(Summary, gc=False):
+    """A summary as saved, its prompts already encoded."""
+
+    prompts: msgspec.Raw = msgspec.Raw(b"[]")  # type: ignore[assignment]
+
+
+class Sidecar:
+    """A log's summary as the log keeps it: each prompt is encoded once, as it comes, so keeping the summary up to
+    date costs the same at turn 2,000 as at turn 1; only a save copies the prompts."""
+
+    def __init__(self, summary: Summary) -> None:
+        self.summary = summary
+        self._prompts = bytearray()
+        self._encoded = 0  # how many of the summary's prompts `_prompts` holds
+        self._catch_up()
+
+    def observe(self, event: AgentEvent) -> None:
+        self.summary.observe(event)
+        if isinstance(event, TurnStarted):
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        for prompt in self.summary.prompts[self._encoded :]:
+            if self._prompts:
+                self._prompts += b","
+            self._prompts += _encode(prompt)
+        self._encoded = len(self.summary.prompts)
+
+    def encoded(self, size: int) -> bytes:
+        """The summary file's bytes, covering `size` bytes of the log."""
+        fields = msgspec.structs.asdict(self.summary)
+        fields["size"] = size
+        fields["prompts"] = msgspec.Raw(b"[" + self._prompts + b"]")
+        return _encode(_Saved(**fields))

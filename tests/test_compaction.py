@@ -124,6 +124,7 @@ async def test_a_compacted_conversation_resumes_sending_the_same_bytes(
             assert "the conversation was compacted into its summary" in after.cache_note
         snapshot = tmp_path / "copy" / log.path.name
         snapshot.parent.mkdir()
+        log.flush()  # the writer thread has the turn: on disk once flush returns
         shutil.copy(log.path, snapshot)
         sent_before = len(sim.server.requests)
         await original.run_turn("one more thing")

@@ -11,35 +11,37 @@ from hotloop.agent.events import StepFinished, TurnStarted, decode, fan_out
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import list_sessions, summarize
 
-from support import make_agent, present, start_sim
+from support import make_agent, present, start_sim, wait_until
 
 
 def create_log(folder: Path, secrets: tuple[str, ...] = ()) -> SessionLog:
     return SessionLog.create(folder, provider="sim", model="sim-fast", workspace=Path("/w"), secrets_to_mask=secrets)
 
 
-async def test_a_logged_run_is_private_complete_and_flushed_per_step(tmp_path: Path) -> None:
+async def test_a_logged_run_is_private_complete_and_handed_to_the_disk_per_step(tmp_path: Path) -> None:
+    """Each finished step leaves nothing buffered on the caller and reaches the disk with no flush or close."""
     folder = tmp_path / "sessions"
     (tmp_path / "README.md").write_text("# Demo\n")
-    seen_on_disk: list[bool] = []
+    held_back: list[int] = []
     sim = start_sim()
     try:
         with create_log(folder) as log:
 
-            def check_disk(event: object) -> None:
+            def check_buffer(event: object) -> None:
                 if isinstance(event, StepFinished):
-                    seen_on_disk.append(b'"type":"step_finished"' in log.path.read_bytes().splitlines()[-1])
+                    held_back.append(len(log._buffer))
 
             agent, recorder = make_agent(sim, tmp_path)
-            agent.emit = fan_out(recorder, log.write, check_disk)
+            agent.emit = fan_out(recorder, log.write, check_buffer)
             await agent.run_turn("Read README.md")
             path = log.path
+            await wait_until(lambda: path.read_bytes().count(b'"type":"step_finished"') == 2, what="both steps on disk")
     finally:
         sim.stop()
 
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert seen_on_disk == [True, True]  # each step was on disk when it finished
+    assert held_back == [0, 0]  # each step was handed to the writer thread when it finished
     header, *lines = path.read_bytes().splitlines()
     assert header.startswith(b'{"type":"session","id":"') and b'"format":1' in header
     assert [decode(line) for line in lines] == recorder.events

@@ -39,6 +39,7 @@ async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(
             assert (await original.run_turn(prompt)).reason == "answer"
         snapshot = tmp_path / "copy" / log.path.name
         snapshot.parent.mkdir()
+        log.flush()  # the writer thread has the turn: on disk once flush returns
         shutil.copy(log.path, snapshot)
         sent_before = len(sim.server.requests)
         await original.run_turn("list the files in .")
