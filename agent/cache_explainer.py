@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from hotloop.agent.fingerprint import Fingerprint
 from hotloop.agent.instructions import split
 from hotloop.agent.tools.registry import HeldTools, ToolSpecs
 from hotloop.providers.anthropic import DiagnosedUsage
@@ -55,18 +56,6 @@ _encode = msgspec.msgpack.Encoder().encode
 def cache_block(server_kind: str | None, figures_by: str) -> int:
     """The tokens a server caches by: llama.cpp keeps a prefix token by token, vLLM in blocks of 16."""
     return 1 if "llama.cpp" in (server_kind, figures_by) else BLOCK
-
-
-class Fingerprint(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
-    """A request by segment, as short digests: enough to tell which part changed between two steps."""
-
-    provider: str
-    model: str
-    system: str  # the system prompt up to the project instructions
-    tools: dict[str, str] = {}
-    messages: int = 0
-    history: str = ""  # one digest over every message's digest, in order
-    instructions: str = ""  # the project instructions ending the system prompt, if any
 
 
 def _digest(data: bytes) -> str:

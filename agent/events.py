@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from hotloop.agent.cache_explainer import Fingerprint
+from hotloop.agent.fingerprint import Fingerprint
 from hotloop.nesting import decoded
 from hotloop.providers.events import (
     Event,

@@ -99,10 +99,15 @@ class StepPrefetch:
 
 class Prefetcher:
     def __init__(
-        self, tools: ToolRegistry, run: Callable[[Tool, CallKey], Awaitable[str]], limit: int = MAX_GUESSES
+        self,
+        tools: ToolRegistry,
+        run: Callable[[Tool, CallKey], Awaitable[str]],
+        predictor: Predictor | None = None,
+        limit: int = MAX_GUESSES,
     ) -> None:
+        """`predictor`: one learned already (a session's, shared by its agents), else a new one."""
         self.tools = tools
-        self.predictor = Predictor()
+        self.predictor = predictor if predictor is not None else Predictor()
         self.stats = PrefetchStats()
         self.limit = limit
         self._run = run

@@ -11,6 +11,7 @@ from hotloop.cli.arguments import LATEST, UsageError, positive_int
 
 if TYPE_CHECKING:
     from hotloop.core.session import SessionOptions
+    from hotloop.providers.transport import RequestTimeout
 
 
 def add_session_options(parser: argparse.ArgumentParser, prefix: str) -> None:
@@ -136,8 +137,10 @@ def _rule(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _timeout(text: str) -> tuple[float, float]:
+def _timeout(text: str) -> RequestTimeout:
     """`--timeout 30` (first byte and idle alike) or `--timeout 120,30`."""
+    from hotloop.providers.transport import RequestTimeout
+
     first, _, idle = text.partition(",")
     try:
         figures = float(first), float(idle or first)
@@ -145,7 +148,7 @@ def _timeout(text: str) -> tuple[float, float]:
         raise argparse.ArgumentTypeError("must be seconds, or two of them: FIRST_BYTE,IDLE") from None
     if min(figures) <= 0:
         raise argparse.ArgumentTypeError("must be positive")
-    return figures
+    return RequestTimeout(*figures)
 
 
 def _read_system_file(path: Path | None) -> str | None:

@@ -23,6 +23,7 @@ from hotloop.agent.tools.mcp_config import McpServer
 from hotloop.agent.tools.shell import ShellSettings
 from hotloop.config.toml_writer import as_table, masked, toml_text
 from hotloop.providers.anthropic import BREAKPOINT_LIMIT
+from hotloop.providers.protocols import Wire
 from hotloop.providers.transport import ANTHROPIC_URL as ANTHROPIC_URL
 from hotloop.providers.transport import RequestTimeout
 from hotloop.secret_policy import secret_values
@@ -31,13 +32,22 @@ from hotloop.sim import defaults as sim  # constants only: the one import of the
 if TYPE_CHECKING:
     from hotloop.config.choice import Choice
 
-OPENAI_URL = "https://api.openai.com/v1"
+OPENAI_BASE_URL = "https://api.openai.com/v1"  # what the SDK takes; the origin alone is `transport.OPENAI_URL`
 # openai: any OpenAI-compatible server; anthropic: any Anthropic-compatible one; sim and
 # sim-anthropic: the embedded simulator, over each protocol.
 # `openai` is the Responses API on api.openai.com and Chat Completions elsewhere; `openai-chat` and
 # `openai-responses` choose one for any server.
 Kind = Literal["openai", "openai-chat", "openai-responses", "anthropic", "sim", "sim-responses", "sim-anthropic"]
-_OPENAI_KINDS = ("openai", "openai-chat", "openai-responses")
+# Each kind's protocol, read here once; "auto" chooses by the server (`ProviderSettings.protocol`).
+KIND_WIRES: dict[Kind, Wire | Literal["auto"]] = {
+    "openai": "auto",
+    "openai-chat": Wire.OPENAI_CHAT,
+    "openai-responses": Wire.OPENAI_RESPONSES,
+    "anthropic": Wire.ANTHROPIC,
+    "sim": Wire.OPENAI_CHAT,
+    "sim-responses": Wire.OPENAI_RESPONSES,
+    "sim-anthropic": Wire.ANTHROPIC,
+}
 TierName = Literal["fast", "balanced", "strong"]
 TIER_NAMES: tuple[str, ...] = get_args(TierName)
 # Not a mapping but a policy: the fast tier classifies each turn, which then goes to a real tier.
@@ -68,16 +78,6 @@ HeaderName = Annotated[
 NOT_IN_FILE = frozenset({"name", "path", "loaded", "warnings"})
 
 
-class RequestTimeoutSettings(Struct, frozen=True, forbid_unknown_fields=True):
-    """Seconds a request may wait for its first byte, and then between two chunks of its stream."""
-
-    first_byte: Annotated[float, _rule("must be positive", gt=0)] = RequestTimeout.first_byte
-    idle: Annotated[float, _rule("must be positive", gt=0)] = RequestTimeout.idle
-
-    def limits(self) -> RequestTimeout:
-        return RequestTimeout(self.first_byte, self.idle)
-
-
 class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     kind: Kind
@@ -106,7 +106,7 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     # adds to the last one, naming it (`previous_response_id`, for a server that stores responses).
     reasoning_summary: bool = False
     previous_response_id: bool = False
-    request_timeout: RequestTimeoutSettings = RequestTimeoutSettings()
+    request_timeout: RequestTimeout = RequestTimeout()
     # Dollars an hour the server's GPUs cost (self-hosted): each step's model time is priced at it, as an estimate.
     cost_per_hour: Annotated[float, _rule("must be 0 or more", ge=0)] | None = None
 
@@ -115,22 +115,21 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
         """The URL requests go to ("" for the simulator); without base_url, the protocol's own API."""
         if self.base_url or self.is_simulator:
             return self.base_url or ""
-        return ANTHROPIC_URL if self.kind == "anthropic" else OPENAI_URL
+        return ANTHROPIC_URL if KIND_WIRES[self.kind] is Wire.ANTHROPIC else OPENAI_BASE_URL
 
     @property
-    def protocol(self) -> str:
-        """The wire protocol: `openai` (Chat Completions), `openai-responses` or `anthropic`."""
-        if self.kind in ("anthropic", "sim-anthropic"):
-            return "anthropic"
-        if self.kind in ("openai-responses", "sim-responses"):
-            return "openai-responses"
+    def protocol(self) -> Wire:
+        """The wire protocol the kind names, or for `openai`, the one its server is spoken to in."""
+        named = KIND_WIRES[self.kind]
+        if isinstance(named, Wire):
+            return named
         # OpenAI's own API carries reasoning across steps only on the Responses API.
-        return "openai-responses" if self.kind == "openai" and self.server == OPENAI_URL else "openai"
+        return Wire.OPENAI_RESPONSES if self.server == OPENAI_BASE_URL else Wire.OPENAI_CHAT
 
     @property
     def sdk(self) -> str:
         """The official SDK the protocol is spoken through."""
-        return "anthropic" if self.protocol == "anthropic" else "openai"
+        return self.protocol.traits.sdk
 
     @property
     def is_simulator(self) -> bool:
@@ -139,18 +138,16 @@ class ProviderSettings(Struct, frozen=True, forbid_unknown_fields=True):
     @property
     def key_required(self) -> bool:
         """Whether this is OpenAI's or Anthropic's own API, which need a key (gateways and local servers may not)."""
-        if self.kind in _OPENAI_KINDS:
-            return (self.base_url or OPENAI_URL).rstrip("/") == OPENAI_URL
-        return self.kind == "anthropic" and (self.base_url or ANTHROPIC_URL).rstrip("/") in (
-            ANTHROPIC_URL,
-            ANTHROPIC_URL + "/v1",
-        )
+        if self.is_simulator:
+            return False
+        hosted = (ANTHROPIC_URL, ANTHROPIC_URL + "/v1") if self.protocol is Wire.ANTHROPIC else (OPENAI_BASE_URL,)
+        return (self.base_url or hosted[0]).rstrip("/") in hosted
 
     @property
     def sends_prompt_cache_key(self) -> bool:
         if self.prompt_cache_key is not None:
             return self.prompt_cache_key
-        return self.kind in _OPENAI_KINDS and self.key_required
+        return self.protocol.traits.cache.keyed and self.key_required
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -238,7 +235,7 @@ BUILTIN_PROVIDERS = {
     "sim-responses": ProviderSettings(
         "sim-responses", "sim-responses", models=SIM_MODELS, default_model="sim-balanced"
     ),
-    "openai": ProviderSettings("openai", "openai", OPENAI_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
+    "openai": ProviderSettings("openai", "openai", OPENAI_BASE_URL, "OPENAI_API_KEY", default_model="gpt-5-mini"),
     "anthropic": ProviderSettings(
         "anthropic", "anthropic", ANTHROPIC_URL, "ANTHROPIC_API_KEY", default_model="claude-sonnet-4-5"
     ),
@@ -340,7 +337,7 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
             for tier in self.tiers.values()
         }
 
-    def with_timeout(self, timeout: RequestTimeoutSettings) -> Config:
+    def with_timeout(self, timeout: RequestTimeout) -> Config:
         """Every provider with this request timeout (`--timeout`)."""
         providers = {name: structs.replace(p, request_timeout=timeout) for name, p in self.providers.items()}
         return structs.replace(self, providers=providers)

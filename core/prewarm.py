@@ -41,7 +41,7 @@ import msgspec
 from hotloop.agent.cache_lifetime import LIFETIME, TTL_NAMES, CacheRhythm, compare_lifetimes, input_price
 from hotloop.agent.events import AgentEvent, Notice, SideRequest
 from hotloop.agent.pricing import Ttl
-from hotloop.config import CacheSettings, Config, Target
+from hotloop.config import CacheSettings, Config, ProviderSettings, Target
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import Usage, UsageLedger
@@ -71,10 +71,10 @@ class Verdict:
 
 def verdict(settings: CacheSettings, provider: Provider, prefix_tokens: int, write_ttl: Ttl = "5m") -> Verdict:
     """What `[cache] prewarm` means for `provider` with a prefix of about `prefix_tokens` tokens."""
-    anthropic = provider.protocol == "anthropic"
+    timed = bool(provider.protocol.traits.cache.lifetimes)
     # Anthropic's cache, the API's and the simulator's Anthropic side alike, forgets a prefix after its TTL; a
     # self-hosted OpenAI-compatible server keeps one until it needs the room, which no timer can predict.
-    lifetime = LIFETIME[write_ttl] if anthropic else None
+    lifetime = LIFETIME[write_ttl] if timed else None
     if settings.prewarm == "off":
         return Verdict(False, "pre-warm off ([cache] prewarm)", lifetime)
     if not provider.official:
@@ -83,7 +83,7 @@ def verdict(settings: CacheSettings, provider: Provider, prefix_tokens: int, wri
 
     extra = extra_cost(provider, prefix_tokens)
     cost = f"~{money(extra)} more per start" if extra is not None else "an unknown price"
-    how = "writes it at 1.25× input, then the first step reads it at 0.1×" if anthropic else "prefills it uncached"
+    how = "writes it at 1.25× input, then the first step reads it at 0.1×" if timed else "prefills it uncached"
     return Verdict(False, f"pre-warm off on {provider.name}: a hosted API {how}: {cost}, no saving", lifetime)
 
 
@@ -114,6 +114,23 @@ def prewarm_request(agent: Agent) -> ChatRequest:
     )
 
 
+class Lifetimes:
+    """The lifetime each provider's cache writes ask for, which a provider asks at every request (`Runtime` builds it
+    with `of`): the configured one, or with `cache_ttl = "auto"` the one the session's pauses chose (`Prewarmer`)."""
+
+    def __init__(self) -> None:
+        self._chosen: dict[str, Ttl] = {}
+
+    def of(self, settings: ProviderSettings) -> Ttl:
+        if settings.cache_ttl == "auto":
+            return self._chosen.get(settings.name, "5m")  # Anthropic's default until the pauses say otherwise
+        return "1h" if settings.cache_ttl == "1h" else "5m"
+
+    def choose(self, provider: str, ttl: Ttl) -> None:
+        """Write for `ttl` from `provider`'s next request on (its helpers' too: a pre-warm writes for the steps)."""
+        self._chosen[provider] = ttl
+
+
 class Prewarmer:
     """A session's pre-warms: one in flight at most, and the timer of the next after an idle gap."""
 
@@ -140,15 +157,15 @@ class Prewarmer:
         if settings is None or runtime is None:
             return None
         if settings.cache_ttl == "auto":  # a resumed session's pauses, or a provider switched to, choose at once
-            self._choose_lifetime(provider)
+            self._choose_lifetime(runtime, provider)
         request = prewarm_request(agent)
         tokens = len(msgspec.json.encode(request)) // CHARS_PER_TOKEN
         judged = verdict(config.cache, provider, tokens, provider.cache_ttl)
         minimum = settings.cache_min_tokens or (config.sim.cache_min_tokens if settings.is_simulator else 1024)
-        if judged.send and provider.protocol == "anthropic" and tokens < minimum:
+        if judged.send and provider.protocol.traits.cache.breakpoints and tokens < minimum:
             # Anthropic caches nothing shorter: the pre-warm would write nothing for the first step to read.
             judged = Verdict(False, f"pre-warm off: the prefix (~{tokens:,} tokens) is below the cache minimum", None)
-        if judged.send and settings.thinking_budget and provider.protocol == "anthropic":
+        if judged.send and settings.thinking_budget and provider.protocol.traits.thinking_budget:
             # Thinking needs `max_tokens` above its budget: a pre-warm would be a whole answer's worth of thought.
             judged = Verdict(False, "pre-warm off: a thinking budget needs an answer longer than one token", None)
         if not judged.send:
@@ -160,7 +177,7 @@ class Prewarmer:
         self.cancel_idle()
         previous = self.task
         target = Target(settings, provider.model)
-        self.task = asyncio.create_task(self._send(runtime, target, request, why, previous, provider.cache_ttl))
+        self.task = asyncio.create_task(self._send(runtime, target, request, why, previous))
         return self.task
 
     def turn_started(self) -> None:
@@ -176,8 +193,9 @@ class Prewarmer:
         self.cancel_idle()
         config = self._config()
         settings = config.providers.get(agent.provider.name)
-        if settings is not None and settings.cache_ttl == "auto":
-            self._choose_lifetime(agent.provider)
+        runtime = self._runtime()
+        if settings is not None and settings.cache_ttl == "auto" and runtime is not None:
+            self._choose_lifetime(runtime, agent.provider)
         if lifetime is None and settings is not None:
             lifetime = verdict(config.cache, agent.provider, 0, agent.provider.cache_ttl).lifetime
         if lifetime is None or config.cache.prewarm == "off":
@@ -189,11 +207,11 @@ class Prewarmer:
 
         self._idle = asyncio.create_task(later())
 
-    def _choose_lifetime(self, provider: Provider) -> None:
+    def _choose_lifetime(self, runtime: Runtime, provider: Provider) -> None:
         """Write for 1 hour from the next request on once the session's pauses make that cheaper, and back."""
         choice = self.rhythm.choice()
-        if choice is not None and choice.ttl != provider.cache_ttl and provider.protocol == "anthropic":
-            provider.cache_ttl = choice.ttl
+        if choice is not None and choice.ttl != provider.cache_ttl and provider.protocol.traits.cache.lifetimes:
+            runtime.lifetimes.choose(provider.name, choice.ttl)
             said = f"cache lifetime: {TTL_NAMES[choice.ttl]} writes from the next request on: {choice.why}"
             self.emit(Notice(level="info", message=said))
 
@@ -201,7 +219,7 @@ class Prewarmer:
         """Which lifetime the cache is written for, why, and what the other would have cost; None off Anthropic."""
         config = self._config()
         settings = config.providers.get(provider.name)
-        if provider.protocol != "anthropic" or settings is None:
+        if not provider.protocol.traits.cache.lifetimes or settings is None:
             return None
         ttl = provider.cache_ttl
         how = "chosen from your pauses" if settings.cache_ttl == "auto" else "as configured ([providers] cache_ttl)"
@@ -228,14 +246,14 @@ class Prewarmer:
         request: ChatRequest,
         why: Why,
         previous: asyncio.Task[None] | None,
-        ttl: Ttl,
     ) -> None:
         if previous is not None and not previous.done():
             previous.cancel()  # the prefix it was warming is no longer the one the next step sends
         if why != "idle":
             await asyncio.sleep(self.delay)
-        provider = await runtime.helper(target)  # its own instance: the main agent's model never changes
-        provider.cache_ttl = ttl  # the lifetime the steps write for: a 5-minute pre-warm would expire under them
+        # Its own instance, so the main agent's model never changes; it writes for the lifetime the steps write for
+        # (`Lifetimes`): a 5-minute pre-warm would expire under them.
+        provider = await runtime.helper(target)
         started = time.perf_counter()
         usage: UsageLedger | None = None
 

@@ -10,6 +10,7 @@ are `SideJobs`'; the router starts them after a turn and hands summaries to the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hotloop.agent.events import AgentEvent, TurnFinished
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from hotloop.agent.approvals import Approvals
     from hotloop.agent.hooks import Hooks
     from hotloop.agent.loop import Agent
+    from hotloop.agent.options import AgentOptions
     from hotloop.core.runtime import Runtime
     from hotloop.providers.base import Provider
 
@@ -47,23 +49,25 @@ class Router:
         system: str | None = None,
         cache_key: str | None = None,
         max_steps: int | None = None,
+        options: AgentOptions | None = None,
         approvals: Approvals | None = None,
         hooks: Hooks | None = None,
     ) -> Agent:
-        """The runtime's agent (`Runtime.agent`), with the helper tier's summaries if the config asks for them."""
-        agent = self.runtime.agent(
+        """The runtime's agent (`Runtime.agent`) on `options` (the config's by default), with the helper tier's
+        summaries if the config asks for them."""
+        options = options or self.runtime.config.agent_options(max_steps)
+        if self.routing.summarize_over_tokens:
+            options = replace(options, summarize=self.side_jobs.summarize)
+        return self.runtime.agent(
             provider,
             emit=emit,
             workspace=workspace,
+            options=options,
             system=system,
             cache_key=cache_key,
-            max_steps=max_steps,
             approvals=approvals,
             hooks=hooks,
         )
-        if self.routing.summarize_over_tokens:
-            agent.runner.summarize = lambda call, content: self.side_jobs.summarize(agent, call, content)
-        return agent
 
     def chose(self, choice: Choice) -> None:
         """The user picked a provider, model or tier: `auto` routes from the next turn on, anything else stops it."""
@@ -72,13 +76,13 @@ class Router:
     async def turn(self, agent: Agent, prompt: str) -> TurnFinished:
         """One turn of `agent`, on the tier `auto` picks or the one chosen; then the side jobs it calls for."""
         if self.auto:
-            target, agent.route = await self.route(prompt, agent)
+            target, route = await self.route(prompt, agent)
             provider = await self.runtime.connect(target)
             if (provider.name, provider.model) != agent.using:
                 agent.switch(provider, self.runtime.cost_per_hour(provider))
         else:
-            agent.route = self.config.tier_of(agent.provider.name, agent.provider.model) or ""
-        finished = await agent.run_turn(prompt)
+            route = self.config.tier_of(agent.provider.name, agent.provider.model) or ""
+        finished = await agent.run_turn(prompt, route)
         self.side_jobs.started(self.side_jobs.after_turn(agent, finished, agent.emit))
         return finished
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Hashable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,11 +26,13 @@ from hotloop.agent.tools.mcp_config import server_from_command_line
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.agent.tools.shell import shell_tool
 from hotloop.config import Choice, Config, ConfigError, ProviderSettings, SimSettings, Target, resolve
+from hotloop.core.prewarm import Lifetimes
 from hotloop.providers.base import Provider, ProviderOptions
 from hotloop.providers.errors import ConnectionFailed, ProviderError, UnknownModel
 from hotloop.providers.lanes import Lanes
 from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
+from hotloop.providers.protocols import Wire
 from hotloop.providers.transport import SdkProvider
 from hotloop.sessions.log import SessionLog
 from hotloop.sim.embedded import EmbeddedSimulator
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from hotloop.agent.hooks import Hooks
     from hotloop.agent.loop import Agent
     from hotloop.agent.options import AgentOptions
+    from hotloop.agent.prefetch import Predictor
     from hotloop.providers.vllm import ServerInfo
 
 PROBE_TIMEOUT = 3.0
@@ -67,6 +71,7 @@ class Runtime:
         self._bridge: McpBridge | None = None
         self._served: dict[tuple[str, str | None], list[str]] = {}
         self.lanes = Lanes(config.routing.lanes, config.routing.max_background)
+        self.lifetimes = Lifetimes()  # the cache lifetime each provider's writes ask for, per request
 
     async def connect(self, target: Target) -> Provider:
         """The provider for `target`, set to its model; a server with no model configured is asked.
@@ -224,7 +229,7 @@ class Runtime:
                 "the embedded simulator",
                 self.config.sim.cache_min_tokens,
             )
-        anthropic = settings.protocol == "anthropic"
+        anthropic = settings.protocol is Wire.ANTHROPIC
         # OpenAI caches prompts of 1,024 tokens and more: a shorter one is not a miss.
         official_minimum = 1024 if settings.key_required else None
         options = ProviderOptions(
@@ -232,7 +237,7 @@ class Runtime:
             base_url=f"{base_url}/v1" if settings.is_simulator and not anthropic else base_url,
             api_key=settings.api_key(),
             max_retries=settings.max_retries,
-            timeout=settings.request_timeout.limits(),
+            timeout=settings.request_timeout,
             location=location,
             affinity_header=settings.affinity_header or None,
             # The simulator's Anthropic side has Anthropic's minimum; its OpenAI side, vLLM's (none).
@@ -247,12 +252,12 @@ class Runtime:
                 options,
                 max_tokens=settings.max_tokens,
                 thinking_budget=None if helper else settings.thinking_budget,
-                cache_ttl=settings.cache_ttl,
+                cache_ttl=partial(self.lifetimes.of, settings),
                 cache_breakpoints=settings.cache_breakpoints,
                 cache_diagnostics=settings.cache_diagnostics,
             )
         routed = {"prompt_cache_key": settings.sends_prompt_cache_key, "user": settings.user}
-        if settings.protocol == "openai-responses":
+        if settings.protocol is Wire.OPENAI_RESPONSES:
             return OpenAIResponsesProvider(
                 options,
                 **routed,
@@ -282,14 +287,12 @@ class Runtime:
         except OSError as error:
             raise ConfigError(f"cannot create a session log in {folder}: {error.strerror}") from None
 
-    async def learn_from_past(self, agent: Agent, workspace: Path) -> None:
-        """Teach the agent's prefetch predictor what earlier sessions in this workspace did (off the event loop)."""
+    async def learn_from_past(self, predictor: Predictor, workspace: Path) -> None:
+        """Teach a prefetch predictor what earlier sessions in this workspace did (off the event loop)."""
         from hotloop.sessions.store import past_events
 
-        prefetcher = agent.runner.prefetcher
-        if prefetcher is not None:
-            for events in await asyncio.to_thread(past_events, paths.sessions_dir(), workspace):
-                prefetcher.predictor.learn_from(events)
+        for events in await asyncio.to_thread(past_events, paths.sessions_dir(), workspace):
+            predictor.learn_from(events)
 
     async def served(self, settings: ProviderSettings) -> list[str] | None:
         """The models a provider's server lists, asked until it answers; None when it can't say (no answer, no key)."""

@@ -42,7 +42,8 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.hooks import Hooks
 from hotloop.agent.tools.shell import sandbox_notice
-from hotloop.config import AUTO_TIER, Choice, Config, RequestTimeoutSettings, resolve
+from hotloop.config import AUTO_TIER, Choice, Config, resolve
+from hotloop.core.agent_maker import AgentMaker
 from hotloop.core.context_meter import ContextMeter
 from hotloop.core.log_keeper import LogKeeper
 from hotloop.core.mcp_controls import McpControls
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from hotloop.core.routing import Router
     from hotloop.core.runtime import Runtime
     from hotloop.providers.base import Provider
+    from hotloop.providers.transport import RequestTimeout
     from hotloop.sessions.fork import Forked
     from hotloop.sessions.log import SessionLog
     from hotloop.sessions.store import LoggedSession
@@ -77,7 +79,7 @@ class SessionOptions:
     system: str | None = None  # text added to the system prompt (`--system FILE`)
     mcp: tuple[str, ...] = ()  # MCP stdio servers as command lines (`--mcp "CMD ARGS"`)
     max_steps: int | None = None
-    timeout: tuple[float, float] | None = None  # seconds to the first byte, then between chunks (`--timeout`)
+    timeout: RequestTimeout | None = None  # `--timeout`
     workspace: Path = field(default_factory=Path.cwd)
     resume: Path | None = None  # the log of a saved session to continue
     yes: bool = False  # every call with side effects allowed (`--yes`)
@@ -90,7 +92,7 @@ class SessionOptions:
         return Choice(self.provider, self.model, self.base_url, self.tier)
 
 
-class Session(McpControls):
+class Session:
     """A session from start to close. `emit` is the frontend's sink; the log sees every event first.
 
     `restored` is called with a saved session's logged events when it is continued, before
@@ -107,7 +109,7 @@ class Session(McpControls):
     ) -> None:
         """`ask` puts a call with side effects to the user; without it, only rules and flags allow one."""
         if options.timeout is not None:
-            config = config.with_timeout(RequestTimeoutSettings(*options.timeout))
+            config = config.with_timeout(options.timeout)
         self.config, self.choice = config.pointed_at(options.choice)
         if options.resume is None:
             resolve(self.config, self.choice)  # a bad provider, tier or missing key fails here, before anything starts
@@ -136,6 +138,8 @@ class Session(McpControls):
         self._ready = False
         self.telemetry: Telemetry | None = None  # spans of the stream (`core/telemetry.py`), from open() on
         self.prewarmer = Prewarmer(lambda: self.config, lambda: self.runtime, self.emit)  # core/prewarm.py
+        self.mcp = McpControls(lambda: self.runtime.mcp if self.runtime is not None else None, self.emit)
+        self.makes = AgentMaker(options, self.emit, self.approvals, self.hooks, self.server.residency)  # its agents
 
     @property
     def ready(self) -> bool:
@@ -212,7 +216,8 @@ class Session(McpControls):
         if resumed is not None:
             self._continue(resumed, notes)
         await self.runtime.start_mcp(list(self.options.mcp), self.emit)
-        await self.runtime.learn_from_past(self.agent, self.workspace)
+        if self.agent.options.prefetch:
+            await self.runtime.learn_from_past(self.makes.predictor, self.workspace)
         if self._probes is not None:
             self._probes.cancel()
         self._probes = asyncio.create_task(probe_all(self.runtime, self.config))
@@ -231,38 +236,11 @@ class Session(McpControls):
         self.choice = choice
 
     def _system(self, kept: str | None = None) -> str:
-        """`kept` (a logged or the current prompt) or a new one, with the project's instructions as they are now."""
-        from hotloop.agent.instructions import read_instructions, with_instructions
-        from hotloop.agent.prompt import system_prompt
-
-        instructions = read_instructions(self.workspace)
-        system = with_instructions(kept, instructions) if kept else system_prompt(self.options.system, instructions)
-        if self.agent is None or system != self.agent.system:  # said when the prompt changes, not at every turn
-            for warning in instructions.warnings:
-                self.emit(Notice(level="warning", message=warning))
-        return system
+        return self.makes.system(self.agent, kept)
 
     def _new_agent(self, provider: Provider, system: str, cache_key: str | None = None) -> Agent:
-        """An agent for `provider`; a new conversation's gets the id its log will have, as its routing key from the
-        first request on (a start's pre-warm goes out before the log exists, to the replica the steps will use)."""
-        from hotloop.sessions.log import new_session_id
-
         assert self.router is not None
-        agent = self.router.new_agent(
-            provider,
-            emit=self.emit,
-            workspace=self.workspace,
-            system=system,
-            cache_key=cache_key or new_session_id(),
-            max_steps=self.options.max_steps,
-            approvals=self.approvals,
-            hooks=self.hooks,
-        )
-        agent.server_residency = self.server.residency
-        before, after = self.agent.runner.prefetcher if self.agent else None, agent.runner.prefetcher
-        if before is not None and after is not None:
-            after.predictor = before.predictor  # what was learned outlives the conversation
-        return agent
+        return self.makes.new(self.router, provider, system, cache_key)
 
     def _continue(self, resumed: Resumption, notes: list[str]) -> None:
         """Go on with a saved session: its history in the agent and on screen, appending to its log."""

@@ -164,7 +164,7 @@ async def send(provider: Provider, system: str, messages: list[Message], output:
         step=0,
         usage=stream.usage,
         ttft=stream.ttft(),
-        decode_tps=stream.decode_tps(per_delta=provider.protocol != "anthropic"),
+        decode_tps=stream.decode_tps(per_delta=provider.protocol.traits.per_delta),
         model_time=model_time,
         wall=model_time,
         tool_count=0,

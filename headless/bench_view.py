@@ -17,26 +17,26 @@ from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
 from hotloop.agent.figures import counted, rate, short_model
 from hotloop.agent.text import inert
 
-NOT_REPORTED = "–"
+NO_FIGURE = "–"
 
 
 def _seconds(value: float | None) -> str:
     """Four characters or so whatever the load: `0.13`, `12.5`, `261`."""
     if value is None:
-        return NOT_REPORTED
+        return NO_FIGURE
     return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
 
 
 def _rate(value: float | None) -> str:
-    return NOT_REPORTED if value is None else rate(value)
+    return NO_FIGURE if value is None else rate(value)
 
 
 def _number(value: float | None) -> str:
-    return NOT_REPORTED if value is None else f"{value:,.2f}".rstrip("0").rstrip(".")
+    return NO_FIGURE if value is None else f"{value:,.2f}".rstrip("0").rstrip(".")
 
 
 def _share(value: float | None) -> str:
-    return NOT_REPORTED if value is None else f"{value:.0%}"
+    return NO_FIGURE if value is None else f"{value:.0%}"
 
 
 COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
@@ -145,7 +145,7 @@ def trace_findings(result: dict[str, Any]) -> Text:
                 f"  waiting: {spent}\n"
                 f"  cache hit {_share(level['cache_hit'])} (recorded {_share(level['original_cache_hit'])}) · "
                 f"requests {level['steps']:,} of {level['recorded_steps']:,} · prompts within "
-                f"{NOT_REPORTED if error is None else f'{error:.2%}'}\n"
+                f"{NO_FIGURE if error is None else f'{error:.2%}'}\n"
             )
         )
     return lines
@@ -259,7 +259,7 @@ def _change(before: object, after: object, in_points: bool) -> str:
     """B against A: `+12%`, `±0%`; a rate's change in points (`+3 pts`), since a share of a share misleads;
     ten times or more as a factor (`×12`); from zero, the difference (`+4` errors)."""
     if not isinstance(before, int | float) or not isinstance(after, int | float):
-        return NOT_REPORTED
+        return NO_FIGURE
     if in_points:
         points = round((after - before) * 100)
         return f"{points:+d} pts" if points else "±0 pts"

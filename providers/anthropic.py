@@ -18,10 +18,10 @@ request's prefix (`cache_miss_reason`), which the usage carries (`DiagnosedUsage
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -51,10 +51,11 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
+from hotloop.providers.protocols import Ttl, Wire
 from hotloop.providers.sse import CallIds, malformed
 from hotloop.providers.transport import ANTHROPIC_URL, SdkProvider
 
-BREAKPOINT_LIMIT = 4
+BREAKPOINT_LIMIT = Wire.ANTHROPIC.traits.cache.breakpoints
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 BREAKPOINT_ORDER = ("newest", "system", "previous", "tools")
 
@@ -90,7 +91,7 @@ def min_cacheable_tokens(model: str) -> int | None:
 class AnthropicProvider(SdkProvider[list[bytes]]):
     """Streams one Messages response per request as model events."""
 
-    protocol = sdk = "anthropic"
+    protocol = Wire.ANTHROPIC
     client_class = "AsyncAnthropic"
     path = "/v1/messages"
     hosted_url = ANTHROPIC_URL
@@ -101,7 +102,7 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         *,
         max_tokens: int | None = None,
         thinking_budget: int | None = None,
-        cache_ttl: str = "5m",
+        cache_ttl: str | Callable[[], Ttl] = "5m",
         cache_breakpoints: int = BREAKPOINT_LIMIT,
         cache_diagnostics: bool = False,
     ) -> None:
@@ -109,13 +110,18 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         super().__init__(options if options.base_url else replace(options, base_url=ANTHROPIC_URL), max_tokens)
         self._thinking_budget = thinking_budget
         self._breakpoints = frozenset(BREAKPOINT_ORDER[: min(cache_breakpoints, BREAKPOINT_LIMIT)])
-        # "auto" starts at Anthropic's default; core/prewarm.py moves it to "1h" when the pauses make that cheaper.
-        self.cache_ttl: Literal["5m", "1h"] = "1h" if cache_ttl == "1h" else "5m"
+        # Asked at each request: "auto" is the session's choice as it stands (`core/prewarm.py`, from the pauses).
+        fixed: Ttl = "1h" if cache_ttl == "1h" else "5m"
+        self._lifetime: Callable[[], Ttl] = cache_ttl if callable(cache_ttl) else lambda: fixed
         self._tools: tuple[tuple[ToolSpec, ...], list[bytes]] | None = None
         self._diagnostics = cache_diagnostics
         self._previous_id: str | None = None  # the last foreground response's id, for the server to compare with
         if cache_diagnostics:
             self._client = self._client.with_options(default_headers={"anthropic-beta": CACHE_DIAGNOSIS_BETA})
+
+    @property
+    def cache_ttl(self) -> Ttl:
+        return self._lifetime()
 
     def request_body(self, request: ChatRequest) -> bytes:
         """The request as sent: static part first, then the messages, breakpoints placed."""

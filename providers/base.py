@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from hotloop.providers.conversation import ChatRequest, Message
 from hotloop.providers.events import ModelEvent
+from hotloop.providers.protocols import Wire
 
 if TYPE_CHECKING:
     from hotloop.providers.transport import RequestTimeout
@@ -50,8 +51,12 @@ class ProviderOptions:
 class Provider(Protocol):
     name: str
     model: str
-    protocol: str  # "openai", "openai-responses" or "anthropic"
-    cache_ttl: Literal["5m", "1h"]  # the lifetime cache writes ask for: only Anthropic's breakpoints say one
+    protocol: Wire
+
+    @property
+    def cache_ttl(self) -> Literal["5m", "1h"]:
+        """The lifetime the next request's cache writes ask for: only Anthropic's breakpoints say one."""
+        ...
 
     @property
     def official(self) -> bool:

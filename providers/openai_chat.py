@@ -50,6 +50,7 @@ from hotloop.providers.events import (
     UsageLedger,
 )
 from hotloop.providers.lanes import BACKGROUND_PRIORITY
+from hotloop.providers.protocols import Wire
 from hotloop.providers.server_fixes import fix_for, truncated_prompt
 from hotloop.providers.sse import CallIds, malformed
 from hotloop.providers.transport import OPENAI_URL, SdkProvider
@@ -61,7 +62,7 @@ _encode = msgspec.json.Encoder().encode
 class OpenAIChatProvider(SdkProvider[bytes]):
     """Streams one Chat Completions response per request as model events."""
 
-    protocol = sdk = "openai"
+    protocol = Wire.OPENAI_CHAT
     client_class = "AsyncOpenAI"
     path = "/chat/completions"
     hosted_url = OPENAI_URL

@@ -49,6 +49,7 @@ from hotloop.providers.events import (
     Usage,
     UsageLedger,
 )
+from hotloop.providers.protocols import Wire
 from hotloop.providers.sse import CallIds, malformed
 from hotloop.providers.transport import OPENAI_URL, SdkProvider
 
@@ -62,12 +63,10 @@ _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"
 class OpenAIResponsesProvider(SdkProvider[bytes]):
     """Streams one Responses API response per request as model events."""
 
-    protocol = "openai-responses"
-    sdk = "openai"
+    protocol = Wire.OPENAI_RESPONSES
     client_class = "AsyncOpenAI"
     path = "/responses"
     hosted_url = OPENAI_URL
-    min_cap = 16  # OpenAI: "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16"
 
     def __init__(
         self,

@@ -15,8 +15,7 @@ import importlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -26,6 +25,7 @@ from hotloop.providers.conversation import ChatRequest, Message
 from hotloop.providers.errors import ProviderError, RequestRejected, Stalled, StreamInterrupted
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
 from hotloop.providers.failures import backoff, explain, retry_line, root_cause
+from hotloop.providers.protocols import Wire
 from hotloop.providers.server_fixes import room_left
 from hotloop.providers.sse import opens_answer, server_sent_data, utf8
 from hotloop.providers.tls import tls_context
@@ -43,12 +43,17 @@ OPENAI_URL = "https://api.openai.com"
 ANTHROPIC_URL = "https://api.anthropic.com"
 
 
-@dataclass(frozen=True)
-class RequestTimeout:
-    """Seconds a request may wait for its first byte, and then between two chunks of its stream."""
+Seconds = Annotated[float, msgspec.Meta(gt=0, extra={"problem": "must be positive"})]
 
-    first_byte: float = 60.0
-    idle: float = 60.0
+
+class RequestTimeout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Seconds a request may wait for its first byte, and then between two chunks of its stream.
+
+    The one timeout type: the config's `request_timeout` table, `--timeout` and the provider all hold it.
+    """
+
+    first_byte: Seconds = 60.0
+    idle: Seconds = 60.0
 
 
 class _Watchdog:
@@ -97,22 +102,24 @@ class _Watchdog:
 class SdkProvider(Generic[Rendered]):
     """A provider on an official SDK's client: it posts request bytes to `path` and reads the event stream.
 
-    `sdk` names the SDK module (`openai` or `anthropic`) and `client_class` its async client. Each
+    `protocol` says which SDK (its `traits.sdk`) and `client_class` names its async client. Each
     message is rendered once, its bytes kept (`_rendered`) and sent again by every later request
     of the conversation, so a request is the previous one plus what was added, byte for byte.
     """
 
-    sdk: str
     client_class: str
     path: str
     hosted_url: str  # the vendor's own API
-    protocol: str
-    min_cap = 1  # the least answer cap the API takes (the Responses API refuses fewer than 16)
-    cache_ttl: Literal["5m", "1h"] = "5m"
+    protocol: Wire
+
+    @property
+    def cache_ttl(self) -> Literal["5m", "1h"]:
+        return "5m"
 
     def __init__(self, options: ProviderOptions, max_tokens: int | None = None) -> None:
         import httpx2
 
+        self.sdk, self.min_cap = self.protocol.traits.sdk, self.protocol.traits.min_cap
         sdk = importlib.import_module(self.sdk)
         self.name = options.name
         self.model = options.model
@@ -158,7 +165,7 @@ class SdkProvider(Generic[Rendered]):
         """
         if request.max_tokens is not None:
             return max(request.max_tokens, self.min_cap)
-        if self.max_tokens is None and self.official and self.protocol != "anthropic":
+        if self.max_tokens is None and self.official and not self.protocol.traits.cap_required:
             return None
         window = self.server.max_model_len(self.model) if self.server is not None else None
         return max(output_cap(self.max_tokens, window), self.min_cap)

@@ -126,7 +126,7 @@ def _as_markdown(session: LoggedSession, preamble: list[str], turns: list[TurnRe
     for turn in turns:
         lines += [f"## Turn {turn.turn}", "", "**You**", "", turn.prompt.strip(), ""]
         for step in turn.steps:
-            lines += _step_markdown(step, turn.cut_short(step), costs)
+            lines += _step_markdown(step, turn.broken_off(step), costs)
         lines += [_quoted(note) for note in turn.notes] + ([""] if turn.notes else [])
         if turn.end != "answer":
             lines += [f"*The turn ended: {(turn.end or 'interrupted').replace('_', ' ')}.*", ""]
@@ -189,7 +189,7 @@ def _as_json(session: LoggedSession, turns: list[TurnRecord], costs: Costs) -> d
                 "prompt": turn.prompt,
                 "end": turn.end or "interrupted",
                 "notes": turn.notes,
-                "steps": [_step_json(step, turn.cut_short(step), costs) for step in turn.steps],
+                "steps": [_step_json(step, turn.broken_off(step), costs) for step in turn.steps],
             }
             for turn in turns
         ],

@@ -34,7 +34,7 @@ def trajectory(session: LoggedSession, projection: Projection, costs: Costs) -> 
     for turn in projection.turns:
         steps.append(_user_step(turn, len(steps) + 1))
         for step in turn.steps:
-            steps.append(_agent_step(step, turn.cut_short(step), costs, len(steps) + 1))
+            steps.append(_agent_step(step, turn.broken_off(step), costs, len(steps) + 1))
     recorded = {
         "provider": header.provider,
         "recorded_by": f"hotloop {header.hotloop}",

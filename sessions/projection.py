@@ -41,7 +41,8 @@ from hotloop.providers.events import (
 )
 
 FINAL = ("ok", "error", "cancelled")
-CUT_SHORT = ("cancelled", "error", "interrupted")
+# The turn ends that stop a step midway, its calls unanswered (not the model's cut: `providers.events.CUT_SHORT`).
+BROKEN_OFF = ("cancelled", "error", "interrupted")
 
 
 @dataclass
@@ -101,9 +102,9 @@ class TurnRecord:
     wall: float | None = None
     hooks: list[HookRan] = field(default_factory=list)  # the prompt's hooks (run before it started) included
 
-    def cut_short(self, step: StepRecord) -> bool:
+    def broken_off(self, step: StepRecord) -> bool:
         """Whether `step` stopped before it finished: the turn ended, or the log did, before the step."""
-        return step.finished is None and (self.end in CUT_SHORT or not self.end)
+        return step.finished is None and (self.end in BROKEN_OFF or not self.end)
 
 
 class Projection:

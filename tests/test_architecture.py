@@ -1,8 +1,8 @@
 """The layers hold: import-linter's contracts (pyproject.toml) pass, and each one fails when broken.
 
-Contracts are checked statically; three runtime checks stay here because no import graph can
+Contracts are checked statically; four runtime checks stay here because no import graph can
 see them: the headless core never loads Textual, the config loads nothing of the simulator but
-its defaults, and `--version` loads almost nothing.
+its defaults, the event vocabulary loads almost nothing of hotloop, and `--version` loads almost nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 SERVER, ALONE = "the simulator is a server", "the simulator stands alone"
+ROOTS = "the root modules import nothing of hotloop"
 # A planted import per contract: (module file, the line added, the contract it must break).
 PLANTS = {
     "layers": ("providers/events.py", "from hotloop import config", "layers: cli > frontends"),
@@ -30,6 +31,9 @@ PLANTS = {
     # The simulator imports no package or module of hotloop.
     "package_in_the_simulator": ("sim/engine.py", "from hotloop.providers import events", ALONE),
     "module_in_the_simulator": ("sim/defaults.py", "from hotloop import paths", ALONE),
+    # A root module imports no layer, and no other root module either.
+    "layer_in_a_root_module": ("struct_errors.py", "from hotloop.providers import events", ROOTS),
+    "root_module_in_a_root_module": ("paths.py", "from hotloop import nesting", ROOTS),
 }
 
 
@@ -88,6 +92,21 @@ def test_the_config_loads_only_the_simulators_defaults() -> None:
     code = "import sys, hotloop.config; print(sorted(m for m in sys.modules if m.split('.')[:2] == ['hotloop', 'sim']))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['hotloop.sim', 'hotloop.sim.defaults']"
+
+
+def test_the_event_vocabulary_loads_at_most_five_hotloop_modules() -> None:
+    """Anything that reads a session log can decode its events without the cache analysis or a provider.
+
+    Packages (`hotloop.agent`, whose `__init__` is a docstring) are not counted; modules are.
+    """
+    code = (
+        "import sys, hotloop.agent.events\n"
+        "print(sorted(n for n, m in sys.modules.items() if n.startswith('hotloop.') and not hasattr(m, '__path__')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = result.stdout.strip()
+    assert "hotloop.agent.events" in loaded and "cache_explainer" not in loaded and "anthropic" not in loaded
+    assert loaded.count("hotloop.") <= 5, loaded
 
 
 def test_version_imports_almost_nothing() -> None:

@@ -37,6 +37,7 @@ from hotloop.agent.events import (
     TurnStarted,
 )
 from hotloop.providers.events import ToolCallReady
+from hotloop.providers.protocols import Wire
 from hotloop.sessions.log import SessionHeader, SessionLog
 from hotloop.sessions.store import LoggedSession, list_sessions, read_session
 from hotloop.watch.conversation import Conversation, ConversationInfo
@@ -314,7 +315,7 @@ def test_a_text_block_and_the_same_text_as_a_string_are_one_message() -> None:
     placements = []
     for recorded in _claude_recorded():
         body = {key: value for key, value in recorded["body"].items() if key != "metadata"}
-        request = read_request("anthropic", msgspec.json.encode(body), {})
+        request = read_request(Wire.ANTHROPIC, msgspec.json.encode(body), {})
         assert request.session_key == ""
         segments = request.segments
         placements.append(lineage.place("", segments.system, segments.messages, segments.roles))
@@ -355,8 +356,8 @@ def test_a_client_that_hangs_up_after_the_whole_answer_leaves_its_calls_to_run(t
     conversation = Conversation(info, log, lambda _, event: events.append(event))
     asked = {"model": "gpt-4o", "stream": True, "input": "what is the capital of France?"}
     started = time.perf_counter()
-    conversation.begin(read_request("openai-responses", msgspec.json.encode(asked), {}), started, time.time())
-    reader = ResponseReader("openai-responses", "gpt-4o", "sim", started, streamed=True)
+    conversation.begin(read_request(Wire.OPENAI_RESPONSES, msgspec.json.encode(asked), {}), started, time.time())
+    reader = ResponseReader(Wire.OPENAI_RESPONSES, "gpt-4o", "sim", started, streamed=True)
     conversation.model_events(reader.feed((FIXTURES / "openai_responses_tool_call.sse").read_bytes(), started))
     conversation.finish(reader, cut="cancelled")
     assert not [event for event in events if isinstance(event, StepFinished)]
@@ -371,7 +372,7 @@ def test_a_client_that_hangs_up_after_the_whole_answer_leaves_its_calls_to_run(t
         ],
     }
     later = time.perf_counter()
-    conversation.begin(read_request("openai-responses", msgspec.json.encode(results), {}), later, time.time())
+    conversation.begin(read_request(Wire.OPENAI_RESPONSES, msgspec.json.encode(results), {}), later, time.time())
     conversation.close()
     [finished] = [event for event in events if isinstance(event, ToolFinished)]
     assert (finished.call_id, finished.status, finished.result) == (call.call_id, "ok", "Paris")

@@ -27,6 +27,7 @@ from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
 from hotloop.providers.openai_chat import Chunk, ChunkParser, read_chunk
 from hotloop.providers.openai_responses import ResponsesParser
+from hotloop.providers.protocols import Wire
 from hotloop.providers.sse import SseSplitter, opens_answer, utf8
 
 MAX_WHOLE = 64 * 1024 * 1024  # bytes of a non-streamed answer kept to read it
@@ -55,7 +56,7 @@ class ResponseReader:
 
     def __init__(
         self,
-        protocol: str,
+        protocol: Wire,
         model: str,
         where: str,
         started: float,
@@ -145,9 +146,9 @@ class ResponseReader:
         if replaced and not self._mangled:
             self._mangled = True
             warned.append(ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �"))
-        if self.protocol == "openai-chat":
+        if self.protocol is Wire.OPENAI_CHAT:
             return warned + ([] if data == b"[DONE]" else self._chat.feed(read_chunk(data, self.where)))
-        if self.protocol == "openai-responses":
+        if self.protocol is Wire.OPENAI_RESPONSES:
             return warned + self._responses.feed(data)
         event = read_event(data, self.where)
         if event.type == "message_start" and b'"diagnostics"' in data:
@@ -155,9 +156,9 @@ class ResponseReader:
         return warned + self._messages.feed(event)
 
     def _parser_end(self) -> list[ModelEvent]:
-        if self.protocol == "openai-chat":
+        if self.protocol is Wire.OPENAI_CHAT:
             return self._chat.finish()
-        if self.protocol == "openai-responses":
+        if self.protocol is Wire.OPENAI_RESPONSES:
             return self._responses.finish()
         return self._messages.finish()
 
@@ -193,9 +194,9 @@ class ResponseReader:
         if not isinstance(answer, dict):
             raise StreamInterrupted(f"{self.where} answered with a JSON {type(answer).__name__}, not an object")
         try:
-            if self.protocol == "openai-chat":
+            if self.protocol is Wire.OPENAI_CHAT:
                 return self._whole_chat(answer)
-            if self.protocol == "openai-responses":
+            if self.protocol is Wire.OPENAI_RESPONSES:
                 return self._whole_responses(answer)
             self._diagnosed(body)
             return self._whole_message(answer)

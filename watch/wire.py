@@ -16,12 +16,9 @@ from typing import Any
 import msgspec
 
 from hotloop.agent.cache_explainer import WireSegments
+from hotloop.providers.protocols import BY_PATH, Wire
 
-PROTOCOLS = {
-    "/v1/messages": "anthropic",
-    "/v1/chat/completions": "openai-chat",
-    "/v1/responses": "openai-responses",
-}
+PROTOCOLS = BY_PATH  # a POST's path: the protocol its body speaks
 # Headers agents name their session by, most specific first: Claude Code, Codex (both spellings), hotloop's
 # own affinity header, routers' conventions.
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "conversation_id", "x-session-id")
@@ -48,7 +45,7 @@ class WatchedRequest:
     """A request's reading: `prompt` is set when it ends with a new user prompt (a turn starts), `results` when it
     ends with tool results (the turn goes on)."""
 
-    protocol: str
+    protocol: Wire
     model: str
     stream: bool
     segments: WireSegments
@@ -58,7 +55,7 @@ class WatchedRequest:
     cap: int | None = None  # the output cap the client set: `max_tokens`, `max_completion_tokens`, `max_output_tokens`
 
 
-def read_request(protocol: str, body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
+def read_request(protocol: Wire, body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
     # Not `nesting.decoded`: its bracket count costs ten times the decode on a long conversation's body, and every
     # request is read. A body nested past the decoder's or the reading's stack ends in a RecursionError, caught.
     try:
@@ -79,13 +76,13 @@ def read_request(protocol: str, body: bytes, headers: Mapping[str, str]) -> Watc
         raise WireError(NESTED) from None
 
 
-def _read(protocol: str, document: dict[str, Any], body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
+def _read(protocol: Wire, document: dict[str, Any], body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
     model = document.get("model")
     if not isinstance(model, str):
         raise WireError("the request names no model")
-    if protocol == "anthropic":
+    if protocol is Wire.ANTHROPIC:
         system, tools, messages = _anthropic(document)
-    elif protocol == "openai-chat":
+    elif protocol is Wire.OPENAI_CHAT:
         system, tools, messages = _chat(document)
     else:
         system, tools, messages = _responses(document)
@@ -102,16 +99,9 @@ def _read(protocol: str, document: dict[str, Any], body: bytes, headers: Mapping
     return WatchedRequest(protocol, model, stream, segments, prompt, results, key, _cap(protocol, document))
 
 
-_CAPS = {
-    "anthropic": ("max_tokens",),
-    "openai-chat": ("max_completion_tokens", "max_tokens"),  # the newer name first: OpenAI's own clients send it
-    "openai-responses": ("max_output_tokens",),
-}
-
-
-def _cap(protocol: str, document: dict[str, Any]) -> int | None:
+def _cap(protocol: Wire, document: dict[str, Any]) -> int | None:
     """The output cap the request sets, if a positive whole number."""
-    for name in _CAPS[protocol]:
+    for name in protocol.traits.cap_fields:
         value = document.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -208,7 +198,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _ending(protocol: str, messages: Messages) -> tuple[str | None, tuple[ToolResult, ...]]:
+def _ending(protocol: Wire, messages: Messages) -> tuple[str | None, tuple[ToolResult, ...]]:
     """The prompt the request ends with, or the tool results it ends with."""
     results: list[ToolResult] = []
     for role, message in reversed(messages):
@@ -220,7 +210,8 @@ def _ending(protocol: str, messages: Messages) -> tuple[str | None, tuple[ToolRe
         if role in ("system", "developer"):
             continue  # context an agent adds after the prompt (Claude Code's mid-conversation system message)
         if role == "user":
-            return _kept(_text(message.get("content")) if protocol != "openai-responses" else _item_text(message)), ()
+            text = _item_text(message) if protocol is Wire.OPENAI_RESPONSES else _text(message.get("content"))
+            return _kept(text), ()
         break
     return None, tuple(results)
 
@@ -239,10 +230,10 @@ def _item_text(item: dict[str, Any]) -> str:
     return _text(content)
 
 
-def _results(protocol: str, message: dict[str, Any]) -> list[ToolResult]:
-    if protocol == "openai-chat":
+def _results(protocol: Wire, message: dict[str, Any]) -> list[ToolResult]:
+    if protocol is Wire.OPENAI_CHAT:
         return [ToolResult(str(message.get("tool_call_id", "")), _kept(_text(message.get("content"))), False)]
-    if protocol == "openai-responses":
+    if protocol is Wire.OPENAI_RESPONSES:
         output = message.get("output")
         content = _text(output) if not isinstance(output, str) else output
         return [ToolResult(str(message.get("call_id", "")), _kept(content), False)]

@@ -20,6 +20,7 @@ from typing import Any
 
 from hotloop.agent.cache_explainer import WireSegments
 from hotloop.providers.events import UsageLedger
+from hotloop.providers.protocols import Wire
 from hotloop.sessions.imports.model import (
     Call,
     Imported,
@@ -208,6 +209,7 @@ def _conversation(conversations: dict[str, _Conversation], data: Mapping[str, An
                 workspace=str(data.get("cwd") or ""),
                 started=timestamp(data.get("timestamp")),
                 side_key=side,
+                wire=Wire.ANTHROPIC,
             )
         )
     return found

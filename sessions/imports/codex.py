@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.providers.events import UsageLedger
+from hotloop.providers.protocols import Wire
 from hotloop.sessions.imports.model import Call, Imported, Step, Turn, kind_of, read_lines, text_of, timestamp
 from hotloop.sessions.titles import users_words
 
 AGENT = "codex"
+_SERVERS = {"openai": "https://api.openai.com/v1"}  # the provider ids that say which server; another's isn't kept
 _RECORDS = frozenset(
     {"session_meta", "turn_context", "response_item", "event_msg", "world_state", "token_usage_record", "compacted"}
 )
@@ -56,6 +58,7 @@ def read_rollout(path: Path, problems: list[str]) -> list[Imported]:
             model="",
             workspace="",
             started=None,
+            wire=Wire.OPENAI_RESPONSES,
         )
     )
     unknown: dict[str, int] = {}
@@ -91,8 +94,7 @@ def _meta(imported: Imported, payload: Mapping[str, Any], at: float | None) -> N
     provider = payload.get("model_provider")
     if isinstance(provider, str) and provider:
         imported.provider = provider[:80]  # Codex's name for the server: "openai", or its config's
-    if provider == "openai":
-        imported.base_url = "https://api.openai.com/v1"  # the provider id says which server; another's isn't kept
+        imported.base_url = _SERVERS.get(provider, imported.base_url)
 
 
 def _item(reading: _Reading, item: Mapping[str, Any], at: float | None) -> None:

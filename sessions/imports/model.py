@@ -19,6 +19,7 @@ from typing import Any
 from hotloop.agent.cache_explainer import WireSegments
 from hotloop.agent.text import visible
 from hotloop.providers.events import UsageLedger
+from hotloop.providers.protocols import Wire
 from hotloop.sessions.files import open_file
 from hotloop.sessions.summary import implausible
 
@@ -74,11 +75,12 @@ class Imported:
     agent: str  # "claude-code" or "codex": the `--from` name
     source_id: str  # the source's own session id
     version: str  # the agent's version, where the source records it
-    provider: str  # the wire protocol its requests spoke: "anthropic" or "openai-responses"
+    provider: str  # the provider's name as the source gives it ("anthropic", Codex's "openai" or its config's)
     base_url: str  # the server it priced by, where one can be told
     model: str
     workspace: str
     started: float | None
+    wire: Wire  # the protocol its requests spoke, which says what its figures mean
     turns: list[Turn] = field(default_factory=list)
     side_key: str = ""  # a sub-agent's conversation: which one
 

@@ -24,13 +24,15 @@ from typing import Any
 from urllib.parse import quote
 
 from hotloop.providers.events import UsageLedger
+from hotloop.providers.protocols import Wire
 from hotloop.sessions.imports.model import Call, Imported, Step, Turn, json_object
 
 AGENT = "opencode"
-# Where opencode's provider id names the server; any other (a custom provider, a gateway) isn't recorded.
+# Where opencode's provider id names the server and its protocol; any other (a custom provider, a gateway) is
+# recorded as an OpenAI-compatible server with no URL.
 _SERVERS = {
-    "anthropic": ("anthropic", "https://api.anthropic.com"),
-    "openai": ("openai", "https://api.openai.com/v1"),
+    "anthropic": ("anthropic", "https://api.anthropic.com", Wire.ANTHROPIC),
+    "openai": ("openai", "https://api.openai.com/v1", Wire.OPENAI_RESPONSES),
 }
 _PART_KINDS = frozenset(
     {"text", "reasoning", "tool", "step-start", "step-finish", "file", "snapshot", "patch", "agent", "subtask"}
@@ -158,6 +160,7 @@ def _conversation(session: _Session, name: str, problems: list[str]) -> Imported
         model="",
         workspace=session.directory,
         started=session.created,
+        wire=Wire.OPENAI_CHAT,  # until its first answer names the provider
         side_key=session.id if session.parent else "",
     )
     unknown: dict[str, int] = {}
@@ -187,7 +190,7 @@ def _assistant(
     model = str(data.get("modelID") or "")[:200]
     if not imported.provider:
         provider = str(data.get("providerID") or "")[:80]
-        imported.provider, imported.base_url = _SERVERS.get(provider, (provider, ""))
+        imported.provider, imported.base_url, imported.wire = _SERVERS.get(provider, (provider, "", Wire.OPENAI_CHAT))
         imported.model = model
     if not imported.turns:
         imported.turns.append(Turn(prompt="", at=created))
