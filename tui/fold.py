@@ -24,7 +24,7 @@ from hotloop.agent.figures import counted, side_request_summary
 from hotloop.agent.pricing import StepPricer, dollars
 from hotloop.agent.switching import describe_switch
 from hotloop.providers.events import TextDelta
-from hotloop.sessions.projection import CUT_SHORT, FINAL, CallRecord, Projection, StepRecord
+from hotloop.sessions.projection import BROKEN_OFF, FINAL, CallRecord, Projection, StepRecord
 from hotloop.tui.items import AnswerItem, CompactionItem, Item, NoticeItem, ToolCallsItem, UsageItem, UserItem
 
 
@@ -92,7 +92,7 @@ class TranscriptFold:
         return self.open.call(call_id) if self.open is not None else CallRecord(call_id, "")
 
     def _turn_finished(self, step: StepRecord | None, event: TurnFinished) -> list[tuple[Item, int]]:
-        if event.reason not in CUT_SHORT:
+        if event.reason not in BROKEN_OFF:
             return []
         stopped = sum(call.status not in FINAL for call in step.calls.values()) if step is not None else self._stopped
         items = self._close(step, None)

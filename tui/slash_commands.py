@@ -1,26 +1,25 @@
-"""`SlashCommands`: the main screen's slash commands and the workers they start.
+"""`SlashCommands`: what the main screen's slash commands do, and the workers they start.
 
-A base of `MainScreen`: the workers must belong to the screen, so that Esc, which cancels the
-screen's "turn" group, stops a /compact as it stops a turn. What it uses of the screen is
-declared below; the screen defines it.
+A part of `MainScreen`, handed the session, `say`, the screen's switch and sessions browser, and
+what it asks of the screen's turn. Its workers are the screen's (`run_worker`), so that Esc, which
+cancels the screen's "turn" group, stops a /compact as it stops a turn.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
-from textual import work
-from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from hotloop import InputError
 from hotloop.agent.events import Notice
-from hotloop.agent.figures import short_model
-from hotloop.config import Choice, resolve
+from hotloop.config import Choice
 from hotloop.core.session import Session
 from hotloop.core.slash import Slash
-from hotloop.tui.prompt_queue import PromptQueue
+from hotloop.tui.say import Say
+from hotloop.tui.sessions_browsing import SessionsBrowser
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 
@@ -28,152 +27,107 @@ if TYPE_CHECKING:
     from hotloop.agent.tools.mcp import McpState
 
 
-class SlashCommands(Screen[None]):
-    session: Session
-    queue: PromptQueue
-    pending_switch: Choice | None  # a switch asked for during a turn, made when it ends
-    switching: int  # switches under way: prompts wait for them
+class SlashCommands:
+    def __init__(
+        self,
+        screen: Screen[None],
+        session: Session,
+        say: Say,
+        sessions: SessionsBrowser,
+        *,
+        switch_to: Callable[[Choice], object],
+        retarget: Callable[[Choice], None],
+        new_conversation: Callable[[], None],
+        turn_running: Callable[[], bool],
+    ) -> None:
+        self._screen = screen
+        self._session = session
+        self._say = say
+        self._sessions = sessions
+        self._switch_to = switch_to
+        self._retarget = retarget
+        self._new_conversation = new_conversation
+        self._turn_running = turn_running
 
-    if TYPE_CHECKING:
-
-        def say(self, message: str, severity: SeverityLevel = "information", timeout: float | None = None) -> None: ...
-        def retarget(self, choice: Choice) -> None: ...
-        def show_provider(self) -> None: ...
-        def show_target(self, choice: Choice) -> None: ...
-        def next_prompt(self) -> None: ...
-        def action_new_conversation(self) -> None: ...
-        def list_sessions_again(self) -> None: ...
-        async def resume_here(self, path: Path) -> None: ...
-
-    @property
-    def turn_running(self) -> bool:
-        """A turn or a /compact is running (they share the group)."""
-        return any(worker.group == "turn" and worker.is_running for worker in self.workers)
-
-    def run_slash(self, slash: Slash) -> None:
-        agent = self.session.agent
+    def run(self, slash: Slash) -> None:
+        agent = self._session.agent
         if slash.name == "/new":
-            self.action_new_conversation()
+            self._new_conversation()
         elif slash.name == "/help":
-            self.call_later(self.app.run_action, "help")
+            self._screen.call_later(self._screen.app.run_action, "help")
         elif slash.name == "/fork":
-            self.fork(int(slash.args[0]) if slash.args else None)
+            self._start(partial(self._fork, int(slash.args[0]) if slash.args else None), "fork")
         elif slash.name == "/compact":
             self._compact()
         elif slash.name == "/mcp":
             if agent is None:
-                self.say("not connected yet", severity="warning")
+                self._say("not connected yet", severity="warning")
             elif slash.args == ("accept",):
                 self._accept_tools()
             else:
-                self.mcp(slash.args[1] if slash.args else None)
+                self._start(partial(self._mcp, slash.args[1] if slash.args else None), "mcp")
         elif agent is None:
-            self.retarget(slash.choice(self.session.choice.provider or self.session.config.default_provider))
+            self._retarget(slash.choice(self._session.choice.provider or self._session.config.default_provider))
         else:
-            self.switch_to(slash.choice(agent.provider.name))
+            self._switch_to(slash.choice(agent.provider.name))
+
+    def _start(self, work: Callable[[], Awaitable[None]], group: str) -> None:
+        self._screen.run_worker(work, group=group, exclusive=True, exit_on_error=False)
 
     def _compact(self) -> None:
-        if self.session.agent is None:
-            self.say("not connected yet", severity="warning")
-        elif self.turn_running:
-            self.say("a turn is running: /compact when it ends", severity="warning")
+        if self._session.agent is None:
+            self._say("not connected yet", severity="warning")
+        elif self._turn_running():
+            self._say("a turn is running: /compact when it ends", severity="warning")
         else:
-            self.query_one(StatusBar).state = "compacting…"
-            self.compact()
+            self._screen.query_one(StatusBar).state = "compacting…"
+            # In the turn's group: prompts sent meanwhile queue, and Esc cancels it.
+            self._start(self._compact_work, "turn")
 
-    @work(exclusive=True, group="turn", exit_on_error=False)
-    async def compact(self) -> None:
-        """`/compact`, in the turn's group: prompts sent meanwhile queue, and Esc cancels it."""
+    async def _compact_work(self) -> None:
         try:
-            await self.session.compact()
+            await self._session.compact()
         except InputError as error:
-            self.say(str(error), severity="error")
+            self._say(str(error), severity="error")
 
-    @work(exclusive=True, group="fork", exit_on_error=False)
-    async def fork(self, turn: int | None) -> None:
+    async def _fork(self, turn: int | None) -> None:
         """`/fork [N]`: go on in a new session holding this conversation up to turn N; this one's log stays."""
-        if self.session.agent is None:
-            self.say("not connected yet", severity="warning")
+        if self._session.agent is None:
+            self._say("not connected yet", severity="warning")
             return
         try:
-            forked = await self.session.fork(turn)
+            forked = await self._session.fork(turn)
         except InputError as error:
-            self.say(str(error), severity="error")
+            self._say(str(error), severity="error")
             return
         for warning in forked.warnings:
-            self.say(warning, severity="warning")
-        await self.resume_here(forked.path)
-        if self.session.log is not None and self.session.log.path == forked.path:
-            self.say(f"forked session {forked.parent} at turn {forked.turn}: this is session {forked.id}")
-        self.list_sessions_again()  # the fork joins the list, under its parent
+            self._say(warning, severity="warning")
+        await self._sessions.resume_here(forked.path)
+        log = self._session.log
+        if log is not None and log.path == forked.path:
+            self._say(f"forked session {forked.parent} at turn {forked.turn}: this is session {forked.id}")
+        self._sessions.list_again()  # the fork joins the list, under its parent
 
-    @work(exclusive=True, group="mcp", exit_on_error=False)
-    async def mcp(self, restart: str | None) -> None:
+    async def _mcp(self, restart: str | None) -> None:
         """`/mcp`: each MCP server's state and tools, in the transcript; `/mcp restart NAME` starts one again."""
         if restart is not None:
             try:
-                await self.session.restart_mcp(restart)
+                await self._session.mcp.restart(restart)
             except InputError as error:
-                self.say(str(error), severity="error")
+                self._say(str(error), severity="error")
                 return
-        servers = self.session.mcp_servers()
+        servers = self._session.mcp.servers()
         lines = [mcp_line(state) for state in servers] or ["no MCP servers (add them in the config, or with --mcp)"]
-        self.query_one(Transcript).apply(Notice(level="info", message="MCP servers:\n" + "\n".join(lines)))
+        self._screen.query_one(Transcript).apply(Notice(level="info", message="MCP servers:\n" + "\n".join(lines)))
 
     def _accept_tools(self) -> None:
         """`/mcp accept`: the tool descriptions held back to keep the cache go out with the next request."""
-        accepted = self.session.accept_tools()
+        accepted = self._session.mcp.accept()
         if not accepted:
-            self.say("no tool descriptions are held back")
+            self._say("no tool descriptions are held back")
         for held in accepted:
             cost = f"≈{held.tokens:,} tokens re-prefilled"
-            self.say(f"{held.server}: the new descriptions of {', '.join(held.names)} go out next request ({cost})")
-
-    @work(exclusive=True, group="switch", exit_on_error=False)
-    async def switch_to(self, choice: Choice) -> None:
-        """Use another provider, model or tier from the next turn on; the conversation stays.
-
-        Said at once, whatever the turn is doing: the status bar names where it goes while it connects, a turn in
-        flight has it wait for its end, and picking what answers already changes nothing, which is said too.
-        """
-        from hotloop.providers.errors import ProviderError
-
-        if self.session.agent is None:
-            self.retarget(choice)
-            return
-        try:
-            if self.session.in_use(choice):
-                self.pending_switch = None  # staying is the last word
-                self.say(f"already on {self.target_name(choice)}: nothing to switch")
-                return
-        except InputError as error:
-            self.say(str(error), severity="error")
-            return
-        if self.turn_running:
-            self.pending_switch = choice
-            self.say(f"switching to {self.target_name(choice)} when this turn ends")
-            return
-        status = self.query_one(StatusBar)
-        self.switching += 1
-        status.state = "switching to"
-        self.show_target(choice)
-        try:
-            # The agent reports the switch, with its cost, through the event stream.
-            await self.session.switch(choice)
-        except (InputError, ProviderError) as error:
-            self.say(str(error), severity="error")
-        finally:
-            self.switching -= 1
-            if status.is_attached:  # not when the app closed under it
-                self.show_provider()  # what answers now: the target, or after a failure what answered before
-                if not self.switching:
-                    status.state = "ready"
-        self.next_prompt()
-
-    def target_name(self, choice: Choice) -> str:
-        """`sim-anthropic · sim-balanced`: the provider and model `choice` names (a bad name: InputError)."""
-        target = resolve(self.session.config, choice)
-        return f"{target.settings.name} · {short_model(target.model)}" if target.model else target.settings.name
+            self._say(f"{held.server}: the new descriptions of {', '.join(held.names)} go out next request ({cost})")
 
 
 def mcp_line(state: McpState) -> str:

@@ -1,9 +1,12 @@
 """`MainScreen`: the live session: transcript, approval bar, prompt, queued prompts, status bar.
 
-The app hands it the session and each of the session's events (`show`); the screen draws them
-and sends the session prompts. Its jobs apart from drawing are modules of their own: the prompts
-that wait (`PromptQueue`), the calls that wait for an answer (`PendingApprovals`), and, as its
-bases, the slash commands (`SlashCommands`) and the saved sessions (`SessionsBrowsing`).
+The app hands it the session and each of the session's events (`show`); the screen draws them,
+sends the session prompts and runs its turns. Its other jobs are parts it holds, each handed what
+it uses: the prompts that wait (`PromptQueue`), the calls that wait for an answer
+(`PendingApprovals`), the status bar's figures (`StatusFigures`), switching (`ProviderSwitch`),
+the slash commands (`SlashCommands`), the saved sessions (`SessionsBrowser`) and the server panel
+(`ServerPanelControl`). What Textual looks up on the screen (bindings' actions, message handlers)
+stays here as one line handing it on.
 """
 
 from __future__ import annotations
@@ -16,47 +19,41 @@ from textual import events, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import Footer, Input, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
-from hotloop import InputError
-from hotloop.agent.events import (
-    AgentEvent,
-    Compacted,
-    Notice,
-    ProviderSwitched,
-    SessionTitled,
-    SideRequest,
-    StepFinished,
-    StepStarted,
-    TurnFinished,
-)
+from hotloop.agent.events import AgentEvent, Notice, SessionTitled, TurnFinished
 from hotloop.agent.figures import SessionTotals, short_model
 from hotloop.agent.text import inert
-from hotloop.config import Choice, resolve
+from hotloop.config import Choice
 from hotloop.core.markdown_blocks import code_blocks
 from hotloop.core.session import Session
 from hotloop.core.slash import SlashError, parse
 from hotloop.tui.items import AnswerItem
 from hotloop.tui.pending_approvals import PendingApprovals
 from hotloop.tui.prompt_queue import PromptQueue
+from hotloop.tui.provider_switch import ProviderSwitch
 from hotloop.tui.render import Palette
-from hotloop.tui.server_panel_host import ServerPanelHost
-from hotloop.tui.sessions_browsing import SessionsBrowsing
+from hotloop.tui.server_panel_control import ServerPanelControl
+from hotloop.tui.sessions_browsing import SessionsBrowser
 from hotloop.tui.slash_commands import SlashCommands
+from hotloop.tui.status_figures import StatusFigures
 from hotloop.tui.widgets.approval_bar import ApprovalBar
 from hotloop.tui.widgets.history_view import HistoryView
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.queued_prompts import QueuedPrompts
-from hotloop.tui.widgets.status_bar import CONTEXT_WARNING, StatusBar
+from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
+from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
     from hotloop.agent.approvals import Reply, Request
+    from hotloop.core.server_watch import ServerReport
     from hotloop.sessions.store import LoggedSession
 
 
-class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
+class MainScreen(Screen[None]):
     AUTO_FOCUS = "#prompt"
     BINDINGS = [
         Binding(
@@ -92,13 +89,32 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         self.session = session
         self.clock = clock
         self.palette = palette
-        self._retarget = retarget
-        self.totals = SessionTotals(session.config.pricer())
         self.queue = PromptQueue(self, self.say)
-        self.pending_switch = None
-        self.switching = 0
         self.approvals = PendingApprovals(self)
-        self._context_warned = False  # the context-full warning, said once a conversation
+        self.figures = StatusFigures(session, lambda: self.status, self.say)
+        self.switch = ProviderSwitch(
+            session,
+            self.figures,
+            lambda: self.status,
+            self.say,
+            retarget=retarget,
+            turn_running=lambda: self.turn_running,
+            next_prompt=self.next_prompt,
+        )
+        self.saved_sessions = SessionsBrowser(
+            self, session, palette, self.say, start_over=self.start_over, show_provider=self.figures.show_provider
+        )
+        self.slash = SlashCommands(
+            self,
+            session,
+            self.say,
+            self.saved_sessions,
+            switch_to=self.switch_to,
+            retarget=retarget,
+            new_conversation=self.action_new_conversation,
+            turn_running=lambda: self.turn_running,
+        )
+        self.server_panel = ServerPanelControl(self, lambda: self.transcript)
 
     def compose(self) -> ComposeResult:
         # The sessions sidebar is mounted on first use: the first paint doesn't need it.
@@ -110,7 +126,7 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         yield QueuedPrompts(id="queued")
         status = StatusBar(id="status")
         if self.session.options.resume is None:  # a resumed session's log names its provider, once read
-            self.show_target(self.session.choice, status)
+            self.figures.show_target(self.session.choice, status)
         yield status
         yield Footer()
 
@@ -133,27 +149,22 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         """A notification shown as it reads: its text may come from outside, so it is inert and never markup."""
         self.notify(inert(message), severity=severity, timeout=timeout, markup=False)
 
-    def retarget(self, choice: Choice) -> None:
-        self._retarget(choice)
+    @property
+    def totals(self) -> SessionTotals:
+        return self.figures.totals
+
+    @property
+    def turn_running(self) -> bool:
+        """A turn or a /compact is running (they share the group)."""
+        return any(worker.group == "turn" and worker.is_running for worker in self.workers)
 
     # -- the event stream ----------------------------------------------------------------
 
     def show(self, event: AgentEvent) -> None:
         """Every event of the session, once its log has it: to the transcript and the status bar."""
         self.transcript.apply(event)
-        if isinstance(event, StepStarted):
-            self.status.state = f"step {event.step}"
-            self.totals.add(event)
-        elif isinstance(event, (StepFinished, Compacted, SideRequest)):
-            self.totals.add(event)
-            self.status.totals = self.totals
-            self.status.show_detail(self.session.cache_lifetime())
-            if not isinstance(event, SideRequest):
-                self._measure_context()
-        elif isinstance(event, ProviderSwitched):
-            self.status.provider, self.status.model = event.provider, event.model
-            self.status.tier = self.session.tier_label(event.provider, event.model)
-        elif isinstance(event, SessionTitled):
+        self.figures.show(event)
+        if isinstance(event, SessionTitled):
             self.app.sub_title = inert(event.title)
             self.say(f"session titled “{event.title}” by {short_model(event.model)}", timeout=4)
         elif isinstance(event, Notice) and event.level != "info":
@@ -165,63 +176,37 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
             gc.freeze()
 
     def restored(self, session: LoggedSession) -> None:
-        """A saved session is being continued: its history on screen, its own totals in the status bar.
-
-        A fork's history starts with its parent's turns, whose steps were the parent's spend: not counted again.
-        """
-        from hotloop.sessions.summary import own_spending_since
-
+        """A saved session is being continued: its history on screen, its own totals in the status bar."""
         self.transcript.fast_forward(session.events)
-        since = own_spending_since(session.header)
-        for event in session.events:
-            # A fork's steps before `since` are its parent's; who answers them still says how the rest are priced.
-            if isinstance(event, StepStarted) or (
-                isinstance(event, (StepFinished, Compacted, SideRequest)) and event.ts >= since
-            ):
-                self.totals.add(event)
-        self.status.totals = self.totals
-        self.status.show_detail(self.session.cache_lifetime())
-        self._measure_context()
+        self.figures.restored(session)
         self.say(f"continuing session {session.header.id}")
 
-    def _measure_context(self) -> None:
-        """The meter after a step or a compaction; a warning once the context nears full and nothing will compact it."""
-        self.status.context_estimated = self.session.meter.estimated
-        self.status.context = measured = self.session.context()
-        if measured is None or self._context_warned:
-            return
-        used, window = measured
-        settings = self.session.config.context
-        if used >= CONTEXT_WARNING * window and (not settings.auto_compact or settings.compact_at > CONTEXT_WARNING):
-            self._context_warned = True
-            left = max(window - used, 0)
-            self.say(
-                f"the context is {used / window:.0%} full ({left:,} tokens left): /compact summarizes it, "
-                "/new starts a fresh conversation",
-                "warning",
-                timeout=10,
-            )
-
     def show_provider(self) -> None:
-        if self.session.agent is not None:
-            provider = self.session.agent.provider
-            self._named(self.status, provider.name, provider.model)
+        self.figures.show_provider()
 
-    def show_target(self, choice: Choice, status: StatusBar | None = None) -> None:
-        """The provider and model `choice` opens on, named before they answer: from the first frame, and while a
-        switch or a connection is made."""
-        try:
-            target = resolve(self.session.config, choice)
-        except InputError:
-            return  # said by whoever picked it
-        self._named(status or self.status, target.settings.name, target.model or "")
+    def show_target(self, choice: Choice) -> None:
+        self.figures.show_target(choice)
 
-    def _named(self, status: StatusBar, provider: str, model: str) -> None:
-        status.provider, status.model = provider, model
-        status.tier = self.session.tier_label(provider, model)
+    # -- the parts' keys, messages and workers -----------------------------------------------
 
-    def panel_beside(self) -> Transcript:
-        return self.transcript
+    @work(exclusive=True, group="switch", exit_on_error=False)
+    async def switch_to(self, choice: Choice) -> None:
+        await self.switch.switch(choice)
+
+    async def action_toggle_sessions(self) -> None:
+        await self.saved_sessions.toggle()
+
+    def on_sessions_sidebar_picked(self, message: SessionsSidebar.Picked) -> None:
+        self.saved_sessions.picked(message)
+
+    def server_report(self, report: ServerReport | None) -> None:
+        self.server_panel.report(report)
+
+    def fit_server_panel(self, width: int) -> None:
+        self.server_panel.fit(width)
+
+    def action_toggle_server(self) -> None:
+        self.server_panel.toggle()
 
     def action_waterfall(self) -> None:
         """Where this session's time went, from its log (so it shows what a replay would)."""
@@ -245,11 +230,11 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
             self.say(str(error), severity="warning")
             return
         if slash is not None:
-            self.run_slash(slash)
+            self.slash.run(slash)
         elif message.now and self.turn_running:
             self.queue.interrupting = message.text
             self.workers.cancel_group(self, "turn")
-        elif self.turn_running or not self.session.ready or self.pending_switch is not None or self.switching:
+        elif self.turn_running or not self.session.ready or self.switch.pending is not None or self.switch.switching:
             self.queue.add(message.text)
         else:
             self._send(message.text)
@@ -262,7 +247,7 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         if (
             self.session.ready
             and not self.turn_running
-            and not self.switching
+            and not self.switch.switching
             and (prompt := self.queue.next()) is not None
         ):
             self._send(prompt)
@@ -289,8 +274,8 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
             self.status.state = "ready"
             if event.state is not WorkerState.SUCCESS and self.queue.interrupting is None:
                 self.queue.back_to_box()  # Esc stops what was queued after the turn too
-            if self.pending_switch is not None:
-                choice, self.pending_switch = self.pending_switch, None
+            if self.switch.pending is not None:
+                choice, self.switch.pending = self.switch.pending, None
                 self.switch_to(choice)  # the next prompt goes once it has switched
             else:
                 self.next_prompt()
@@ -390,7 +375,4 @@ class MainScreen(SlashCommands, SessionsBrowsing, ServerPanelHost):
         """Stop the turn in flight, and clear the screen and the totals."""
         self.workers.cancel_group(self, "turn")
         self.transcript.clear()
-        self.totals = SessionTotals(self.session.config.pricer())
-        self.status.totals = self.totals
-        self.status.context = None
-        self._context_warned = False
+        self.figures.start_over()

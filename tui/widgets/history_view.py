@@ -4,45 +4,54 @@ One widget, however long the session: the finished items render to strips once p
 step in flight's parts (its answer, tool panes and usage strip) are lines handed in as they
 change, and only lines on screen are drawn. A frame while the answer streams is the few lines
 that changed, not a re-layout of widgets. After a resize or theme change, items re-render
-lazily, visible first, then the rest in idle time.
+lazily, visible first, then the rest in idle time (`IdleFill`).
 
 The view follows its end whenever it is at the bottom; scrolling up by any means (keys, wheel,
 scrollbar, the cursor) stops following, and scrolling back to the bottom follows again.
 
-The cursor (the selected item, for Enter and the copy keys) stays with the view: following puts
-it on the last item, and a scroll that leaves it out of sight brings it to the nearest item in
-sight, so a key starts from what is on screen, never from an item far above.
+The cursor, what Enter, a click and the copy keys act on, is a part of its own (`HistoryCursor`)
+that stays with the view; the keys and handlers Textual looks up here hand it on. The view's keys
+are never printable: a letter typed in the history goes to the prompt.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from rich.style import Style
 from textual import events
+from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import var
+from textual.scroll_view import ScrollView
 from textual.selection import Selection
 from textual.strip import Strip
 
 from hotloop.tui.items import Item
 from hotloop.tui.render import RenderContext
 from hotloop.tui.widgets.history_cursor import HistoryCursor
+from hotloop.tui.widgets.history_fill import IdleFill
 from hotloop.tui.widgets.history_slots import Slot, SlotLayout
 from hotloop.tui.widgets.selectable import selected_text, with_selection
 
-FILL_BUDGET = 0.012  # seconds of rendering per idle tick, to keep input responsive
 # The step in flight's parts, in the order they show under the history.
 LIVE_PARTS = ("reasoning", "answer", "panes", "usage")
 
 
-class HistoryView(HistoryCursor, can_focus=True):
-    """The transcript's lines. Click or Enter expands an entry; ctrl+c copies the item under the cursor.
+class HistoryView(ScrollView, can_focus=True):
+    """The transcript's lines. Click or Enter expands an entry; ctrl+c copies the item under the cursor."""
 
-    Its keys are never printable: a letter typed here goes to the prompt.
-    """
+    # The history's keys, in the order help lists them.
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Previous", show=False),
+        Binding("down", "cursor(1)", "Next", show=False),
+        Binding("home", "start", "First", show=False, tooltip="The transcript's start"),
+        Binding("end", "follow", "Follow", show=False, tooltip="The bottom, following again"),
+        Binding("enter", "toggle_entry", "Expand", show=True, tooltip="Expand or fold the tool call or reasoning"),
+        Binding("ctrl+c", "copy_item", "Copy", show=True, tooltip="Copy the selected text, else the item"),
+        Binding("ctrl+y", "copy_code", "Copy code", show=True, tooltip="Copy the item's last code block"),
+    ]
 
     DEFAULT_CSS = """
     HistoryView {
@@ -65,6 +74,13 @@ class HistoryView(HistoryCursor, can_focus=True):
     class WidthChanged(Message):
         """Lines are now rendered for another width: what is drawn from outside must be rendered again."""
 
+    class Copied(Message):
+        """Text was copied from the history (the app shows a notice); `what` it was, as `copied {what}` says it."""
+
+        def __init__(self, what: str) -> None:
+            super().__init__()
+            self.what = what
+
     def __init__(
         self,
         context: Callable[[int], RenderContext],
@@ -81,12 +97,25 @@ class HistoryView(HistoryCursor, can_focus=True):
         self._live: dict[str, list[Strip]] = {part: [] for part in LIVE_PARTS}
         self._live_lines: list[Strip] = []
         self._width = 0
-        self._filling = False
         # Drawn screen lines by transcript line, with the source strip each was drawn from: a line
         # whose source is still the same strip is not drawn again.
         self._drawn: dict[int, tuple[Strip | None, Strip]] = {}
         self._style: Style | None = None
         self._background = Style()
+        self._fill = IdleFill(self._layout, self._render_slot, self._relayout, self)
+        self._cursor = HistoryCursor(
+            self._layout,
+            lambda: (self.scroll_offset.y - self._pad, self.scrollable_content_region.height),
+            lambda y: self.scroll_to(y=y, animate=False),
+            self._redraw,
+            toggle=self._toggle,
+            copy=self._copy,
+        )
+
+    @property
+    def cursor(self) -> int:
+        """The cursor's place: an index into the places, -1 for the last one."""
+        return self._cursor.index
 
     @property
     def width(self) -> int:
@@ -115,11 +144,11 @@ class HistoryView(HistoryCursor, can_focus=True):
             slot.height = item.estimate_height(self._width or 80)
             self._layout.slots.append(slot)
         self._relayout()
-        self._schedule_fill()
+        self._fill.schedule()
 
     def clear(self) -> None:
         self._layout.slots.clear()
-        self.cursor = -1
+        self._cursor.move(-1)
         self._relayout()
 
     def rerender(self) -> None:
@@ -127,7 +156,7 @@ class HistoryView(HistoryCursor, can_focus=True):
         for slot in self._layout.slots:
             slot.rendered = None
         self._relayout()
-        self._schedule_fill()
+        self._fill.schedule()
 
     def set_lead(self, lines: list[Strip]) -> None:
         """Show `lines` above the history."""
@@ -140,16 +169,8 @@ class HistoryView(HistoryCursor, can_focus=True):
         self._live[part] = lines
         old = self._live_lines
         new = [line for part_lines in self._live.values() for line in part_lines]
-        first = None
-        for y, (was, line) in enumerate(zip(old, new, strict=False)):
-            if line is not was:
-                if line == was:  # rendered again the same: its drawn line stays good
-                    new[y] = was
-                elif first is None:
-                    first = y
+        first = _first_change(old, new)
         self._live_lines = new
-        if first is None:
-            first = min(len(old), len(new))
         if len(new) != len(old):
             self._resized()
         top = self._layout.end + 1 + first - self.scroll_offset.y + self._pad
@@ -211,49 +232,28 @@ class HistoryView(HistoryCursor, can_focus=True):
                     slot.height = max(1, round(slot.height * old / width))
                 slot.rendered = None
             self._relayout()
-            self._schedule_fill()
+            self._fill.schedule()
             self.post_message(self.WidthChanged())
         else:  # only the height: a bar above the prompt came or went, and the end must stay in view
             self._resized()
-
-    def _schedule_fill(self) -> None:
-        if not self._filling:
-            self._filling = True
-            self.call_after_refresh(self._fill)
-
-    def _fill(self) -> None:
-        """Render stale items, newest first, a time slice at a time."""
-        deadline = time.perf_counter() + FILL_BUDGET
-        changed = False
-        for slot in reversed(self._layout.slots):
-            if slot.rendered is None:
-                changed |= self._render_slot(slot)
-                if time.perf_counter() > deadline:
-                    break
-        if changed:
-            self._relayout()
-        if any(slot.rendered is None for slot in self._layout.slots):
-            self.set_timer(0.01, self._fill)
-        else:
-            self._filling = False
 
     # -- following ---------------------------------------------------------------------
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if new_value >= self.max_scroll_y:
-            if not self.following and not self._moving_cursor:
-                self._put_cursor(-1)  # following resumed: the cursor goes with the view
+            if not self.following and not self._cursor.moving:
+                self._cursor.put(-1)  # following resumed: the cursor goes with the view
             self.following = True
         elif new_value < old_value:
             self.following = False
-        if not self._moving_cursor:
-            self._cursor_into_view()
+        if not self._cursor.moving:
+            self._cursor.into_view()
 
     def follow(self) -> None:
         """Go to the bottom and stay there as the transcript grows; the cursor goes to the last item."""
         self.following = True
-        self._put_cursor(-1)
+        self._cursor.put(-1)
         self.scroll_to(y=self.max_scroll_y, animate=False)
 
     def action_start(self) -> None:
@@ -301,7 +301,7 @@ class HistoryView(HistoryCursor, can_focus=True):
         # Outside the items (the welcome, the step in flight, blank space), lines end in the background
         # alone, as the widgets that drew them did.
         fill = style if len(self._lead) <= line < self._layout.end else self._background
-        if self.has_focus and line < self._layout.end and self._cursor_line() == line:
+        if self.has_focus and line < self._layout.end and self._cursor.line() == line:
             strip = strip.apply_style(self.get_component_rich_style("history-view--cursor"))
         # Rich leaves unstyled cells; the widget's own colours go under every line.
         drawn = with_selection(self, strip.apply_style(style), line).crop_extend(0, width, fill).apply_offsets(0, line)
@@ -318,12 +318,69 @@ class HistoryView(HistoryCursor, can_focus=True):
             lines.extend([""] * slot.gap)
             lines.extend(strip.text for strip in slot.rendered.lines)
         if changed:
-            # The fill skips what is rendered here, so it would not lay these heights out.
+            # The idle fill skips what is rendered here, so it would not lay these heights out.
             self._relayout()
         lines.append("")
         lines.extend(strip.text for strip in self._live_lines)
         return selected_text(lines, selection)
 
     def selection_updated(self, selection: Selection | None) -> None:
+        self._redraw()
+
+    def _redraw(self) -> None:
         self._drawn.clear()
         self.refresh()
+
+    # -- the cursor's keys, clicks and copying -------------------------------------------
+
+    def on_focus(self) -> None:
+        self._cursor.focused()
+        self._redraw()
+
+    def on_blur(self) -> None:
+        self._redraw()
+
+    def action_cursor(self, step: int) -> None:
+        self._cursor.step(step)
+
+    def action_toggle_entry(self) -> None:
+        self._cursor.toggle()
+
+    def _toggle(self, index: int, key: str) -> None:
+        slot = self._layout.slots[index]
+        slot.item.toggle(key)
+        self._render_slot(slot)
+        self._relayout()
+
+    def on_click(self, event: events.Click) -> None:
+        link = event.style.link if event.style else None
+        if link:
+            self.app.open_url(link)
+        else:
+            self._cursor.click(self.scroll_offset.y + event.y - self._pad)
+
+    def action_copy_item(self) -> None:
+        if self.screen.get_selected_text():
+            self.screen.action_copy_text()
+        else:
+            self._cursor.copy_item()
+
+    def action_copy_code(self) -> None:
+        self._cursor.copy_code()
+
+    def _copy(self, text: str, what: str) -> None:
+        self.app.copy_to_clipboard(text)
+        self.post_message(self.Copied(what))
+
+
+def _first_change(old: list[Strip], new: list[Strip]) -> int:
+    """The first line of `new` that differs from `old`'s; a line rendered again the same is `old`'s in `new` again,
+    so that its drawn line stays good."""
+    first = None
+    for y, (was, line) in enumerate(zip(old, new, strict=False)):
+        if line is not was:
+            if line == was:
+                new[y] = was
+            elif first is None:
+                first = y
+    return min(len(old), len(new)) if first is None else first
