@@ -1,71 +1,91 @@
-"""What `hotloop watch` adds to a request's latency: the simulator directly, through a bare Python hop, and
-through the watch, interleaved in one run.
+"""What `hotloop watch` costs against the floor of any pass-through: the simulator directly, through a TCP relay,
+a bare aiohttp hop and the watch, interleaved in one run, at 1, 32 and 256 concurrent streams.
 
-Three ways to the same simulator, taken in turn request by request (the order rotating, so a
-burst of load elsewhere on the machine falls on all three alike):
+The ways to the same simulator (`hotloop sim` at zero latency, 64-token answers):
 
 - direct: the client to the simulator;
-- floor: through a bare aiohttp hop that forwards the request and streams the answer back and
-  does nothing else (the same server and client session settings as the watch): what any
-  pass-through in Python costs, the floor the watch can't go under;
-- through: through the watch, which also reads, parses and logs its copy of every answer.
+- relay: a TCP relay on raw asyncio streams that copies bytes both ways and reads nothing: the floor
+  of any pass-through in Python;
+- hop: a bare aiohttp reverse proxy (the watch's server and client-session settings) that forwards
+  the request and streams the answer back, and does nothing else: the floor of an HTTP hop;
+- watch: `hotloop watch`, which also reads, parses and logs its copy of every answer, its sessions
+  written to a folder on the real disk (never tmpfs: the disk is what the issue found slow);
+- hop/uvloop, watch/uvloop: the same on uvloop's event loop, where uvloop is installed.
 
-1. First byte: the simulator at zero latency; request sent → the answer body's first byte; and
-   the whole answer (its end reaching the client, which an agent waits for before going on).
-2. Per chunk: the simulator paced at PACE seconds a token (each chunk its own write); for each
-   chunk k, its lateness against the pace (arrival_k − arrival_0 − k × PACE).
+Each runs in a process of its own, as an agent, hotloop and a model server would (threads would
+share the GIL and its 5 ms switch interval). Every client keeps its connections alive.
 
-The simulator, the hop and the watch each run in a process of their own, as an agent, hotloop and
-a model server would (threads in one process would share the GIL and add its 5 ms switch interval
-to whichever waits). Every client keeps its connection alive, and so do the hop and the watch
-towards the simulator: the simulator counts the connections it served, printed at the end (one
-per way in, per simulator). The first WARMUP requests each way are discarded; then ROUNDS rounds
-of REQUESTS each way, pooled for p50/p99, with the spread of the rounds' p99 beside.
+1. One stream at a time, taken in turn request by request, the order rotating (a burst of load
+   elsewhere falls on every way alike): request sent → the answer's first byte, and its end; for
+   a plain request and a ~100 KB one (a long conversation's history). Then a simulator paced at
+   PACE a token: each later chunk's lateness against the pace.
+2. 32 and 256 concurrent streams, each way in turn per round: requests per second, first bytes.
+3. CPU per request: each process's CPU time over the run ÷ the requests it served.
 
-    python benchmarks/passthrough.py [--requests N] [--rounds R] [--paced-requests N]
+It ends with the issue's targets beside the figures. `--quick` is a short run for iteration.
+
+    python benchmarks/passthrough.py [--quick] [--rounds R] [--requests N] [--no-uvloop] [--data DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import multiprocessing
+import os
+import shutil
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 PACE = 0.002
-WARMUP = 50
-BODY = (
+SLOW = 0.050  # a first byte later than this is one an agent's user could notice
+PLAIN = (
     b'{"model":"sim-balanced","stream":true,"stream_options":{"include_usage":true},"max_tokens":64,'
     b'"messages":[{"role":"user","content":"say hello"}]}'
 )
-WAYS = ("direct", "floor", "through")
+BIG = (  # ~100 KB: a system prompt and history as an agent sends them, late in a session
+    b'{"model":"sim-balanced","stream":true,"stream_options":{"include_usage":true},"max_tokens":64,'
+    b'"messages":[{"role":"system","content":"' + b"You are a careful coding agent. " * 3200 + b'"},'
+    b'{"role":"user","content":"say hello"}]}'
+)
+KEY = "Bearer sk-passthrough-benchmark-0123456789abcdef"  # masked in everything the watch writes
+UVLOOP = importlib.util.find_spec("uvloop") is not None
 _HOP = frozenset(
     {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length"}
 )
+Start = Callable[[], Awaitable[tuple[list[str], Callable[[], Awaitable[None]]]]]
 
 
-def _serve(pipe: Connection, start: Callable[[], Awaitable[tuple[list[str], Callable[[], Awaitable[object]]]]]) -> None:
-    """Start servers on this process's loop, send their URLs, and on the word stop, send back what `stop` returns and
-    the CPU seconds the process spent serving."""
+def _serve(pipe: Connection, start: Start, uv: bool = False) -> None:
+    """Start servers on this process's loop and send their URLs; on the word mark, start counting CPU time (the
+    warm-up done), and on the word stop, send back the CPU seconds the process spent serving since."""
 
     async def main() -> None:
         urls, stop = await start()
         pipe.send(urls)
         ready = time.process_time()
-        await asyncio.get_running_loop().run_in_executor(None, pipe.recv)
+        while await asyncio.get_running_loop().run_in_executor(None, pipe.recv) == "mark":
+            ready = time.process_time()
         busy = time.process_time() - ready
-        pipe.send((await stop(), busy))
+        await stop()
+        pipe.send(busy)
 
-    asyncio.run(main())
+    if uv:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+    else:
+        asyncio.run(main())
 
 
 def simulators(pipe: Connection) -> None:
@@ -73,44 +93,59 @@ def simulators(pipe: Connection) -> None:
     from hotloop.sim.engine import NO_LATENCY, SimConfig
     from hotloop.sim.server import SimServer
 
-    peers: list[set[object]] = [set(), set()]
-
-    class Counted:
-        """The simulator's app, noting each connection a request came on: keep-alive shows as one per client."""
-
-        def __init__(self, server: SimServer, seen: set[object]) -> None:
-            self._server, self._seen = server, seen
-
-        def app(self) -> web.Application:
-            app = self._server.app()
-
-            @web.middleware
-            async def note(request: web.Request, handler: Handler) -> web.StreamResponse:
-                self._seen.add(request.transport.get_extra_info("peername") if request.transport else None)
-                return await handler(request)
-
-            app.middlewares.append(note)
-            return app
-
-    async def start() -> tuple[list[str], Callable[[], Awaitable[object]]]:
+    async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
         instant = SimServer(SimConfig().with_latency(**vars(NO_LATENCY)))
         paced = SimServer(SimConfig().with_latency(ttft=0.0, prefill_per_token=0.0, decode_per_token=PACE))
-        runners = [await serve(Counted(server, seen)) for server, seen in ((instant, peers[0]), (paced, peers[1]))]
+        runners = [await serve(server) for server in (instant, paced)]
 
-        async def stop() -> object:
+        async def stop() -> None:
             for runner, _ in runners:
                 await runner.cleanup()
-            return [len(seen) for seen in peers]
 
         return [f"http://127.0.0.1:{port}" for _, port in runners], stop
 
     _serve(pipe, start)
 
 
-def floor_hops(pipe: Connection, upstreams: list[str]) -> None:
+def relays(pipe: Connection, upstreams: list[str]) -> None:
+    """Bytes copied both ways between each client connection and one of its own to the upstream, nothing read."""
+
+    async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while block := await source.read(65536):
+                sink.write(block)
+                await sink.drain()
+        except ConnectionError:
+            pass
+        finally:
+            sink.close()
+
+    async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
+        servers = []
+        for upstream in upstreams:
+            host, port = upstream.removeprefix("http://").split(":")
+
+            async def relay(
+                reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str = host, port: str = port
+            ) -> None:
+                theirs, ours = await asyncio.open_connection(host, int(port))
+                await asyncio.gather(copy(reader, ours), copy(theirs, writer))
+
+            servers.append(await asyncio.start_server(relay, "127.0.0.1", 0, backlog=1024))
+
+        async def stop() -> None:
+            for server in servers:
+                server.close()
+
+        return [f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}" for server in servers], stop
+
+    _serve(pipe, start)
+
+
+def hops(pipe: Connection, upstreams: list[str], uv: bool) -> None:
     """A bare pass-through: the request forwarded, the answer streamed back block by block, nothing read."""
 
-    async def start() -> tuple[list[str], Callable[[], Awaitable[object]]]:
+    async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
         client = aiohttp.ClientSession(
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
@@ -137,45 +172,43 @@ def floor_hops(pipe: Connection, upstreams: list[str]) -> None:
                     await response.write_eof()
                 return response
 
-            app = web.Application()
+            app = web.Application(client_max_size=32 * 1024 * 1024)
             app.router.add_route("*", "/{tail:.*}", hop)
             runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
             await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
+            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
             await site.start()
             runners.append(runner)
             urls.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
 
-        async def stop() -> object:
+        async def stop() -> None:
             for runner in runners:
                 await runner.cleanup()
             await client.close()
-            return None
 
         return urls, stop
 
-    _serve(pipe, start)
+    _serve(pipe, start, uv)
 
 
-def watches(pipe: Connection, upstreams: list[str]) -> None:
+def watches(pipe: Connection, upstreams: list[str], uv: bool, folder: str) -> None:
     from hotloop.watch import Watch, upstream_at
 
-    async def start() -> tuple[list[str], Callable[[], Awaitable[object]]]:
-        folder = Path(tempfile.mkdtemp(prefix="hotloop-passthrough-"))
+    async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
+        where = Path(tempfile.mkdtemp(prefix="watch-", dir=folder))
         served = [
-            Watch(upstream_at(upstream, "sim"), lambda conversation, event: None, folder=folder, workspace=folder)
+            Watch(upstream_at(upstream, "sim"), lambda conversation, event: None, folder=where, workspace=where)
             for upstream in upstreams
         ]
         urls = [await watch.start() for watch in served]
 
-        async def stop() -> object:
+        async def stop() -> None:
             for watch in served:
                 await watch.aclose()
-            return None
 
         return urls, stop
 
-    _serve(pipe, start)
+    _serve(pipe, start, uv)
 
 
 class Process:
@@ -185,54 +218,90 @@ class Process:
         self._process.start()
         self.urls: list[str] = self._pipe.recv()
 
-    def stop(self) -> tuple[object, float]:
+    def mark(self) -> None:
+        self._pipe.send("mark")
+
+    def stop(self) -> float:
+        """The CPU seconds it spent serving."""
         self._pipe.send("stop")
-        said: tuple[object, float] = self._pipe.recv()
-        self._process.join(timeout=10)
-        return said
+        busy: float = self._pipe.recv()
+        self._process.join(timeout=30)
+        return busy
 
 
-async def one(session: aiohttp.ClientSession, url: str) -> tuple[list[float], float]:
-    """Seconds from sending to each block's arrival, and to the answer's end."""
-    sent = time.perf_counter()
-    arrivals = []
-    async with session.post(f"{url}/v1/chat/completions", data=BODY, headers={"content-type": "application/json"}) as r:
-        async for _ in r.content.iter_any():
-            arrivals.append(time.perf_counter() - sent)
-    return arrivals, time.perf_counter() - sent
+class Client:
+    """Requests to each way, counted."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+        self.served: Counter[str] = Counter()
+
+    async def one(self, way: str, url: str, body: bytes) -> tuple[list[float], float]:
+        """Seconds from sending to each block's arrival, and to the answer's end."""
+        self.served[way] += 1
+        sent = time.perf_counter()
+        arrivals = []
+        headers = {"content-type": "application/json", "authorization": KEY}  # as an agent sends its key
+        async with self.session.post(f"{url}/v1/chat/completions", data=body, headers=headers) as answer:
+            async for _ in answer.content.iter_any():
+                arrivals.append(time.perf_counter() - sent)
+        return arrivals, time.perf_counter() - sent
 
 
 Samples = dict[str, list[list[float]]]  # way → per round, the samples
 
 
-async def measure(urls: dict[str, str], requests: int, rounds: int, paced: bool) -> tuple[Samples, Samples, int]:
-    first: Samples = {way: [] for way in WAYS}
-    whole: Samples = {way: [] for way in WAYS}
-    created = 0
+async def in_turn(
+    client: Client, urls: dict[str, str], body: bytes, requests: int, rounds: int, paced: bool = False
+) -> tuple[Samples, Samples]:
+    """One stream at a time, each way in turn, the order rotating: first bytes (or, paced, each chunk's lateness
+    against the pace) and whole answers."""
+    ways = list(urls)
+    first: Samples = {way: [] for way in ways}
+    whole: Samples = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way in ways:
+            first[way].append([])
+            whole[way].append([])
+        for n in range(requests):
+            for k in range(len(ways)):
+                way = ways[(n + k) % len(ways)]
+                arrivals, end = await client.one(way, urls[way], body)
+                if paced:
+                    first[way][-1] += [at - arrivals[0] - i * PACE for i, at in enumerate(arrivals)][1:]
+                else:
+                    first[way][-1].append(arrivals[0])
+                    whole[way][-1].append(end)
+    return first, whole
 
-    async def counted(*_: object) -> None:
-        nonlocal created
-        created += 1
 
-    tracing = aiohttp.TraceConfig()
-    tracing.on_connection_create_end.append(counted)
-    async with aiohttp.ClientSession(trace_configs=[tracing]) as session:
-        for n in range(WARMUP):
-            await one(session, urls[WAYS[n % len(WAYS)]])
-        for _ in range(rounds):
-            for way in WAYS:
-                first[way].append([])
-                whole[way].append([])
-            for n in range(requests):
-                for k in range(len(WAYS)):
-                    way = WAYS[(n + k) % len(WAYS)]
-                    arrivals, end = await one(session, urls[way])
-                    if paced:
-                        first[way][-1] += [at - arrivals[0] - k * PACE for k, at in enumerate(arrivals)][1:]
-                    else:
-                        first[way][-1].append(arrivals[0])
-                        whole[way][-1].append(end)
-    return first, whole, created
+async def together(
+    client: Client, urls: dict[str, str], streams: int, each: int, rounds: int
+) -> tuple[Samples, dict[str, list[float]]]:
+    """`streams` clients at once, `each` requests apiece, one way at a time, the order rotating per round (and a
+    burst first, unmeasured, to open the connections): first bytes, and requests per second per round."""
+    ways = list(urls)
+    first: Samples = {way: [] for way in ways}
+    rates: dict[str, list[float]] = {way: [] for way in ways}
+
+    async def burst(way: str, seen: list[float]) -> float:
+        async def stream() -> None:
+            for _ in range(each):
+                arrivals, _ = await client.one(way, urls[way], PLAIN)
+                seen.append(arrivals[0])
+
+        began = time.perf_counter()
+        await asyncio.gather(*(stream() for _ in range(streams)))
+        return streams * each / (time.perf_counter() - began)
+
+    for way in ways:
+        await burst(way, [])
+    for r in range(rounds):
+        for k in range(len(ways)):
+            way = ways[(r + k) % len(ways)]
+            first[way].append([])
+            rates[way].append(await burst(way, first[way][-1]))
+    return first, rates
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:
@@ -240,52 +309,143 @@ def quantiles(values: list[float]) -> tuple[float, float]:
     return cut[49], cut[98]
 
 
-def report(title: str, found: Samples) -> None:
-    pooled = {way: quantiles([value for round_ in found[way] for value in round_]) for way in WAYS}
-    spread = {way: [quantiles(round_)[1] for round_ in found[way]] for way in WAYS}
+def pooled(found: Samples) -> dict[str, tuple[float, float]]:
+    return {way: quantiles([value for round_ in rounds for value in round_]) for way, rounds in found.items()}
+
+
+def slow(found: Samples) -> dict[str, int]:
+    return {way: sum(value > SLOW for round_ in rounds for value in round_) for way, rounds in found.items()}
+
+
+def report(title: str, found: Samples, counted: bool = True) -> None:
+    """p50 and p99 per way (the rounds' p99 beside), each against direct and the hop; first bytes over SLOW."""
+    figures, late = pooled(found), slow(found)
     count = sum(len(round_) for round_ in found["direct"])
-    print(f"{title}  ({count} samples each way, {len(found['direct'])} rounds; ms)")
-    print(f"  {'':10}{'p50':>8}{'p99':>8}   rounds' p99")
-    for way in WAYS:
-        p50, p99 = pooled[way]
-        print(f"  {way:10}{p50 * 1e3:8.3f}{p99 * 1e3:8.3f}   {min(spread[way]) * 1e3:.3f}–{max(spread[way]) * 1e3:.3f}")
-    for name, minus, plus in (
-        ("added", "direct", "through"),
-        ("floor", "direct", "floor"),
-        ("over floor", "floor", "through"),
-    ):
-        p50, p99 = (pooled[plus][i] - pooled[minus][i] for i in (0, 1))
-        print(f"  {name:10}{p50 * 1e3:+8.3f}{p99 * 1e3:+8.3f}")
+    print(f"\n{title}  ({count} each way, {len(found['direct'])} rounds; ms)")
+    print(f"  {'':14}{'p50':>8}{'p99':>8}{'rounds p99':>16}{'+direct':>16}{'+hop':>16}", end="")
+    print(f"{'>50ms':>7}" if counted else "")
+    for way, (p50, p99) in figures.items():
+        spread = [quantiles(round_)[1] * 1e3 for round_ in found[way]]
+        direct = f"{(p50 - figures['direct'][0]) * 1e3:+.2f}/{(p99 - figures['direct'][1]) * 1e3:+.2f}"
+        hop = f"{(p50 - figures['hop'][0]) * 1e3:+.2f}/{(p99 - figures['hop'][1]) * 1e3:+.2f}"
+        line = f"  {way:14}{p50 * 1e3:8.2f}{p99 * 1e3:8.2f}{f'{min(spread):.1f}–{max(spread):.1f}':>16}"
+        print(f"{line}{direct:>16}{hop:>16}", end="")
+        print(f"{late[way]:7d}" if counted else "")
+
+
+def report_rates(streams: int, first: Samples, rates: dict[str, list[float]]) -> dict[str, float]:
+    """Requests per second per way (the median round's), against the hop's; first bytes."""
+    figures, late = pooled(first), slow(first)
+    median = {way: statistics.median(values) for way, values in rates.items()}
+    print(f"\n{streams} concurrent streams  ({len(rates['direct'])} rounds; first byte in ms)")
+    print(f"  {'':14}{'req/s':>8}{'÷ hop':>8}{'fb p50':>9}{'fb p99':>9}{'>50ms':>7}")
+    for way, rate in median.items():
+        p50, p99 = figures[way]
+        print(f"  {way:14}{rate:8.0f}{rate / median['hop']:8.2f}{p50 * 1e3:9.1f}{p99 * 1e3:9.1f}{late[way]:7d}")
+    return median
+
+
+def filesystem(path: Path) -> str:
+    """The type of the filesystem `path` is on (`ext4`, `tmpfs`), from the mount table."""
+    mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    found = max((point for point in mounts if str(path).startswith(point[0])), key=lambda point: len(point[0]))
+    return found[1]
+
+
+def data_folder(given: str | None) -> Path:
+    """Where the watch writes its sessions: a new folder on the real disk (under the working directory if the
+    temporary folder is a tmpfs)."""
+    if given:
+        return Path(tempfile.mkdtemp(prefix="hotloop-passthrough-", dir=given))
+    base = Path(tempfile.gettempdir())
+    return Path(
+        tempfile.mkdtemp(prefix="hotloop-passthrough-", dir=Path.cwd() if filesystem(base) == "tmpfs" else base)
+    )
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT MET"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--requests", type=int, default=300, help="first-byte requests each way, per round")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--paced-requests", type=int, default=20, help="paced requests each way, per round")
+    parser.add_argument("--quick", action="store_true", help="a short run (under a minute) for iteration")
+    parser.add_argument("--rounds", type=int, help="rounds of every measure (default 5; quick 2)")
+    parser.add_argument("--requests", type=int, help="one-at-a-time requests each way per round (default 200)")
+    parser.add_argument("--no-uvloop", action="store_true", help="leave out the ways on uvloop")
+    parser.add_argument("--data", metavar="DIR", help="write the watch's sessions under DIR (default: a temp folder)")
     args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 5)
+    requests = args.requests or (20 if args.quick else 200)
+    # Per round: requests of ~100 KB and paced ones each way; each of 32 streams' requests, and each of 256's.
+    big, paced, each = (8, 3, {32: 2, 256: 1}) if args.quick else (requests // 2, 10, {32: 24, 256: 3})
     multiprocessing.set_start_method("spawn")
+    folder = data_folder(args.data)
+    uv = UVLOOP and not args.no_uvloop
     sims = Process(simulators)
-    hops = Process(floor_hops, sims.urls)
-    watch = Process(watches, sims.urls)
-    instant = dict(zip(WAYS, (sims.urls[0], hops.urls[0], watch.urls[0]), strict=True))
-    paced = dict(zip(WAYS, (sims.urls[1], hops.urls[1], watch.urls[1]), strict=True))
-    first, whole, created = asyncio.run(measure(instant, args.requests, args.rounds, False))
-    report("first byte (zero-latency simulator)", first)
-    report("whole answer (64 tokens, zero latency)", whole)
-    chunks, _, paced_created = asyncio.run(measure(paced, args.paced_requests, args.rounds, True))
-    report(f"per chunk, lateness against a {PACE * 1000:g} ms pace", chunks)
-    _, watch_cpu = watch.stop()
-    _, hop_cpu = hops.stop()
-    served, _ = sims.stop()
-    # Wall-clock figures on a shared machine carry its scheduling; CPU time per request is the work itself.
-    each = 2 * (WARMUP // len(WAYS)) + args.rounds * (args.requests + args.paced_requests)
-    print(f"CPU per request (a 64-token streamed answer): floor {hop_cpu / each * 1e3:.3f} ms, ", end="")
-    print(
-        f"through {watch_cpu / each * 1e3:.3f} ms (the watch reads, parses and logs its copy after each block is sent)"
-    )
-    print(f"connections: the client opened {created + paced_created} (one per way in, per simulator: 6);", end=" ")
-    print(f"the simulators served {served} (the client, the hop, the watch: 3 each)")
+    servers = {
+        "relay": Process(relays, sims.urls),
+        "hop": Process(hops, sims.urls, False),
+        "watch": Process(watches, sims.urls, False, str(folder)),
+    }
+    if uv:
+        servers["hop/uvloop"] = Process(hops, sims.urls, True)
+        servers["watch/uvloop"] = Process(watches, sims.urls, True, str(folder))
+    instant = {"direct": sims.urls[0], **{way: process.urls[0] for way, process in servers.items()}}
+    slowed = {"direct": sims.urls[1], **{way: process.urls[1] for way, process in servers.items()}}
+
+    async def measure() -> tuple[Client, dict[str, Samples], dict[int, dict[str, list[float]]]]:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+            client = Client(session)
+            found: dict[str, Samples] = {}
+            # Warm-up: connections opened, code paths run, and the watch's first deferred work done (its session
+            # summary is written at most once a second, and its first write loads the price tables).
+            await in_turn(client, instant, PLAIN, 10, 1)
+            await in_turn(client, instant, BIG, 2, 1)
+            await asyncio.sleep(1.5)
+            await in_turn(client, instant, PLAIN, 5, 1)
+            for process in servers.values():
+                process.mark()
+            client.served.clear()
+            found["plain"], found["whole"] = await in_turn(client, instant, PLAIN, requests, rounds)
+            found["big"], _ = await in_turn(client, instant, BIG, big, rounds)
+            found["paced"], _ = await in_turn(client, slowed, PLAIN, paced, rounds, paced=True)
+            rates: dict[int, dict[str, list[float]]] = {}
+            for streams in (32, 256):
+                found[f"c{streams}"], per_round = await together(client, instant, streams, each[streams], rounds)
+                rates[streams] = per_round
+            return client, found, rates
+
+    print(f"sessions written to {folder} ({filesystem(folder)}); load {os.getloadavg()[0]:.2f} at the start")
+    client, found, per_round = asyncio.run(measure())
+    busy = {way: process.stop() for way, process in servers.items()}
+    sims.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+    report("first byte, plain request (zero-latency simulator)", found["plain"])
+    report(f"first byte, {len(BIG) // 1024} KB request", found["big"])
+    report("whole answer, plain request (64 tokens)", found["whole"], counted=False)
+    report(f"each later chunk, lateness against a {PACE * 1e3:g} ms pace", found["paced"], counted=False)
+    rates = {streams: report_rates(streams, found[f"c{streams}"], per_round[streams]) for streams in (32, 256)}
+    cpu = {way: busy[way] / client.served[way] for way in servers}
+    print("\nCPU per request (the process's CPU time over the run ÷ the requests it served; ms)")
+    for way, seconds in cpu.items():
+        print(f"  {way:14}{seconds * 1e3:8.3f}{seconds / cpu['hop']:8.2f}× the hop's")
+    print(f"\ntargets (the watch against the hop){'; and on uvloop, against the hop on uvloop' if uv else ''}")
+    for watch, hop in (("watch", "hop"), ("watch/uvloop", "hop/uvloop")) if uv else (("watch", "hop"),):
+        for kind in ("plain", "big"):
+            added = (pooled(found[kind])[watch][1] - pooled(found[kind])[hop][1]) * 1e3
+            print(f"  {watch}: first byte p99 within 2 ms of the hop's, {kind}: {added:+.2f} ms  {verdict(added <= 2)}")
+        ratio = rates[32][watch] / rates[32][hop]
+        print(f"  {watch}: throughput at 32 streams ≥ 0.9 of the hop's: {ratio:.2f}  {verdict(ratio >= 0.9)}")
+        times = cpu[watch] / cpu[hop]
+        print(f"  {watch}: CPU per request ≤ 1.5× the hop's: {times:.2f}×  {verdict(times <= 1.5)}")
+        # One stream at a time: with 32 or 256 at once every way, direct too, queues past 50 ms (their tables).
+        late = {key: (slow(found[key])[watch], slow(found[key])[hop]) for key in ("plain", "big")}
+        said = ", ".join(f"{key} {mine} vs {theirs}" for key, (mine, theirs) in late.items())
+        met = all(mine <= theirs for mine, theirs in late.values())
+        print(f"  {watch}: no first byte over 50 ms the hop doesn't have, one stream: {said}  {verdict(met)}")
+    print(f"load {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":

@@ -28,12 +28,15 @@ def add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
-
+    from hotloop.cli.stops import Stopped, run_stoppable
     from hotloop.headless.run import run
 
     prompts = _prompts(args.prompts)
-    return asyncio.run(run(session_options(args, ""), prompts, json_lines=args.json))
+    try:
+        return run_stoppable(run(session_options(args, ""), prompts, json_lines=args.json))
+    except Stopped as stop:  # as Ctrl-C: the turn cancelled, its partial answer kept and the log closed
+        print(f"hotloop: stopped by {stop.name}", file=sys.stderr)
+        return 128 + stop.signum
 
 
 def _prompts(given: list[str]) -> list[str | Slash]:

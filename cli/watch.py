@@ -54,9 +54,8 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _watch(args: argparse.Namespace) -> int:
-    import asyncio
-
     from hotloop import paths
+    from hotloop.cli.stops import Stopped, run_stoppable
     from hotloop.config import load_config
     from hotloop.headless.watch_run import watch
 
@@ -86,9 +85,11 @@ def _watch(args: argparse.Namespace) -> int:
             otel=args.otel,
         )
         try:
-            return asyncio.run(running)
-        except KeyboardInterrupt:
-            return 130 if args.run else 0  # Ctrl-C is how a watch without a command ends
+            return run_stoppable(running)
+        except Stopped as stop:
+            # Ctrl-C, or a service manager's SIGTERM or SIGHUP, is how a watch without a command ends.
+            print(f"hotloop watch: stopped by {stop.name}; every finished request is saved", file=sys.stderr)
+            return 128 + stop.signum if args.run else 0
     finally:
         if simulator is not None:
             simulator.stop()

@@ -114,5 +114,10 @@ async def _run(command: Sequence[str], url: str, stdout: TextIO | None) -> int:
         process = await asyncio.create_subprocess_exec(*command, env=env, stdout=stdout)
     except OSError as error:
         raise InputError(f"cannot run {command[0]}: {error.strerror}") from None
-    status = await process.wait()
+    try:
+        status = await process.wait()
+    except asyncio.CancelledError:  # hotloop stopped (SIGTERM, SIGHUP): the command doesn't outlive its pass-through
+        if process.returncode is None:
+            process.terminate()
+        raise
     return 128 - status if status < 0 else status

@@ -27,15 +27,17 @@ import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from hotloop.agent.events import Notice
+from hotloop.agent.events import Notice, SideOf
 from hotloop.nesting import decoded
+from hotloop.providers.protocols import Wire
 from hotloop.providers.transport import ANTHROPIC_URL, OPENAI_URL
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.masking import Masker
+from hotloop.sessions.titles import headline
 from hotloop.watch.conversation import Conversation, ConversationInfo, Sink
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
-from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, headline, read_request
+from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
 
 # Per connection, not per message: never forwarded (RFC 9110 §7.6.1), nor the client's Host.
 _HOP = frozenset(
@@ -101,7 +103,8 @@ class Watch:
     `sink(conversation_id, event)` gets every event in order, after the conversation's session log
     has it, every secret the watch knows masked in it; the id is "" for a line about the pass-through
     itself (a request it couldn't read, an upstream it couldn't reach). `conversations` holds each
-    conversation's `ConversationInfo` from before its first event. A frontend may set `sink` before `start`.
+    conversation's `ConversationInfo` from before its first event; its `parent` is set later, with a `SideOf`
+    event, for one found to be a side request after it began. A frontend may set `sink` before `start`.
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class Watch:
         self._folder = folder
         self._workspace = workspace
         self._masker = Masker(list(secrets))  # the config's secrets, and every key a client sends (`_learn`)
+        self._seen: set[str] = set()  # the keys clients have sent
         self._open: dict[str, Conversation] = {}
         self._lineage = Lineage()
         self._runner: web.AppRunner | None = None
@@ -160,7 +164,10 @@ class Watch:
     def _learn(self, headers: Mapping[str, str]) -> None:
         """The keys a request carries, masked from now on wherever hotloop writes."""
         keys = [value.removeprefix("Bearer ") for name in _AUTH if (value := headers.get(name))]
-        if keys and self._masker.add(keys):
+        if not keys or self._seen.issuperset(keys):
+            return  # an agent sends its one key with every request: looked at once
+        self._seen.update(keys)
+        if self._masker.add(keys):
             for conversation in self._open.values():
                 conversation.masker.add(keys)
 
@@ -219,7 +226,7 @@ class Watch:
                     conversation.begin(watched, started, started_at)
                     where = f"{target.name} ({target.url})"
                     return conversation, ResponseReader(
-                        watched.protocol, watched.model, where, started, streamed, encoding
+                        watched.protocol, watched.model, where, started, streamed, encoding, watched.cap
                     )
 
                 await self._relay(request, upstream, response, opening)
@@ -233,18 +240,18 @@ class Watch:
                     self._notice(f"{target.name} answered {upstream.status} to {request.path}: {_said(kept)}")
         return response
 
-    async def _read(self, protocol: str, request: web.Request, body: bytes) -> WatchedRequest | None:
+    async def _read(self, protocol: Wire, request: web.Request, body: bytes) -> WatchedRequest | None:
         await asyncio.sleep(0)  # behind the body's writer
         return self._read_now(protocol, request, body)
 
-    def _read_now(self, protocol: str, request: web.Request, body: bytes) -> WatchedRequest | None:
+    def _read_now(self, protocol: Wire, request: web.Request, body: bytes) -> WatchedRequest | None:
         try:
             return read_request(protocol, body, request.headers)
         except WireError as error:
             self._notice(f"{request.method} {request.path}: {error}; forwarded unread")
             return None
 
-    def _read_incoming(self, protocol: str, request: web.Request, incoming: _Incoming) -> WatchedRequest | None:
+    def _read_incoming(self, protocol: Wire, request: web.Request, incoming: _Incoming) -> WatchedRequest | None:
         """A request streamed through: read if it ended within `MAX_READ` before the answer began."""
         size = max(request.content_length or 0, incoming.size)
         if size > MAX_READ:
@@ -271,10 +278,15 @@ class Watch:
         the client never waits for hotloop's books.
         """
         watching = None
+        ended = False
         try:
             async for block in upstream.content.iter_any():
                 arrived = time.perf_counter()
-                await response.write(block)
+                if upstream.content.at_eof():  # the last block came with the stream's end: one write for both
+                    ended = True
+                    await response.write_eof(block)
+                else:
+                    await response.write(block)
                 conversation, reader = watching = watching or opening()
                 conversation.model_events(reader.feed(block, arrived))
         except asyncio.CancelledError:
@@ -294,7 +306,8 @@ class Watch:
         # The answer's end goes to the client before the step is finished (the cache verdict, the log's summary
         # rewritten): an agent waits for it before going on. A client that leaves at the very end had the whole answer.
         try:
-            await response.write_eof()
+            if not ended:
+                await response.write_eof()
         except ConnectionResetError:
             pass
         finally:
@@ -325,12 +338,16 @@ class Watch:
         return kept, ""
 
     def _conversation(self, request: WatchedRequest, headers: Mapping[str, str], target: Target) -> Conversation:
-        segments = request.segments
-        placed = self._lineage.place(request.session_key, segments.system, segments.messages, segments.roles)
+        segments, key, tools = request.segments, request.session_key, bool(request.segments.tools)
+        placed = self._lineage.place(key, segments.system, segments.messages, segments.roles, tools)
         conversation = self._open.get(placed.continues)
         if conversation is None:
             conversation = self._new(request, headers, target, placed.side_of)
-        self._lineage.record(conversation.info.id, request.session_key, segments.system, segments.messages)
+            for adopted in placed.adopts:
+                # Begun first, its log's header says it is a conversation of its own: the event corrects it.
+                self.conversations[adopted].parent = conversation.info.id
+                self._open[adopted].emit(SideOf(parent=conversation.info.id))
+        self._lineage.record(conversation.info.id, key, segments.system, segments.messages, tools, placed)
         return conversation
 
     def _new(self, request: WatchedRequest, headers: Mapping[str, str], target: Target, side_of: str) -> Conversation:
@@ -341,9 +358,9 @@ class Watch:
             provider=target.name,
             model=model,
             workspace=self._workspace,
-            base_url=target.url,
+            base_url=self._masked(target.url),
             cost_per_hour=self.upstream.cost_per_hour,
-            secrets_to_mask=self._masker.secrets,
+            # No secrets of its own: every event is masked once, by the conversation, before the log has it.
             origin=f"watch:{agent}",
             side_of=side_of,
         )
