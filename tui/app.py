@@ -12,6 +12,7 @@ drawn by `MainScreen` (`screens/main.py`), which handles what is typed there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,7 +25,7 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen, ScreenResultType
 from textual.theme import Theme
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from hotloop import InputError
 from hotloop.agent.events import AgentEvent
@@ -34,6 +35,7 @@ from hotloop.core.switch_menu import SwitchOption
 from hotloop.tui.commands import SwitchCommands
 from hotloop.tui.render import Palette, theme_palette
 from hotloop.tui.screens.main import MainScreen
+from hotloop.tui.stops import forget_stops, quit_on_stops
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
 RECONNECT_FIRST = 2.0  # seconds before a start provider that can't be reached is asked again, doubling
 RECONNECT_MAX = 30.0
+QUIT_GRACE = 5.0  # seconds a turn has to end when the app quits mid-turn (a tool's process group to stop)
 
 
 def _import_engine() -> None:
@@ -106,6 +109,7 @@ class HotloopApp(App[None]):
         self.main = MainScreen(self.session, clock, self.palette, self._retarget)
 
     def on_mount(self) -> None:
+        quit_on_stops(self.exit)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         # The engine's imports wait for the main screen's first paint, so they can't delay it.
         self.main.call_after_refresh(self.connect)
@@ -226,4 +230,12 @@ class HotloopApp(App[None]):
         return super().deliver_screenshot(filename, path or str(_screenshots_folder()), time_format)
 
     async def on_unmount(self) -> None:
+        forget_stops()
+        # Quitting mid-turn ends the turn as Esc does; the screen's going cancelled it, and its end (`cancelled`)
+        # must reach the log before the log closes.
+        turns = [worker for worker in self.workers if worker.group == "turn" and not worker.is_finished]
+        for worker in turns:
+            worker.cancel()
+            with contextlib.suppress(WorkerCancelled, WorkerFailed, TimeoutError):
+                await asyncio.wait_for(worker.wait(), QUIT_GRACE)
         await self.session.close()

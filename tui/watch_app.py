@@ -6,8 +6,6 @@ The pass-through is started inside the app's event loop (its handlers call the s
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -19,15 +17,13 @@ from hotloop.agent.events import AgentEvent, Notice
 from hotloop.agent.text import inert
 from hotloop.tui.render import Palette, theme_palette
 from hotloop.tui.screens.watch import WatchScreen
+from hotloop.tui.stops import forget_stops, quit_on_stops
 from hotloop.watch import HOSTED
 
 if TYPE_CHECKING:
     from hotloop.config import Config
     from hotloop.core.telemetry import Telemetry
     from hotloop.watch import Watch
-
-
-_STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 class WatchApp(App[None]):
@@ -51,10 +47,7 @@ class WatchApp(App[None]):
         return self._palette
 
     async def on_mount(self) -> None:
-        loop = asyncio.get_running_loop()
-        for stop in _STOPS:  # a service's stop, a closed terminal: as quitting, so every conversation's log is whole
-            if signal.getsignal(stop) is not signal.SIG_IGN:
-                loop.add_signal_handler(stop, self.exit)
+        quit_on_stops(self.exit)
         self.url = await self.watch_.start(self.host, self.port)
         # The events' clock (wall time): a step's wait and a running call tick against their `ts`.
         screen = WatchScreen((self.url, str(self.watch_.upstream)), time.time, self.palette)
@@ -115,8 +108,7 @@ class WatchApp(App[None]):
         self.push_screen(WatchHelp(self.url, [*keys, ("↑ ↓", "Another conversation (in the list)")]))
 
     async def on_unmount(self) -> None:
-        for stop in _STOPS:
-            asyncio.get_running_loop().remove_signal_handler(stop)
+        forget_stops()
         # Closing ends the steps still waiting for their tools: their events go to the logs and spans, the screen
         # being torn down has nothing left to draw them on.
         self.watch_.sink = lambda conversation, event: self._deliver(None, conversation, event)
