@@ -28,6 +28,7 @@ from hotloop.cli.session_options import add_session_options
 from hotloop.cli.sessions import add_replay, add_sessions
 from hotloop.cli.sim import add_sim
 from hotloop.cli.watch import add_watch
+from hotloop.cli.whatif import add_whatif
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(commands)
     add_import(commands)
     add_acp(commands)
+    add_whatif(commands)
     return parser
 
 
