@@ -30,6 +30,8 @@ class ServerPanelControl:
         """Show the server panel for a server that describes itself (vLLM, SGLang, the simulator, …)."""
         from hotloop.tui.widgets.server_panel import ServerPanel
 
+        if not (self._screen.is_attached and self._screen.app.is_running):
+            return  # a scrape answered as the app closes: the widgets it would dock beside are being torn down
         panels = self._screen.query(ServerPanel)
         if report is None:
             panels.remove()
