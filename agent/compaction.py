@@ -7,6 +7,9 @@ The compacted conversation keeps the static prefix (system prompt and tools) as 
 first request after it reads that from the cache too; only the summary and the new prompt are
 prefilled. A naive compaction (a fresh summarization prompt over a transcript, then a fresh
 conversation) prefills everything twice: `benchmarks/compaction.py` measures both.
+
+`Compaction` is the agent's part that does it: the summary request, the check before each step of a turn, and
+the counts a compacted conversation's size is measured from.
 """
 
 from __future__ import annotations
@@ -15,16 +18,20 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, Compacted, ResponseFinished, SideRequest, StepStarted
+from hotloop.agent.events import AgentEvent, Compacted, Notice, ResponseFinished, SideRequest, StepStarted
 from hotloop.agent.figures import stop_words
 from hotloop.agent.step import StepAccumulator
 from hotloop.providers.base import Provider
 from hotloop.providers.conversation import ChatRequest, Message, UserMessage
 from hotloop.providers.errors import ProviderError
+from hotloop.providers.events import ProviderWarning, ServerHint, UsageLedger
+
+if TYPE_CHECKING:
+    from hotloop.agent.loop import Agent
 
 INSTRUCTION = (
     "The conversation above is about to be compacted: write the summary that will replace it. Don't call any "
@@ -208,3 +215,123 @@ def too_long(step: int, estimate: int, reserved: int | None, window: int, model:
         f"step {step}'s request is ≈ {estimate:,} tokens{answer}, more than the {window:,} tokens {model} holds: "
         "the server will likely refuse it (/compact once this turn ends, or switch to a model with a longer context)"
     )
+
+
+class Compaction:
+    """An agent's compaction: the summary request (`run`), the check before each step of a turn (`if_full`), and the
+    counts of the conversation that say how large it is and will be once compacted."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self.before = 0  # the step of this turn the last compaction ran before (0: none)
+        self.sized: tuple[int, int] | None = None  # the last request's encoded size and its reported prompt tokens
+        # The conversation's first counted request, its size and prompt tokens less the summary it may begin with
+        # (`summary`: that summary's size and tokens; None if its count is unknown): what a compaction's
+        # result is measured from, the server's count of the system prompt and tools included.
+        self.anchor: tuple[int, int] | None = None
+        self.summary: tuple[int, int] | None = (0, 0)
+
+    def counted(self, size: int, usage: UsageLedger | None) -> None:
+        """A request of `size` encoded bytes was answered with `usage`: what the next one's size is estimated from."""
+        if usage is not None and usage.prompt_total:
+            self.sized = (size, usage.prompt_total)
+            if self.anchor is None and self.summary is not None:
+                self.anchor = (size - self.summary[0], usage.prompt_total - self.summary[1])
+
+    def estimate(self, size: int) -> int | None:
+        """The tokens of a request of `size` encoded bytes, from the last one's count; None before any."""
+        return grown_tokens(size, *self.sized) if self.sized is not None else None
+
+    async def run(
+        self,
+        trigger: Literal["manual", "auto"],
+        context_tokens: int | None = None,
+        window: int | None = None,
+        before_estimated: bool = False,
+    ) -> Compacted:
+        """Replace the conversation by a summary its own model writes at the end of it.
+
+        The conversation changes only once the summary is whole: an error, a cut-off or empty
+        summary, or a cancel leaves it as it was. `before_estimated`: `context_tokens` counts a step
+        not sent yet (the last step's count plus an estimate of what was added since).
+        """
+        agent = self._agent
+        agent.prepare()
+        lifetimes = bool(agent.provider.protocol.traits.cache.lifetimes)
+        request = agent.request(summary_messages(agent.messages))
+        agent.explainer.fingerprint(request, agent.provider.name, agent.provider.model, time.time())
+        stream = StepAccumulator(
+            started=time.perf_counter(), cap=agent.provider.cap(request), window=agent.context_window()
+        )
+        try:
+            async with agent.interactive():
+                async for event in agent.provider.stream(request):
+                    if not isinstance(event, (ServerHint, ProviderWarning)):
+                        stream.take(event, time.perf_counter())
+            summary = written_summary(stream)
+        except ProviderError as error:
+            agent.emit(compaction_failed(trigger, agent.provider, stream, error))  # said once, billed usage counted
+            raise
+        messages = compacted_messages(summary)
+        summary_tokens = stream.usage.output if stream.usage else None
+        compacted = Compacted(
+            trigger=trigger,
+            turns=agent.turn,
+            summary=summary,
+            provider=agent.provider.name,
+            model=agent.provider.model,
+            usage=stream.usage,
+            ttft=stream.ttft(),
+            model_time=time.perf_counter() - stream.started,
+            context_tokens=context_tokens,
+            after_tokens=compacted_size(
+                agent.request(compacted_messages("")),
+                summary_tokens,
+                self.anchor,
+                (request, stream.usage.prompt_total if stream.usage else None),
+            ),
+            window=window,
+            before_estimated=before_estimated,
+            cache_note=agent.explainer.explain(
+                stream.usage, agent.messages, lifetimes, residency=agent.server_residency()
+            ),
+        )
+        agent.go_on_from(messages)
+        self.anchor = None
+        self.summary = (summary_bytes(summary), summary_tokens) if summary_tokens is not None else None
+        agent.provider.prune(messages)  # the turns summarized are sent no more
+        agent.explainer.compacted()
+        agent.warmth.record(agent.provider.name, agent.provider.model, stream.usage)
+        agent.emit(compacted)
+        return compacted
+
+    async def if_full(self, step: int, size: int) -> bool:
+        """Inside a turn: compact before a step whose request (`size` bytes encoded) would fill `compact_at` of the
+        window; True if it did.
+
+        Tool results grow a long turn past the window with no turn boundary in sight, so the check
+        is per step, on the request as it would go (the last step's count plus what was added since).
+        A failed compaction leaves the conversation as it was, and the step goes out anyway. So does
+        a step right after a compaction: one step that fills the window again would have it compact
+        in a loop (a tool result too long for any summary to help); the server's refusal says so.
+        """
+        agent = self._agent
+        window = agent.context_window()
+        compact_at = agent.options.compact_at
+        if step == 1 or compact_at is None or not window or (estimate := self.estimate(size)) is None:
+            return False
+        if estimate < compact_at * window or self.before == step - 1:
+            return False
+        agent.emit(
+            Notice(
+                level="info",
+                message=f"compacting before step {step}: its request would fill ≈ {estimate / window:.0%} of the "
+                f"{window:,}-token window, past [context] compact_at = {compact_at:g}",
+            )
+        )
+        self.before = step
+        try:
+            await self.run("auto", estimate, window, before_estimated=True)
+        except ProviderError:
+            return False
+        return True

@@ -14,7 +14,6 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from hotloop.agent.approvals import Approvals, Verdict, subject_of
@@ -24,15 +23,14 @@ from hotloop.agent.events import (
     ApprovalDecided,
     HookRan,
     Notice,
-    ToolFinished,
     ToolOutput,
-    ToolStarted,
     ToolStatus,
 )
 from hotloop.agent.hooks import HookOutcome, Hooks
 from hotloop.agent.memo import Memo
 from hotloop.agent.options import AgentOptions
 from hotloop.agent.prefetch import Prefetcher
+from hotloop.agent.recorder import StepRecorder
 from hotloop.agent.step import CANCELLED_RESULT, ArgumentError, parse_arguments
 from hotloop.agent.tools.registry import CallKey, Tool, ToolContext, ToolError, ToolRegistry, call_key, cap_output
 from hotloop.providers.conversation import ToolCall, ToolResultMessage
@@ -41,31 +39,6 @@ from hotloop.providers.errors import ProviderError
 Emit = Callable[[AgentEvent], None]
 # Given a call and its (long) result: a shorter result for the context, and a note saying so; or None.
 Summarize = Callable[[ToolCall, str], Awaitable[tuple[str, str] | None]]
-
-
-@dataclass
-class ToolPhase:
-    """A step's tool runs, as (start, end) spans."""
-
-    count: int = 0
-    spans: list[tuple[float, float]] = field(default_factory=list)
-
-    @property
-    def durations(self) -> list[float]:
-        return [end - start for start, end in self.spans]
-
-    @property
-    def wall(self) -> float:
-        """Seconds during which at least one tool ran.
-
-        Not first start to last end: with early dispatch a call starts while the model still writes
-        the next, and that writing is the model's time, not the tools'.
-        """
-        ran, reached = 0.0, float("-inf")
-        for start, end in sorted(self.spans):
-            ran += max(end - max(start, reached), 0.0)
-            reached = max(reached, end)
-        return ran
 
 
 class ToolRunner:
@@ -80,6 +53,7 @@ class ToolRunner:
         options: AgentOptions,
         approvals: Approvals | None = None,
         hooks: Hooks | None = None,
+        summarize: Summarize | None = None,
     ) -> None:
         self.tools = tools
         self.emit = emit
@@ -88,9 +62,9 @@ class ToolRunner:
         # Calls with side effects run once allowed; with no one to ask, only what rules and flags allow.
         self.approvals = approvals if approvals is not None else Approvals()
         self.hooks = hooks
-        self.summarize: Summarize | None = None
+        self.summarize = summarize
         self.memo = Memo(options.memo_ttl)
-        self.prefetcher = Prefetcher(tools, self._run_ahead) if options.prefetch else None
+        self.prefetcher = Prefetcher(tools, self._run_ahead, options.predictor) if options.prefetch else None
         self._prefetch_context: Hashable = None
         self.cut: list[ToolResultMessage] = []  # the results of a tool phase cancelled midway
 
@@ -115,7 +89,7 @@ class ToolRunner:
     async def run(
         self,
         calls: list[ToolCall],
-        phase: ToolPhase,
+        step: StepRecorder,
         started: dict[str, asyncio.Task[ToolResultMessage]],
         problems: dict[str, str],
     ) -> list[ToolResultMessage]:
@@ -124,13 +98,13 @@ class ToolRunner:
         A call in `problems` is not run: its result is the error that says why. Cancelled, each
         call still gives its `cancelled` result, in `self.cut` for the caller to keep.
         """
-        phase.count = len(calls)
+        step.phase.count = len(calls)
         for call in calls:
             if call.id in problems:
-                started[call.id] = asyncio.create_task(self._refused(call, phase, problems[call.id]))
+                started[call.id] = asyncio.create_task(self._refused(call, step, problems[call.id]))
         if not self.options.parallel_tools:
-            return [await (started.get(call.id) or self.run_one(call, phase)) for call in calls]
-        tasks = [started.get(call.id) or self.start(call, phase) for call in calls]
+            return [await (started.get(call.id) or self.run_one(call, step)) for call in calls]
+        tasks = [started.get(call.id) or self.start(call, step) for call in calls]
         try:
             return list(await asyncio.gather(*tasks))
         except asyncio.CancelledError:
@@ -138,31 +112,31 @@ class ToolRunner:
             self.cut = list(await asyncio.gather(*tasks))
             raise
 
-    def start(self, call: ToolCall, phase: ToolPhase) -> asyncio.Task[ToolResultMessage]:
+    def start(self, call: ToolCall, step: StepRecorder) -> asyncio.Task[ToolResultMessage]:
         """Run `call` now, beside whatever else runs (early dispatch: the model still writes the message)."""
-        return asyncio.create_task(self.run_one(call, phase))
+        return asyncio.create_task(self.run_one(call, step))
 
-    async def run_one(self, call: ToolCall, phase: ToolPhase) -> ToolResultMessage:
+    async def run_one(self, call: ToolCall, step: StepRecorder) -> ToolResultMessage:
         """One call, approved first, then from the memo, a prefetch or the tool itself, with hooks around it."""
         tool = self.tools.get(call.name)
         # Before the call starts, even one dispatched early: read-only calls run meanwhile.
         try:
             refusal = await self._may_run(call, tool)
         except asyncio.CancelledError:
-            return await self._refused(call, phase, None)
+            return await self._refused(call, step, None)
         if refusal is not None:
-            return await self._refused(call, phase, refusal)
+            return await self._refused(call, step, refusal)
         started = time.perf_counter()
-        self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
+        step.tool_started(call.id, call.name, call.arguments)
         remembered = self.memo.get(tool, call.arguments)
         if remembered is not None:
-            return self._finished(call, phase, (started, time.perf_counter()), "ok", remembered, reused="memo")
+            return self._finished(call, step, (started, time.perf_counter()), "ok", remembered, reused="memo")
         guess = self.prefetcher.take(call_key(call.name, call.arguments)) if self.prefetcher is not None else None
         if guess is not None:
             content = await self._attach(guess[0])
             if content is not None:
                 return self._finished(
-                    call, phase, (started, time.perf_counter()), "ok", content, reused="prefetch", ahead=guess[1]
+                    call, step, (started, time.perf_counter()), "ok", content, reused="prefetch", ahead=guess[1]
                 )
         if tool is not None and not tool.read_only:
             self.memo.clear()  # it may change what the read-only tools would now say
@@ -188,15 +162,15 @@ class ToolRunner:
             self.memo.put(tool, call.arguments, content)
             if self.summarize is not None:
                 content = await self._summarized(call, content)
-        return self._finished(call, phase, (started, ended), status, content)
+        return self._finished(call, step, (started, ended), status, content)
 
-    async def _refused(self, call: ToolCall, phase: ToolPhase, problem: str | None) -> ToolResultMessage:
+    async def _refused(self, call: ToolCall, step: StepRecorder, problem: str | None) -> ToolResultMessage:
         """A call that doesn't run: the error that says why, or cancelled (`problem` None)."""
         now = time.perf_counter()
-        self.emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
+        step.tool_started(call.id, call.name, call.arguments)
         if problem is None:
-            return self._finished(call, phase, (now, now), "cancelled", CANCELLED_RESULT)
-        return self._finished(call, phase, (now, now), "error", f"error: {problem}")
+            return self._finished(call, step, (now, now), "cancelled", CANCELLED_RESULT)
+        return self._finished(call, step, (now, now), "error", f"error: {problem}")
 
     async def _may_run(self, call: ToolCall, tool: Tool | None) -> str | None:
         """None if the call may run, else why not: PreToolUse hooks first, then approval of side effects."""
@@ -266,26 +240,14 @@ class ToolRunner:
     def _finished(
         self,
         call: ToolCall,
-        phase: ToolPhase,
+        step: StepRecorder,
         span: tuple[float, float],
         status: ToolStatus,
         content: str,
         reused: str = "",
         ahead: float = 0.0,
     ) -> ToolResultMessage:
-        started, ended = span
-        phase.spans.append((started, ended))
-        self.emit(
-            ToolFinished(
-                call_id=call.id,
-                name=call.name,
-                status=status,
-                duration=ended - started,
-                result=content,
-                reused=reused,
-                ahead=ahead,
-            )
-        )
+        step.tool_finished(call.id, call.name, status, content, span, reused=reused, ahead=ahead)
         return ToolResultMessage(call.id, call.name, content, is_error=status != "ok")
 
     async def _summarized(self, call: ToolCall, content: str) -> str:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from hotloop import InputError
-from hotloop.agent.events import AgentEvent, ResponseFinished, StepFinished, StepStarted, TurnFinished
+from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
 from hotloop.agent.step import StepAccumulator
+from hotloop.agent.step_fold import folded
 from hotloop.headless.bench import Level, report, results
 from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, UserMessage
 from hotloop.providers.events import UsageLedger
@@ -79,32 +80,23 @@ class Trace:
         `StepFinished` less its tools."""
         steps: list[TracedStep] = []
         skipped = 0
-        started: float | None = None
         ended: float | None = None
         turn: int | None = None
-        done: set[tuple[int, int]] = set()
         logged = read_session(path)
-        for event in logged.events:
-            if isinstance(event, StepStarted):
-                started = event.ts
-            elif isinstance(event, ResponseFinished | StepFinished) and (event.turn, event.step) not in done:
-                done.add((event.turn, event.step))
-                end = event.ts if isinstance(event, ResponseFinished) else event.ts - event.tool_wall
-                usage = event.usage
-                if usage is None or usage.prompt_total is None or usage.output is None or started is None:
-                    skipped += 1
-                else:
-                    steps.append(
-                        TracedStep(
-                            event.turn,
-                            usage.prompt_total,
-                            usage.output,
-                            usage.cache_read or 0,
-                            max(started - ended, 0.0) if ended is not None else 0.0,
-                            event.turn != turn,
-                        )
+        for step in folded(logged.events):
+            end, usage = step.answered, step.usage
+            if end is None:
+                continue  # no answer: the request failed, or the log ends before it
+            if usage is None or usage.prompt_total is None or usage.output is None or step.started is None:
+                skipped += 1
+            else:
+                gap = max(step.started.ts - ended, 0.0) if ended is not None else 0.0
+                steps.append(
+                    TracedStep(
+                        step.turn, usage.prompt_total, usage.output, usage.cache_read or 0, gap, step.turn != turn
                     )
-                turn, ended, started = event.turn, end, None
+                )
+            turn, ended = step.turn, end
         return cls(logged.header.id, steps, skipped)
 
     @property

@@ -7,8 +7,8 @@ previous request). The calls the model made are shown (`ToolCallReady`), never r
 runs them between this response and its next request, so a step with calls stays open until that
 request arrives: its tool results become `ToolStarted`/`ToolFinished` (each call's duration is the
 observed gap, since how the agent spent it is not visible on the wire), then `StepFinished` with
-the tool phase, exactly as hotloop's loop finishes a step after its tools. An answer without calls
-ends its step and turn at once.
+the tool phase, exactly as hotloop's loop finishes a step after its tools: both record through `StepRecorder`.
+An answer without calls ends its step and turn at once.
 """
 
 from __future__ import annotations
@@ -25,18 +25,25 @@ from hotloop.agent.events import (
     AgentEvent,
     Notice,
     ResponseFinished,
-    StepStarted,
-    ToolFinished,
-    ToolStarted,
+    ToolStatus,
     TurnEnd,
     TurnFinished,
     TurnStarted,
 )
-from hotloop.agent.loop import step_finished
 from hotloop.agent.pricing import StepPricer
+from hotloop.agent.recorder import StepRecorder
 from hotloop.agent.step import CANCELLED_RESULT
-from hotloop.agent.tool_runner import ToolPhase
-from hotloop.providers.events import CUT_SHORT, ModelEvent, ProviderWarning, ServerHint, ToolCallReady
+from hotloop.providers.conversation import portable_call_id
+from hotloop.providers.events import (
+    CUT_SHORT,
+    ModelEvent,
+    ProviderWarning,
+    ReasoningDelta,
+    ServerHint,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallReady,
+)
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.masking import Masker
 from hotloop.watch.reading import ResponseReader
@@ -73,11 +80,10 @@ class ConversationInfo:
 class _Open:
     """A step whose response has ended but whose tool calls the agent is still running."""
 
-    response: ResponseFinished
+    step: StepRecorder
     reader: ResponseReader
     calls: list[ToolCallReady]
     ended: float  # perf_counter at the response's end
-    ended_at: float  # the same, wall clock
 
 
 @dataclass
@@ -86,6 +92,7 @@ class _Turn:
     steps: int = 0
     started: float = 0.0
     open: bool = False
+    step: StepRecorder | None = None
     pending: _Open | None = None
 
 
@@ -113,7 +120,8 @@ class Conversation:
     def emit(self, event: AgentEvent) -> None:
         """`event` to the log, then the sink, its secrets masked: whatever either writes (a line, a span) is."""
         for masked in self.masker.events(event):
-            self._emit(self.masker.whole(masked))
+            # A text's only field is the one `events` masked (a secret split across deltas too): not encoded again.
+            self._emit(masked if isinstance(masked, (TextDelta, ReasoningDelta)) else self.masker.whole(masked))
 
     def _emit(self, event: AgentEvent) -> None:
         self.log.write(event)
@@ -132,19 +140,13 @@ class Conversation:
         turn.pending = None
         turn.steps += 1
         fingerprint = self._explainer.fingerprint_wire(request.segments, self.info.provider, request.model, started_at)
-        self.emit(
-            StepStarted(
-                turn=turn.number,
-                step=turn.steps,
-                provider=self.info.provider,
-                model=request.model,
-                fingerprint=fingerprint,
-                ts=started_at,
-            )
-        )
+        turn.step = StepRecorder(self.emit, request.protocol, turn.number, turn.steps)
+        turn.step.start(self.info.provider, request.model, fingerprint, ts=started_at)
 
     def model_events(self, events: list[ModelEvent]) -> None:
-        for event in events:
+        """A received block's events, each run of deltas of one stream joined into one: what arrived at once is one
+        log line and one masking, not one per token (a 64-token answer was 72 events)."""
+        for event in _joined(events):
             if isinstance(event, (ProviderWarning, ServerHint)):
                 self.emit(
                     Notice(level="warning" if isinstance(event, ProviderWarning) else "info", message=event.message)
@@ -156,15 +158,17 @@ class Conversation:
         """The response ended (`cut`: "cancelled" if the client left before its end): its figures, and the step's end
         unless the agent has calls to run."""
         turn, stream = self._turn, reader.step
+        assert turn.step is not None, "a response ends the step its request began"
         if cut and stream.finish_reason:
             # The answer had ended (Codex hangs up once it reads `response.completed`, before the stream's own
             # end): the step is whole, and the agent runs its calls.
             cut = ""
         if reader.problem:
             self.emit(Notice(level="error", message=reader.problem))
-        anthropic, timings = reader.protocol == "anthropic", stream.timings
+        timings = stream.timings
         block = cache_block(None, timings.source if timings else "")
-        note = self._explainer.explain(stream.usage, [], anthropic, block, self._residency())
+        lifetimes = bool(reader.protocol.traits.cache.lifetimes)
+        note = self._explainer.explain(stream.usage, [], lifetimes, block, self._residency())
         if reader.cache_miss_reason:
             note = (
                 f"{note}; Anthropic's diagnostics: {reader.cache_miss_reason}"
@@ -172,25 +176,13 @@ class Conversation:
                 else (f"Anthropic's diagnostics: {reader.cache_miss_reason}")
             )
         now = time.perf_counter()
-        response = ResponseFinished(
-            turn=turn.number,
-            step=turn.steps,
-            usage=stream.usage,
-            ttft=stream.ttft(),
-            decode_tps=stream.decode_tps(per_delta=not anthropic),
-            model_time=now - stream.started,
-            finish_reason=stream.finish_reason or ("error" if reader.problem else ""),
-            cache_note=note,
-            figures_by=timings.source if timings is not None else "",
-            server_prefill=timings.prefill if timings is not None else None,
-            answered_by=stream.answered_by,
-        )
-        self.emit(response)
+        finish_reason = stream.finish_reason or ("error" if reader.problem else "")
+        response = turn.step.respond(stream, now, note, finish_reason=finish_reason)
         calls = [ToolCallReady(n, call.id, call.name, call.arguments) for n, call in enumerate(stream.calls)]
         if calls and not cut and not reader.problem:
-            turn.pending = _Open(response, reader, calls, now, time.time())
+            turn.pending = _Open(turn.step, reader, calls, now)
             return response
-        self.emit(step_finished(response, stream, ToolPhase(), cut=cut))
+        turn.step.finish(time.perf_counter(), cut=cut)
         if cut:
             self._end_turn("cancelled", now)
         elif reader.problem:
@@ -204,38 +196,75 @@ class Conversation:
         turn = self._turn
         if turn.pending is not None:
             pending, turn.pending = turn.pending, None
-            self.emit(step_finished(pending.response, pending.reader.step, ToolPhase()))
+            pending.step.finish(time.perf_counter())
             self._end_turn("interrupted", time.perf_counter())
         for held in self.masker.release():
             self._emit(held)
         self.log.close()
 
     def _close_step(self, pending: _Open, request: WatchedRequest, started: float, started_at: float) -> None:
-        """The calls of the last step ran between its response and this request: their results, then its end."""
+        """The calls of the last step ran between its response and this request: their results, then its end.
+
+        A call's time is that gap, from the answer that asked for it to the request that carried its result,
+        measured once and placed by it: its start is `started_at` less the gap, not a clock read after the answer
+        was logged (a loop held by a slow write had put the start beside the end). The calls start together, then
+        end together, as the wire shows them: a replay runs them side by side.
+        """
         results = {result.call_id: result for result in request.results}
-        phase = ToolPhase()
-        for call in pending.calls:
-            result = results.get(call.call_id)
-            if result is None and request.prompt is None:
-                continue  # a call this request doesn't answer: not one the wire shows an end for
-            self.emit(ToolStarted(call_id=call.call_id, name=call.name, arguments=call.arguments, ts=pending.ended_at))
-            phase.count += 1
-            phase.spans.append((pending.ended, started))
-            self.emit(
-                ToolFinished(
-                    call_id=call.call_id,
-                    name=call.name,
-                    status="cancelled" if result is None else "error" if result.is_error else "ok",
-                    duration=started - pending.ended,
-                    result=CANCELLED_RESULT if result is None else result.content,
-                    ts=started_at,
-                )
-            )
-        finished = step_finished(pending.response, pending.reader.step, phase)
+        # An agent may send a call's id back as every provider takes it (hotloop does: vLLM's are too long).
+        answered = [
+            (call, results.get(call.call_id) or results.get(portable_call_id(call.call_id)))
+            for call in pending.calls
+            # A call this request doesn't answer (and no prompt gave up on): not one the wire shows an end for.
+            if call.call_id in results or portable_call_id(call.call_id) in results or request.prompt is not None
+        ]
+        gap, step = max(started - pending.ended, 0.0), pending.step
+        for call, _ in answered:
+            step.tool_started(call.call_id, call.name, call.arguments, ts=started_at - gap)
+        step.phase.count = len(answered)
+        for call, result in answered:
+            status: ToolStatus = "cancelled" if result is None else "error" if result.is_error else "ok"
+            content = CANCELLED_RESULT if result is None else result.content
+            step.tool_finished(call.call_id, call.name, status, content, (started - gap, started), ts=started_at)
         # The step's wall ends where the next request began, not when this one was read.
-        self.emit(msgspec.structs.replace(finished, wall=started - pending.reader.step.started))
+        step.finish(started)
 
     def _end_turn(self, reason: TurnEnd, now: float) -> None:
         turn = self._turn
         turn.open = False
         self.emit(TurnFinished(turn=turn.number, reason=reason, steps=turn.steps, wall=now - turn.started))
+
+
+def _joined(events: list[ModelEvent]) -> list[ModelEvent]:
+    """Consecutive deltas of one stream (the answer, the reasoning, one call's arguments) as one delta."""
+    joined: list[ModelEvent] = []
+    run: list[str] = []  # the pieces of the deltas `joined[-1]` stands for
+    for event in events:
+        piece = _piece(event)
+        if run and piece is not None and _continues(joined[-1], event):
+            run.append(piece)
+            continue
+        if len(run) > 1:
+            joined[-1] = _whole(joined[-1], run)
+        joined.append(event)
+        run = [piece] if piece is not None else []
+    if len(run) > 1:
+        joined[-1] = _whole(joined[-1], run)
+    return joined
+
+
+def _piece(event: ModelEvent) -> str | None:
+    if isinstance(event, ToolCallArgsDelta):
+        return event.fragment
+    return event.text if isinstance(event, (TextDelta, ReasoningDelta)) else None
+
+
+def _continues(last: ModelEvent, event: ModelEvent) -> bool:
+    if isinstance(event, ToolCallArgsDelta):
+        return isinstance(last, ToolCallArgsDelta) and (last.index, last.call_id) == (event.index, event.call_id)
+    return type(last) is type(event)
+
+
+def _whole(first: ModelEvent, pieces: list[str]) -> ModelEvent:
+    field = "fragment" if isinstance(first, ToolCallArgsDelta) else "text"
+    return msgspec.structs.replace(first, **{field: "".join(pieces)})

@@ -23,18 +23,9 @@ import msgspec
 
 from hotloop import __version__
 from hotloop.agent.cache_explainer import ANTHROPIC_TTL, SLACK_TOKENS, CacheExplainer
-from hotloop.agent.events import (
-    AgentEvent,
-    ResponseFinished,
-    StepFinished,
-    StepStarted,
-    ToolFinished,
-    ToolStarted,
-    TurnEnd,
-    TurnFinished,
-    TurnStarted,
-)
-from hotloop.agent.tool_runner import ToolPhase
+from hotloop.agent.events import AgentEvent, ToolStatus, TurnEnd, TurnFinished, TurnStarted
+from hotloop.agent.recorder import StepRecorder
+from hotloop.agent.step import StepAccumulator
 from hotloop.providers.events import CUT_SHORT, ReasoningDelta, TextDelta, ToolCallReady
 from hotloop.sessions.imports.model import Imported, Step, Turn
 from hotloop.sessions.log import FORMAT_VERSION, SessionHeader, SessionLog, is_in_use
@@ -118,7 +109,7 @@ class _Emitter:
     def __init__(self, log: SessionLog, imported: Imported) -> None:
         self._log = log
         self._imported = imported
-        self._anthropic = imported.provider == "anthropic"
+        self._lifetimes = bool(imported.wire.traits.cache.lifetimes)  # a cached prefix lives a known time
         self._explainer = CacheExplainer()
         self._previous: Step | None = None
         self._steps = 0
@@ -157,74 +148,32 @@ class _Emitter:
             fingerprint = self._explainer.fingerprint_wire(step.segments, self._imported.provider, step.model, started)
         else:
             self._explainer = CacheExplainer()  # a request whose shape is unknown: no earlier one to compare with
-        self._emit(
-            StepStarted(
-                turn=turn,
-                step=index,
-                provider=self._imported.provider,
-                model=step.model,
-                fingerprint=fingerprint,
-                ts=started,
-            )
-        )
+        recorder = StepRecorder(self._emit, self._imported.wire, turn, index)
+        recorder.start(self._imported.provider, step.model, fingerprint, ts=started)
         for text in step.reasoning:
             self._emit(ReasoningDelta(text=text, ts=ended))
         for text in step.text:
             self._emit(TextDelta(text=text, ts=ended))
         for n, call in enumerate(step.calls):
             self._emit(ToolCallReady(index=n, call_id=call.call_id, name=call.name, arguments=call.arguments, ts=ended))
-        note = self._explainer.explain(step.usage, [], self._anthropic) if fingerprint is not None else ""
-        note = note or usage_verdict(self._previous, step, self._anthropic)
+        note = self._explainer.explain(step.usage, [], self._lifetimes) if fingerprint is not None else ""
+        note = note or usage_verdict(self._previous, step, self._lifetimes)
         self._previous = step
-        response = ResponseFinished(
-            turn=turn,
-            step=index,
-            usage=step.usage,
-            ttft=None,  # no transcript records a first token's time
-            decode_tps=None,
-            model_time=max(ended - started, 0.0),
-            finish_reason=step.finish_reason,
-            cache_note=note,
-            ts=ended,
-        )
-        self._emit(response)
-        phase, end = ToolPhase(), ended
+        # No transcript records a first token's time: the stream holds the usage and the stop, no TTFT or rate.
+        stream = StepAccumulator(started=started, usage=step.usage, finish_reason=step.finish_reason)
+        recorder.respond(stream, ended, note, ts=ended)
+        end = ended
         for call in step.calls:
             if call.result is None:
                 continue
             begun = call.at if call.at is not None else ended
             done = call.done_at if call.done_at is not None else begun
-            self._emit(ToolStarted(call_id=call.call_id, name=call.name, arguments=call.arguments, ts=begun))
-            self._emit(
-                ToolFinished(
-                    call_id=call.call_id,
-                    name=call.name,
-                    status="error" if call.is_error else "ok",
-                    duration=max(done - begun, 0.0),
-                    result=call.result,
-                    ts=done,
-                )
-            )
-            phase.count += 1
-            phase.spans.append((begun, max(done, begun)))
+            recorder.tool_started(call.call_id, call.name, call.arguments, ts=begun)
+            status: ToolStatus = "error" if call.is_error else "ok"
+            recorder.tool_finished(call.call_id, call.name, status, call.result, (begun, max(done, begun)), ts=done)
+            recorder.phase.count += 1
             end = max(end, done)
-        self._emit(
-            StepFinished(
-                turn=turn,
-                step=index,
-                usage=step.usage,
-                ttft=None,
-                decode_tps=None,
-                model_time=response.model_time,
-                wall=max(end - started, 0.0),
-                tool_count=phase.count,
-                tool_sum=sum(phase.durations),
-                tool_wall=phase.wall,
-                finish_reason=step.finish_reason,
-                cache_note=note,
-                ts=end,
-            )
-        )
+        recorder.finish(end, ts=end)
         return end
 
 
@@ -232,7 +181,7 @@ def _first_time(turn: Turn) -> float:
     return next((step.started or step.ended or 0.0 for step in turn.steps), 0.0)
 
 
-def usage_verdict(previous: Step | None, step: Step, anthropic: bool) -> str:
+def usage_verdict(previous: Step | None, step: Step, lifetimes: bool) -> str:
     """What two steps' usage alone says of a cache shortfall: the fall, the idle gap, and what stays unknown."""
     if previous is None or previous.usage is None or step.usage is None:
         return ""
@@ -247,7 +196,7 @@ def usage_verdict(previous: Step | None, step: Step, anthropic: bool) -> str:
     fell = f"cache read fell from {cached:,} to {now.cache_read:,}"
     idle = step.started - previous.ended if step.started is not None and previous.ended is not None else None
     if idle is not None and idle > ANTHROPIC_TTL:
-        lifetime = "the 5-minute lifetime" if anthropic else "an idle prefix's usual 5 to 10 minutes"
+        lifetime = "the 5-minute lifetime" if lifetimes else "an idle prefix's usual 5 to 10 minutes"
         return (
             f"{fell} after {_spoken(idle)} idle: consistent with {lifetime}"
             " (the source keeps no requests, so a changed prefix can't be ruled out)"
