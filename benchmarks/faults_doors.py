@@ -195,6 +195,7 @@ NESTING: Rows = [
     ),
     nesting.sim_serve_row("nested 100,000 deep: requests to sim serve"),
     nesting.sim_serve_row("nested 100,000 deep: requests to sim serve --replicas 2", "--replicas", "2"),
+    nesting.sim_serve_row("nested 100,000 deep: requests to sim serve --processes 2", "--processes", "2"),
 ]
 
 # ---- the watch: keys, sizes, dropped upstreams ----

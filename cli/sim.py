@@ -1,6 +1,6 @@
 """`hotloop sim serve`: the simulator over HTTP, for any OpenAI or Anthropic client.
 
-Its flags are the config's `[sim]` settings (plus `--no-latency`, the server's address, replicas
+Its flags are the config's `[sim]` settings (plus `--no-latency`, the server's address, replicas, processes
 and faults), turned into the simulator's config by the one function the runtime uses too.
 """
 
@@ -14,7 +14,10 @@ from hotloop.cli.arguments import UsageError, non_negative, positive_int
 from hotloop.sim import defaults  # constants only: --version stays fast
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hotloop.config import SimSettings
+    from hotloop.sim.engine import SimConfig
 
 
 def add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,6 +87,14 @@ def add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="serve K replicas, each with its own cache and batch, behind one router (default %(default)s)",
     )
     serve.add_argument(
+        "--processes",
+        type=positive_int,
+        default=1,
+        metavar="P",
+        help="serve from P processes on one port, each a whole simulator, for more streams than one core holds "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
         "--router",
         choices=defaults.ROUTERS,
         default=defaults.ROUTERS[0],
@@ -148,24 +159,35 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port: give 0 to 65535 (0 picks a free one)")
 
+    if args.processes > 1 and args.replicas > 1:
+        raise UsageError("--processes and --replicas: give one (a router's replicas share one process)")
+
     served: Served = SimServer(config)
     fleet = ""
     if args.replicas > 1:
         served = Fleet(config, args.replicas, args.router, args.affinity_header)
         keyed = f" on {args.affinity_header}" if args.router == "affinity" else ""
         fleet = f"; {args.replicas} replicas behind the {args.router} router{keyed}"
+    elif args.processes > 1:
+        fleet = f"; {args.processes} processes, connections spread by the kernel"
 
-    async def serve() -> None:
-        try:
-            runner, port = await start(served, args.host, args.port)
-        except OSError as error:
-            raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
+    def announce(port: int) -> None:
         print(
             f"hotloop sim: OpenAI Chat Completions and Responses on http://{args.host}:{port}/v1 and Anthropic "
             f"Messages on http://{args.host}:{port} (models: {', '.join(config.models)}{fleet}"
             f"{'; faults: ' + ', '.join(args.fault) if args.fault else ''}); Ctrl-C stops",
             flush=True,
         )
+
+    if args.processes > 1:
+        return _serve_processes(config, args, announce)
+
+    async def serve() -> None:
+        try:
+            runner, port = await start(served, args.host, args.port)
+        except OSError as error:
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
+        announce(port)
         try:
             await asyncio.Event().wait()
         finally:
@@ -173,4 +195,19 @@ def _serve(args: argparse.Namespace) -> int:
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
+    return 0
+
+
+def _serve_processes(config: SimConfig, args: argparse.Namespace, announce: Callable[[int], None]) -> int:
+    import sys
+
+    from hotloop.sim import processes
+
+    try:
+        processes.serve(config, args.host, args.port, args.processes, announce)
+    except OSError as error:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {error.strerror}") from None
+    except processes.ReplicaStopped as stopped:
+        print(f"hotloop sim: {stopped}; the others were stopped", file=sys.stderr)
+        return 1
     return 0

@@ -24,13 +24,17 @@ class Served(Protocol):
 
 async def start(server: Served, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
     """Bind and start serving; returns the runner and the bound port."""
-    # A client that disconnects cancels its request's handler, freeing its slot, as vLLM aborts such requests.
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
-    await runner.setup()
     sock = socket.create_server((host, port), reuse_port=False)
-    site = web.SockSite(runner, sock)
-    await site.start()
-    return runner, sock.getsockname()[1]
+    return await start_on(server.app(), sock), sock.getsockname()[1]
+
+
+async def start_on(app: web.Application, sock: socket.socket) -> web.AppRunner:
+    """Serve `app` on a listening socket; returns the runner, whose cleanup stops it."""
+    # A client that disconnects cancels its request's handler, freeing its slot, as vLLM aborts such requests.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    return runner
 
 
 class EmbeddedServer:

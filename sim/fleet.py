@@ -157,9 +157,19 @@ class _ReplicaMetrics(Collector):
         self.replicas = replicas
 
     def collect(self) -> Iterable[Metric]:
+        return LabelledMetrics([replica.engine.metrics.registry.collect() for replica in self.replicas]).collect()
+
+
+class LabelledMetrics(Collector):
+    """Replicas' metric families as one exposition, each sample labelled with its replica's number."""
+
+    def __init__(self, replicas: list[Iterable[Metric]]) -> None:
+        self.replicas = replicas
+
+    def collect(self) -> Iterable[Metric]:
         merged: dict[str, Metric] = {}
-        for n, replica in enumerate(self.replicas):
-            for family in replica.engine.metrics.registry.collect():
+        for n, families in enumerate(self.replicas):
+            for family in families:
                 into = merged.get(family.name)
                 if into is None:
                     into = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)

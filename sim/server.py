@@ -12,7 +12,7 @@ import functools
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +64,8 @@ class SimServer:
     def config(self) -> SimConfig:
         return self.engine.config
 
-    def app(self) -> web.Application:
+    def app(self, metrics: Callable[[web.Request], Awaitable[web.Response]] | None = None) -> web.Application:
+        """The simulator's routes; `metrics` answers `/metrics` in its place (the processes' scrape of them all)."""
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/responses", self.responses)
@@ -72,7 +73,7 @@ class SimServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
-        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/metrics", metrics or self.metrics)
         return app
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
