@@ -1,16 +1,9 @@
-"""What every wire protocol shares: the SDK client around a streamed request (`sse.py` reads its events,
-`failures.py` turns SDK failures into one line).
-
-hotloop retries failed requests itself (the SDK's own retries are off) so that each retry is
-said: `429 from openai: retrying in 12 s (2 of 3)`, with the wait the server asked for in
-`retry-after`, capped. It times the request itself too: the time to the first byte and the
-idle time between chunks each have a limit (`RequestTimeout`), and a server that stalls gets
-one line naming the limit, not ten silent minutes.
+"""What every wire protocol shares: the SDK client around a streamed request (`posting.py` posts it, retries it
+and times it; `sse.py` reads its events, `failures.py` turns SDK failures into one line), and the server's GETs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -22,17 +15,15 @@ import msgspec
 from hotloop.nesting import LIMIT, TooDeep, decoded
 from hotloop.providers.base import output_cap
 from hotloop.providers.conversation import ChatRequest, Message
-from hotloop.providers.errors import ProviderError, RequestRejected, Stalled, StreamInterrupted
+from hotloop.providers.errors import ProviderError, RequestRejected
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
-from hotloop.providers.failures import backoff, explain, retry_line, root_cause
+from hotloop.providers.failures import explain
+from hotloop.providers.posting import Poster
 from hotloop.providers.protocols import Wire
 from hotloop.providers.server_fixes import room_left
-from hotloop.providers.sse import opens_answer, server_sent_data, utf8
 from hotloop.providers.tls import tls_context
 
 if TYPE_CHECKING:
-    import httpx2
-
     from hotloop.providers.base import ProviderOptions
     from hotloop.providers.vllm import ServerInfo
 
@@ -54,49 +45,6 @@ class RequestTimeout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     first_byte: Seconds = 60.0
     idle: Seconds = 60.0
-
-
-class _Watchdog:
-    """Cancels the task it runs in when nothing arrives for `limit` seconds.
-
-    Feeding it is a float store per block read; its timer wakes once per `limit`, not per
-    block, so the idle limit costs nothing measurable on a fast stream.
-    """
-
-    def __init__(self, limit: float) -> None:
-        self.loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        self.task = task
-        self.limit = limit
-        self.fired = False
-        self.last = self.loop.time()
-        self._handle = self.loop.call_at(self.last + limit, self._check)
-
-    def feed(self) -> None:
-        self.last = self.loop.time()
-
-    def rearm(self, limit: float) -> None:
-        """A new limit, counted from now (the timer moves, in case the new limit ends before the old)."""
-        self.limit = limit
-        self.feed()
-        self._handle.cancel()
-        self._handle = self.loop.call_at(self.last + limit, self._check)
-
-    def stop(self) -> None:
-        self._handle.cancel()
-
-    def caused(self) -> bool:
-        """Whether a CancelledError came from this watchdog alone (and so may be turned into a Stalled error)."""
-        return self.fired and self.task.uncancel() == 0
-
-    def _check(self) -> None:
-        due = self.last + self.limit
-        if self.loop.time() >= due:
-            self.fired = True
-            self.task.cancel()
-        else:
-            self._handle = self.loop.call_at(due, self._check)
 
 
 class SdkProvider(Generic[Rendered]):
@@ -137,7 +85,7 @@ class SdkProvider(Generic[Rendered]):
         self.server: ServerInfo | None = None
         # Gateways, vLLM, Ollama and the simulator take any key; the SDKs refuse to send a request without one.
         # The SDKs' aiohttp transport costs 30–50% less CPU per request than their default (benchmarks/transport.py).
-        # hotloop retries and times requests itself (see the module docstring); the SDK's limits are a backstop.
+        # hotloop retries and times requests itself (`posting.py`); the SDK's limits are a backstop.
         backstop = 2 * max(self.timeout.first_byte, self.timeout.idle)
         self._client = getattr(sdk, self.client_class)(
             api_key=options.api_key or "no-key",
@@ -145,6 +93,9 @@ class SdkProvider(Generic[Rendered]):
             max_retries=0,
             timeout=httpx2.Timeout(backstop, connect=CONNECT_TIMEOUT),
             http_client=sdk.DefaultAioHttpClient(verify=tls_context()),
+        )
+        self.poster = Poster(
+            sdk, self.name, self.path, self.timeout, self.max_retries, self.affinity_header, self._explain
         )
 
     @property
@@ -206,96 +157,11 @@ class SdkProvider(Generic[Rendered]):
         kept = set(keep)
         self._rendered = {message: rendered for message, rendered in self._rendered.items() if message in kept}
 
-    async def server_events(
-        self, body: bytes, session_key: str | None = None
-    ) -> AsyncGenerator[bytes | ProviderWarning, None]:
-        """Send `body`, with `session_key` in the affinity header; yield the `data` of each event, and a warning
-        before each retry.
-
-        Close it with `contextlib.aclosing`. A request that fails before its stream starts is
-        sent again, up to `max_retries` times, if its failure may pass (a 429, a 5xx that doesn't
-        blame the request, a connection that failed, no first byte in time).
-        """
-        import httpx2
-
-        watchdog = _Watchdog(self.timeout.first_byte)
-        try:
-            response = None
-            for attempt in range(1, self.max_retries + 2):
-                try:
-                    watchdog.rearm(self.timeout.first_byte)
-                    response = await self._post(body, watchdog, session_key)
-                    break
-                except ProviderError as error:
-                    if not error.retryable or attempt > self.max_retries:
-                        raise
-                    wait = backoff(attempt, error.retry_after)
-                    yield ProviderWarning(retry_line(error, self.name, wait, attempt + 1, self.max_retries + 1))
-                    watchdog.rearm(wait + self.timeout.first_byte)
-                    await asyncio.sleep(wait)
-            assert response is not None
-            watchdog.rearm(self.timeout.idle)
-            chunks = 0
-            try:
-                async for data in server_sent_data(response, watchdog.feed):
-                    chunks += 1
-                    yield data
-            except httpx2.TransportError as error:
-                raise StreamInterrupted(f"{self.where} stream broke off: {root_cause(error)}") from None
-            except asyncio.CancelledError:
-                if not watchdog.caused():
-                    raise
-                raise StreamInterrupted(
-                    f"{self.where} stalled: nothing for {self.timeout.idle:g} s after {chunks} chunks "
-                    "(request_timeout.idle; raise it in the config, or with --timeout)"
-                ) from None
-            finally:
-                await response.aclose()
-        finally:
-            watchdog.stop()
-
-    async def stream_data(
+    def stream_data(
         self, body: bytes, session_key: str | None = None
     ) -> AsyncGenerator[bytes | ProviderWarning | StreamStarted, None]:
-        """`server_events`, with `StreamStarted` before the answer's first content (`opens_answer`), and each event's
-        data as valid UTF-8: the first event with bytes that aren't says so once."""
-        started = mangled = False
-        async with aclosing(self.server_events(body, session_key)) as stream:
-            async for data in stream:
-                if isinstance(data, ProviderWarning):
-                    yield data
-                    continue
-                if not started and opens_answer(data):
-                    started = True
-                    yield StreamStarted()
-                data, replaced = utf8(data)
-                if replaced and not mangled:
-                    mangled = True
-                    yield ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
-                yield data
-
-    async def _post(self, body: bytes, watchdog: _Watchdog, session_key: str | None) -> httpx2.Response:
-        """The request sent and its response headers read; a ProviderError, masked of the key, if it fails."""
-        import httpx2
-
-        sdk = importlib.import_module(self.sdk)
-        headers = {self.affinity_header: session_key} if session_key and self.affinity_header else {}
-        try:
-            response: httpx2.Response = await self._client.post(
-                self.path, content=body, cast_to=httpx2.Response, stream=True, options={"headers": headers}
-            )
-            return response
-        except sdk.APIError as error:
-            raise await self._explain(error) from None
-        except asyncio.CancelledError:
-            if not watchdog.caused():
-                raise
-            limit = self.timeout.first_byte
-            raise Stalled(
-                f"{self.where} sent nothing for {limit:g} s (request_timeout.first_byte; raise it in the config, "
-                "or with --timeout)",
-                retryable=True,
-            ) from None
+        """`body` posted on this provider's client (`Poster.data`): the data of each event, and warnings."""
+        return self.poster.data(self._client, self.where, body, session_key)
 
     async def fetch(self, url: str) -> tuple[int, str]:
         """GET any URL on the provider's server through the SDK's client: its status and text."""

@@ -21,6 +21,7 @@ from typing import Protocol
 from hotloop.agent.cache_lifetime import LIFETIME
 from hotloop.agent.keepalive import PING_EXTRA
 from hotloop.agent.pricing import Ttl
+from hotloop.providers.protocols import Cache, Wire
 from hotloop.sessions.whatif.trace import Kind, Request
 
 FOREVER = math.inf
@@ -34,10 +35,16 @@ class Server:
     """How a provider caches: its read unit, the shortest prefix it caches, how long an unused prefix lives."""
 
     kind: Kind
+    cache: Cache = Wire.OPENAI_CHAT.traits.cache  # how its protocol asks for the cache (a self-hosted server's too)
     block: int = 1
     minimum: int = 0
     lifetime: dict[Ttl, float] = field(default_factory=lambda: dict(LIFETIME))
     keeps_output: bool = False
+
+    @property
+    def marked(self) -> bool:
+        """A request marks what is cached (breakpoints): it reads up to its mark and writes the rest, billed."""
+        return self.cache.breakpoints > 0
 
     def life(self, ttl: Ttl) -> float:
         return self.lifetime.get(ttl, self.lifetime["5m"])
@@ -46,11 +53,12 @@ class Server:
 def server_for(kind: Kind, model: str = "") -> Server:
     """Anthropic's breakpoints (minimum cacheable length by model), OpenAI's automatic prefix cache (retained about
     5 minutes idle), or a self-hosted LRU server (nothing expires with time; only other traffic evicts)."""
-    if kind == "anthropic":
-        return Server("anthropic", minimum=anthropic_minimum(model))
-    if kind == "openai":
-        return Server("openai", block=128, minimum=1024, lifetime={"5m": 300.0})
-    return Server("lru", block=16, lifetime={"5m": FOREVER}, keeps_output=True)
+    if kind == "lru":
+        return Server("lru", block=16, lifetime={"5m": FOREVER}, keeps_output=True)
+    cache = Wire(kind).traits.cache
+    if cache.breakpoints:
+        return Server(kind, cache, minimum=anthropic_minimum(model))
+    return Server(kind, cache, block=128, minimum=1024, lifetime={"5m": 300.0})
 
 
 def anthropic_minimum(model: str) -> int:
@@ -105,11 +113,11 @@ def held_after(server: Server, request: Request) -> int:
 def serve(server: Server, request: Request, shared: int, held: int, ttl: Ttl) -> Served:
     """`request` served with `held` tokens alive in the cache, `shared` of its prefix the same as theirs."""
     cacheable = request.cacheable if request.cacheable >= server.minimum else 0
-    most = min(shared, held, cacheable if server.kind == "anthropic" else request.prompt - 1)
+    most = min(shared, held, cacheable if server.marked else request.prompt - 1)
     read = max(most, 0) // server.block * server.block
     if read < server.minimum:
         read = 0
-    write = cacheable - read if server.kind == "anthropic" else 0
+    write = cacheable - read if server.marked else 0
     return Served(
         request.start, read, write, write if ttl == "1h" else 0, request.prompt - read - write, request.output, request
     )
@@ -119,7 +127,7 @@ def ping(server: Server, at: float, held: int, alive: bool, ttl: Ttl) -> Served:
     """The held prefix, a one-word turn after it and one output token: a read while the prefix lives."""
     cached = held // server.block * server.block if held >= server.minimum else 0
     read = cached if alive else 0
-    write = cached if not alive and server.kind == "anthropic" else 0
+    write = cached if not alive and server.marked else 0
     return Served(at, read, write, write if ttl == "1h" else 0, held - read - write + PING_EXTRA, 1, None)
 
 

@@ -112,7 +112,7 @@ class Scripted:
 
 def oracle(server: Server, requests: Sequence[Request], rates: Rates) -> Scripted:
     """The cheapest plan for `requests` on `server` at `rates`, knowing every pause."""
-    ttls: list[Ttl] = ["5m", "1h"] if server.kind == "anthropic" else ["5m"]
+    ttls: list[Ttl] = list(server.cache.lifetimes) or ["5m"]
     if not requests:
         return Scripted([])
     # best[ttl]: the cheapest cost so far with the last request writing for `ttl`, and the plan that got there.

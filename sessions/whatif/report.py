@@ -25,6 +25,8 @@ from hotloop.sessions.whatif.trace import Conversation, Kind, Request
 INTERVALS = (4.5,)  # minutes: the plugins' usual ping, just inside Anthropic's 5-minute lifetime
 _MULTIPLIERS = Rates(Decimal(1), Decimal("0.1"), {"5m": Decimal("1.25"), "1h": Decimal(2)}, Decimal(5))
 _SAMPLE = 100_000  # tokens of each kind priced for a rate: under the 200k-token tier some models bill above
+# The vendors' own APIs by genai-prices' provider id: their URL and the cache they keep; any other serves OpenAI's.
+_VENDORS: dict[str, tuple[str, Kind]] = {"anthropic": (ANTHROPIC_URL, "anthropic"), "openai": (OPENAI_URL, "openai")}
 
 
 @dataclass
@@ -126,7 +128,7 @@ def priced_as(conversation: Conversation, as_model: str | None) -> tuple[Pricing
     if as_model is None:
         # What the log says was cached had the server's minimum applied already: none to apply again.
         server = server_for(conversation.kind, header.model)
-        server = replace(server, minimum=0) if server.kind == "anthropic" else server
+        server = replace(server, minimum=0) if server.marked else server
         return Pricing(header.model, header.base_url, header.cost_per_hour), server, conversation.requests
     url, kind = _server_of(as_model)
     requests = conversation.requests
@@ -142,11 +144,7 @@ def _server_of(model: str) -> tuple[str, Kind]:
         provider, _ = get_snapshot().find_provider_model(model, None, None, None)
     except LookupError:
         return ("", "anthropic" if "claude" in model else "openai")
-    if provider.id == "anthropic":
-        return ANTHROPIC_URL, "anthropic"
-    if provider.id == "openai":
-        return OPENAI_URL, "openai"
-    return re.sub(r"\\(.)", r"\1", provider.api_pattern), "openai"
+    return _VENDORS.get(provider.id) or (re.sub(r"\\(.)", r"\1", provider.api_pattern), "openai")
 
 
 def policy_names(intervals: Sequence[float] = INTERVALS) -> list[str]:
