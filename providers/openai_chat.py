@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from hotloop.nesting import decoded
+from hotloop.nesting import TooDeep, decoded, where_too_deep
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import (
     AssistantMessage,
@@ -231,9 +231,21 @@ _decode_chunk = msgspec.json.Decoder(Chunk).decode
 
 
 def read_chunk(data: bytes, where: str) -> Chunk:
-    """One event's data as a chunk; a StreamInterrupted naming `where` if it is malformed or an error."""
+    """One event's data as a chunk; a StreamInterrupted naming `where` if it is malformed or an error.
+
+    Its depth is looked at only where the chunk keeps free-form JSON (`usage`, `timings`, `error`): the typed
+    decoder keeps nothing else of what it doesn't know, and raises RecursionError (`TooDeep`) past its stack.
+    Scanning every event cost as much as decoding it.
+    """
     try:
-        chunk = decoded(_decode_chunk, data)
+        try:
+            chunk = _decode_chunk(data)
+        except RecursionError:
+            raise TooDeep(data, 0) from None
+        if (chunk.usage is not None or chunk.timings is not None or chunk.error is not None) and (
+            past := where_too_deep(data)
+        ) is not None:
+            raise TooDeep(data, past)
     except msgspec.DecodeError as error:
         raise malformed(where, "chunk", error, data) from None
     if chunk.error is not None:

@@ -38,8 +38,21 @@ class SseSplitter:
         if b"\r" in text:
             held = b"\r" if text.endswith(b"\r") else b""
             text = text[: len(text) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
-        *lines, self._pending = text.split(b"\n")
-        events = []
+        # Cut at the blank lines first: an event that is one `data: ` line (every protocol's, nearly always) is
+        # taken whole, without a line object of its own. What follows the last blank line is read line by line.
+        *ended, rest = text.split(b"\n\n")
+        events: list[bytes] = []
+        for piece in ended:
+            if not self._data and piece.startswith(b"data: ") and b"\n" not in piece:
+                if (event := piece[6:]) and not event.isspace():
+                    events.append(event)
+            else:
+                self._lines([*piece.split(b"\n"), b""], events)
+        *lines, self._pending = rest.split(b"\n")
+        self._lines(lines, events)
+        return events
+
+    def _lines(self, lines: list[bytes], events: list[bytes]) -> None:
         data = self._data
         for line in lines:
             if not line:
@@ -49,7 +62,6 @@ class SseSplitter:
                     data.clear()
             elif line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
-        return events
 
     def end(self) -> list[bytes]:
         pending, self._pending = self._pending.removesuffix(b"\r"), b""
