@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, OptionList, Static
 
 from hotloop.agent.events import (
@@ -33,18 +34,19 @@ from hotloop.agent.events import (
 from hotloop.agent.figures import SessionTotals, counted
 from hotloop.agent.pricing import CostTotals, StepPricer
 from hotloop.tui.render import Palette
-from hotloop.tui.server_panel_host import ServerPanelHost
+from hotloop.tui.server_panel_control import ServerPanelControl
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 from hotloop.tui.widgets.watched_list import WatchedList
 
 if TYPE_CHECKING:
+    from hotloop.core.server_watch import ServerReport
     from hotloop.watch import ConversationInfo
 
 WAITING = "waiting for requests: point an agent at the address above (F1 shows how)"
 
 
-class WatchScreen(ServerPanelHost):
+class WatchScreen(Screen[None]):
     DEFAULT_CSS = """
     WatchScreen > #address { dock: top; height: 1; background: $panel; padding: 0 1; }
     WatchScreen #body { height: 1fr; }
@@ -69,6 +71,7 @@ class WatchScreen(ServerPanelHost):
         self._follow = ""  # the conversation on screen became a side request of this one: it goes on screen
         self.answering = 0  # requests whose answer is streaming now: the server panel scrapes faster meanwhile
         self.nudge: Callable[[], None] = lambda: None  # a request started or ended: the panel scrapes at once
+        self.server_panel = ServerPanelControl(self, lambda: self.query_one("#body", Horizontal))
 
     def compose(self) -> ComposeResult:
         yield Static(f"watching {self.address}  │  → {self.upstream}", id="address", markup=False)
@@ -83,8 +86,14 @@ class WatchScreen(ServerPanelHost):
         self.status.state = "watching"
         self.query_one(ContentSwitcher).current = "waiting"
 
-    def panel_beside(self) -> Horizontal:
-        return self.query_one("#body", Horizontal)
+    def server_report(self, report: ServerReport | None) -> None:
+        self.server_panel.report(report)
+
+    def fit_server_panel(self, width: int) -> None:
+        self.server_panel.fit(width)
+
+    def action_toggle_server(self) -> None:
+        self.server_panel.toggle()
 
     @property
     def status(self) -> StatusBar:
