@@ -224,7 +224,8 @@ class SessionTotals:
         self.prompt = 0
         self.output = 0
         self.unreported = 0  # steps whose usage was missing
-        self.side_requests = 0  # pre-warms: their dollars and tokens are in the totals, not in `steps`
+        self.side_requests = 0  # pre-warms and pings: their dollars and tokens are in the totals, not in `steps`
+        self.pings = 0  # of them, the keep-alive's
         self._reads = CacheReads()
         self._using = ("", "")  # the provider and model of the step in progress
         self._cache_read = 0
@@ -248,6 +249,7 @@ class SessionTotals:
                 return  # refused or never answered: nothing done, nothing to count
             if event.outcome != "failed":  # one that broke off after its usage: its tokens count, not a pre-warm
                 self.side_requests += 1
+                self.pings += event.kind == "keep-alive"
             self.cost.add(self.pricer.cost(event))
             if event.usage is not None:
                 self.prompt += event.usage.prompt_total or 0

@@ -44,6 +44,14 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "else http://localhost:4318)",
     )
     watch.add_argument(
+        "--keepalive",
+        nargs="?",
+        const="adaptive",
+        metavar="MODE",
+        help="ping each conversation's prompt cache in its pauses so the next request reads it: adaptive (the "
+        "default, learned from the pauses) or every-Nm ([keepalive] in the config; `hotloop whatif` prices it first)",
+    )
+    watch.add_argument(
         "--run",
         nargs=argparse.REMAINDER,
         metavar="CMD",
@@ -63,7 +71,7 @@ def _watch(args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port} is not a port: give 0 to 65535 (0 picks a free one)")
     if args.run is not None and not args.run:
         raise UsageError("--run needs a command, e.g. hotloop watch --run claude -p 'list the files'")
-    config = load_config()
+    config = _with_keepalive(load_config(), args.keepalive)
     simulator = None
     if args.upstream == "sim":
         from hotloop.core.runtime import simulator_config
@@ -107,9 +115,25 @@ def _in_the_app(upstream: Upstream, config: Config, port: int, otel: bool) -> in
         folder=paths.sessions_dir(),
         workspace=Path.cwd(),
         secrets=config.secrets(),
+        keepalive=config.keepalive,
     )
     WatchApp(watched, "127.0.0.1", port, config, otel).run()
     return 0
+
+
+def _with_keepalive(config: Config, mode: str | None) -> Config:
+    """The config with `--keepalive MODE` in place of `[keepalive] mode`, checked as the file's would be."""
+    if mode is None:
+        return config
+    import msgspec
+
+    from hotloop.config import KeepaliveSettings
+
+    try:
+        settings = msgspec.convert({**msgspec.to_builtins(config.keepalive), "mode": mode}, KeepaliveSettings)
+    except msgspec.ValidationError:
+        raise UsageError(f"--keepalive {mode} is not a mode: give adaptive, every-Nm (every-4.5m) or off") from None
+    return msgspec.structs.replace(config, keepalive=settings)
 
 
 def _upstream(args: argparse.Namespace, config: Config, simulator: str | None) -> Upstream:

@@ -17,6 +17,7 @@ from msgspec import Meta, Struct, structs
 from hotloop import InputError
 from hotloop.agent.approvals import ApprovalRules
 from hotloop.agent.hooks import Hook
+from hotloop.agent.keepalive import MARGIN
 from hotloop.agent.options import COMPACT_AT, MAX_STEPS, MEMO_TTL, TOOL_TIMEOUT, AgentOptions
 from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.mcp_config import McpServer
@@ -54,6 +55,7 @@ TIER_NAMES: tuple[str, ...] = get_args(TierName)
 AUTO_TIER = "auto"
 DEFAULT_KEY_ENVS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 MIN_THINKING_BUDGET = 1024  # the least extended thinking Anthropic accepts
+KEEPALIVE_MODES = r"^(off|adaptive|every-[0-9]+(\.[0-9]+)?m)$"
 
 
 class ConfigError(InputError):
@@ -217,6 +219,24 @@ class CacheSettings(Struct, frozen=True, forbid_unknown_fields=True):
     prewarm: Literal["auto", "off"] = "auto"
 
 
+class KeepaliveSettings(Struct, frozen=True, forbid_unknown_fields=True):
+    """`[keepalive]`: pings that keep a timed prompt cache (Anthropic's) warm through a pause (core/keepalive.py)."""
+
+    # "adaptive": whether and when to ping, learned from your own pauses (agent/keepalive.py); "every-4.5m": at a
+    # fixed interval (at most the cache's lifetime less a margin), as keep-alive plugins do; "off": no pings.
+    mode: Annotated[str, _rule('must be "off", "adaptive" or "every-Nm"', pattern=KEEPALIVE_MODES)] = "off"
+    max_pings_per_pause: Annotated[int, _rule("must be 0 or more", ge=0)] = 12
+    max_usd_per_day: Annotated[float, _rule("must be 0 or more", ge=0)] | None = None  # where the price is known
+
+    def fixed_plan(self, lifetime: float) -> list[float]:
+        """`every-Nm`'s pings after a prefix's last use: every N minutes, but at most the lifetime less the margin
+        apart (a later one would find the prefix gone); none for the other modes."""
+        if not self.mode.startswith("every-"):
+            return []
+        every = min(float(self.mode.removeprefix("every-").removesuffix("m")) * 60, lifetime - MARGIN)
+        return [every * k for k in range(1, self.max_pings_per_pause + 1)] if every > 0 else []
+
+
 class TelemetrySettings(Struct, frozen=True, forbid_unknown_fields=True):
     """`[telemetry]`: OpenTelemetry spans of each turn, model request and tool call, sent over OTLP/HTTP."""
 
@@ -256,6 +276,7 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
     latency: LatencySettings = LatencySettings()
     context: ContextSettings = ContextSettings()
     cache: CacheSettings = CacheSettings()
+    keepalive: KeepaliveSettings = KeepaliveSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     approvals: ApprovalRules = ApprovalRules()
     hooks: tuple[Hook, ...] = ()

@@ -254,32 +254,50 @@ class Prewarmer:
         # Its own instance, so the main agent's model never changes; it writes for the lifetime the steps write for
         # (`Lifetimes`): a 5-minute pre-warm would expire under them.
         provider = await runtime.helper(target)
-        started = time.perf_counter()
-        usage: UsageLedger | None = None
+        await side_request(provider, request, "pre-warm", why, self.emit, self._taken)
 
-        def sent(outcome: Literal["answered", "cancelled", "failed"], error: str = "") -> SideRequest:
-            seconds = time.perf_counter() - started
-            return SideRequest(
-                kind="pre-warm",
-                why=why,
-                provider=provider.name,
-                model=provider.model,
-                usage=usage,
-                model_time=seconds,
-                outcome=outcome,
-                error=error,
-            )
+    def _taken(self) -> bool:
+        """Whether the pre-warm was cancelled for a turn (said), not by close(); the flag is spent."""
+        taken, self._preempted = self._preempted, False
+        return taken
 
-        try:  # a cancel before this point sent nothing: it is neither counted nor said
-            async for event in provider.stream(request):
-                if isinstance(event, Usage):
-                    usage = event.ledger
-        except ProviderError as error:
-            self.emit(sent("failed", str(error)))
-            return
-        except asyncio.CancelledError:
-            if self._preempted:
-                self._preempted = False
-                self.emit(sent("cancelled"))  # it reached the server and may be billed in part: its usage unknown
-            raise
-        self.emit(sent("answered"))
+
+async def side_request(
+    provider: Provider,
+    request: ChatRequest,
+    kind: str,
+    why: str,
+    emit: Callable[[AgentEvent], None],
+    preempted: Callable[[], bool],
+) -> bool:
+    """Send `request` beside the conversation and say it as a `SideRequest`; whether it was answered.
+
+    Cancelled before it went, nothing is said; cancelled for a turn (`preempted()`), it is said as "cancelled"."""
+    started = time.perf_counter()
+    usage: UsageLedger | None = None
+
+    def sent(outcome: Literal["answered", "cancelled", "failed"], error: str = "") -> SideRequest:
+        return SideRequest(
+            kind=kind,
+            why=why,
+            provider=provider.name,
+            model=provider.model,
+            usage=usage,
+            model_time=time.perf_counter() - started,
+            outcome=outcome,
+            error=error,
+        )
+
+    try:
+        async for event in provider.stream(request):
+            if isinstance(event, Usage):
+                usage = event.ledger
+    except ProviderError as error:
+        emit(sent("failed", str(error)))
+        return False
+    except asyncio.CancelledError:
+        if preempted():
+            emit(sent("cancelled"))  # it reached the server and may be billed in part: its usage unknown
+        raise
+    emit(sent("answered"))
+    return True

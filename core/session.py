@@ -45,6 +45,7 @@ from hotloop.agent.tools.shell import sandbox_notice
 from hotloop.config import AUTO_TIER, Choice, Config, resolve
 from hotloop.core.agent_maker import AgentMaker
 from hotloop.core.context_meter import ContextMeter
+from hotloop.core.keepalive import Pinger
 from hotloop.core.log_keeper import LogKeeper
 from hotloop.core.mcp_controls import McpControls
 from hotloop.core.prewarm import Prewarmer
@@ -138,6 +139,7 @@ class Session:
         self._ready = False
         self.telemetry: Telemetry | None = None  # spans of the stream (`core/telemetry.py`), from open() on
         self.prewarmer = Prewarmer(lambda: self.config, lambda: self.runtime, self.emit)  # core/prewarm.py
+        self.keepalive = Pinger(lambda: self.config, lambda: self.runtime, self.emit)  # core/keepalive.py
         self.mcp = McpControls(lambda: self.runtime.mcp if self.runtime is not None else None, self.emit)
         self.makes = AgentMaker(options, self.emit, self.approvals, self.hooks, self.server.residency)  # its agents
 
@@ -160,6 +162,7 @@ class Session:
             self.cut_off_steps += event.finish_reason in CUT_SHORT
         self.meter.observe(event)
         self.prewarmer.rhythm.observe(event)
+        self.keepalive.observe(event)
         if self.telemetry is not None:
             self.telemetry.observe(event)
         if isinstance(event, ApprovalDecided) and event.by == NO_ONE:
@@ -287,6 +290,7 @@ class Session:
         self._turns += 1
         self.server.nudge()
         self.prewarmer.turn_started()  # no pre-warm beside the step's own request: it slowed it
+        self.keepalive.turn_started()
         try:
             await self._compact_if_full()
             return await self.router.turn(self.agent, prompt)
@@ -294,6 +298,7 @@ class Session:
             self._turns -= 1
             self.server.nudge()
             self.prewarmer.after_turn(self.agent)
+            self.keepalive.after_turn(self.agent)
 
     def context(self) -> tuple[int, int] | None:
         """How full the context is: the tokens the last step left in it, and the window; None if either is unknown."""
@@ -422,6 +427,7 @@ class Session:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.server.close()
         await self.prewarmer.close()
+        await self.keepalive.close()
         if self.router is not None:
             await self.router.side_jobs.settle(grace)
         if self.telemetry is not None:  # before the log closes: an export's warning is logged too

@@ -61,7 +61,15 @@ async def watch(
         else:
             print(text, file=out, flush=True)
 
-    watched = Watch(upstream, lambda conversation, event: None, folder=folder, workspace=Path.cwd(), secrets=secrets)
+    keepalive = config.keepalive if config is not None else None
+    watched = Watch(
+        upstream,
+        lambda conversation, event: None,
+        folder=folder,
+        workspace=Path.cwd(),
+        secrets=secrets,
+        keepalive=keepalive,
+    )
     table = WatchTable(watched.conversations, line)
     sink: Sink = JsonLines(out) if json_lines else table
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from hotloop.agent.events import AgentEvent, Notice, ResponseFinished, encode
-from hotloop.agent.figures import rate, short_model, tokens
+from hotloop.agent.events import AgentEvent, Notice, ResponseFinished, SideRequest, encode
+from hotloop.agent.figures import rate, short_model, side_request_summary, tokens
 from hotloop.agent.pricing import CostTotals, StepPricer, dollars
 from hotloop.agent.text import inert
 from hotloop.headless.printer import _escaped
@@ -58,6 +58,10 @@ class WatchTable:
         pricer.learn(event)
         if isinstance(event, ResponseFinished):
             self._line(self._row(conversation, event, pricer))
+        elif isinstance(event, SideRequest):  # a keep-alive's ping: a line of its own, priced
+            cost = pricer.cost(event)
+            priced = f" · {dollars(cost)}" if cost is not None else ""
+            self._line(inert(f"[{conversation}] {side_request_summary(event)}{priced}"))
 
     def _row(self, conversation: str, response: ResponseFinished, pricer: StepPricer) -> str:
         usage = response.usage

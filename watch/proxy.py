@@ -35,6 +35,7 @@ from hotloop.sessions.log import SessionLog
 from hotloop.sessions.masking import Masker
 from hotloop.sessions.titles import headline
 from hotloop.watch.conversation import Conversation, ConversationInfo, Sink
+from hotloop.watch.keepalive import Held, WatchKeepAlive
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
@@ -61,6 +62,7 @@ _KEPT_ERROR = 4096  # bytes of a refusal's body kept to say what it was
 MAX_READ = 32 * 1024 * 1024
 
 if TYPE_CHECKING:
+    from hotloop.config import KeepaliveSettings
     from hotloop.providers.server_metrics import Residency
 
 
@@ -105,10 +107,18 @@ class Watch:
     itself (a request it couldn't read, an upstream it couldn't reach). `conversations` holds each
     conversation's `ConversationInfo` from before its first event; its `parent` is set later, with a `SideOf`
     event, for one found to be a side request after it began. A frontend may set `sink` before `start`.
+    With `keepalive` on, the conversations' caches are pinged in their pauses (`watch/keepalive.py`).
     """
 
     def __init__(
-        self, upstream: Upstream, sink: Sink, *, folder: Path, workspace: Path, secrets: Sequence[str] = ()
+        self,
+        upstream: Upstream,
+        sink: Sink,
+        *,
+        folder: Path,
+        workspace: Path,
+        secrets: Sequence[str] = (),
+        keepalive: KeepaliveSettings | None = None,
     ) -> None:
         self.upstream = upstream
         self.conversations: dict[str, ConversationInfo] = {}
@@ -122,6 +132,7 @@ class Watch:
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self.residency: Callable[[], Residency | None] = lambda: None  # the upstream's, where a frontend scrapes it
+        self.keepalive = None if keepalive is None else WatchKeepAlive(keepalive, lambda: self._client, self._lineage)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on `host:port` (0: a free port); the pass-through's root URL, which Anthropic clients take as
@@ -146,6 +157,8 @@ class Watch:
         return f"http://{bound[0]}:{bound[1]}"
 
     async def aclose(self) -> None:
+        if self.keepalive is not None:
+            await self.keepalive.aclose()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._client is not None:
@@ -182,6 +195,7 @@ class Watch:
         reading: asyncio.Future[WatchedRequest | None] | None = None
         incoming: _Incoming | None = None
         data: bytes | AsyncIterator[bytes] | None
+        body = b""
         if not request.body_exists or (length is not None and length <= MAX_READ):
             body = await request.read()
             data = body if request.body_exists else None  # a GET goes on without a body, as it came
@@ -221,15 +235,23 @@ class Watch:
                 encoding = upstream.headers.get("content-encoding", "")
                 streamed = upstream.content_type == "text/event-stream"
 
+                opened: list[tuple[Conversation, ResponseReader]] = []
+
                 def opening() -> tuple[Conversation, ResponseReader]:
                     conversation = self._conversation(watched, request.headers, target)
                     conversation.begin(watched, started, started_at)
                     where = f"{target.name} ({target.url})"
-                    return conversation, ResponseReader(
+                    reader = ResponseReader(
                         watched.protocol, watched.model, where, started, streamed, encoding, watched.cap
                     )
+                    opened.append((conversation, reader))
+                    return conversation, reader
 
                 await self._relay(request, upstream, response, opening)
+                if self.keepalive is not None and opened and body:
+                    self.keepalive.answered(
+                        *opened[0], Held(target.url + request.path_qs, headers, body, watched), started
+                    )
             else:
                 kept, broke = await self._relay_refusal(request, upstream, response)
                 if broke:
@@ -246,10 +268,13 @@ class Watch:
 
     def _read_now(self, protocol: Wire, request: web.Request, body: bytes) -> WatchedRequest | None:
         try:
-            return read_request(protocol, body, request.headers)
+            watched = read_request(protocol, body, request.headers)
         except WireError as error:
             self._notice(f"{request.method} {request.path}: {error}; forwarded unread")
             return None
+        if self.keepalive is not None:
+            self.keepalive.arrived(watched)  # its conversation's ping in flight is cancelled
+        return watched
 
     def _read_incoming(self, protocol: Wire, request: web.Request, incoming: _Incoming) -> WatchedRequest | None:
         """A request streamed through: read if it ended within `MAX_READ` before the answer began."""

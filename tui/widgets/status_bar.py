@@ -23,6 +23,12 @@ STATE_ROOM = len("● step 100")
 CONTEXT_WARNING = 0.8  # of the window: the meter turns to a warning
 
 
+def _side(totals: SessionTotals) -> str:
+    """The side requests in the totals, by kind: `1 pre-warm, 2 keep-alive pings`."""
+    kinds = ((totals.side_requests - totals.pings, "pre-warm"), (totals.pings, "keep-alive ping"))
+    return ", ".join(counted(count, kind) for count, kind in kinds if count)
+
+
 class StatusBar(Static):
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $panel; color: $text; padding: 0 1; }
@@ -48,7 +54,7 @@ class StatusBar(Static):
         counts = Text(
             f"prompt {at_least}{totals.prompt:,} · out {at_least}{totals.output:,}" if known else "usage unknown"
         )
-        side = f"incl. {counted(totals.side_requests, 'pre-warm')}" if totals.side_requests else ""
+        side = f"incl. {_side(totals)}" if totals.side_requests else ""
         cache = Text("cache hit ")
         hit = totals.cache_hit
         if hit is None:
@@ -75,7 +81,7 @@ class StatusBar(Static):
     def show_detail(self, lifetime: str | None) -> None:
         """The cost's detail, as a tooltip: what the totals count, and on Anthropic the cache lifetime and why."""
         totals = self.totals
-        side = f" and {counted(totals.side_requests, 'pre-warm')} (side requests)" if totals.side_requests else ""
+        side = f" and {_side(totals)} (side requests)" if totals.side_requests else ""
         lines = [f"{counted(totals.steps, 'step')}{side}: {totals.cost}"]
         if totals.unreported:
             lines.append(
