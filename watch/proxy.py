@@ -23,12 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiohttp
-import msgspec
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from hotloop.agent.events import Notice, SideOf
-from hotloop.nesting import decoded
 from hotloop.providers.protocols import Wire
 from hotloop.providers.transport import ANTHROPIC_URL, OPENAI_URL
 from hotloop.sessions.log import SessionLog
@@ -38,6 +35,7 @@ from hotloop.watch.conversation import Conversation, ConversationInfo, Sink
 from hotloop.watch.keepalive import Held, WatchKeepAlive
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
+from hotloop.watch.upstream_faults import cause_of, refusal_said
 from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
 
 # Per connection, not per message: never forwarded (RFC 9110 §7.6.1), nor the client's Host.
@@ -214,7 +212,7 @@ class Watch:
                 request.method, target.url + request.path_qs, data=data, headers=headers, allow_redirects=False
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
-            line = f"cannot reach {target.name} ({target.url}): {_cause(error)}"
+            line = f"cannot reach {target.name} ({target.url}): {cause_of(error)}"
             self._notice(line, "error")
             failure = {"type": "error", "error": {"type": "api_error", "message": f"hotloop watch: {line}"}}
             return web.json_response(failure, status=502)
@@ -259,7 +257,7 @@ class Watch:
                         f"{target.name} ({target.url}) broke off its answer to {request.path}: {broke}", "error"
                     )
                 elif not 200 <= upstream.status < 400:
-                    self._notice(f"{target.name} answered {upstream.status} to {request.path}: {_said(kept)}")
+                    self._notice(f"{target.name} answered {upstream.status} to {request.path}: {refusal_said(kept)}")
         return response
 
     async def _read(self, protocol: Wire, request: web.Request, body: bytes) -> WatchedRequest | None:
@@ -322,7 +320,7 @@ class Watch:
             return
         except aiohttp.ClientError as error:
             conversation, reader = watching or opening()
-            reader.problem = reader.problem or f"{reader.where} broke off mid-stream: {_cause(error)}"
+            reader.problem = reader.problem or f"{reader.where} broke off mid-stream: {cause_of(error)}"
             conversation.finish(reader)
             _hang_up(request)
             return
@@ -357,7 +355,7 @@ class Watch:
             await response.write_eof()
         except aiohttp.ClientError as error:
             _hang_up(request)
-            return kept, _cause(error)
+            return kept, cause_of(error)
         except ConnectionResetError:
             pass  # the client left: nothing more to say than what its cancellation says
         return kept, ""
@@ -438,25 +436,3 @@ def _hang_up(request: web.Request) -> None:
     (an unfinished chunked body, or fewer bytes than the Content-Length), and aiohttp finishes nothing after it."""
     if request.transport is not None:
         request.transport.close()
-
-
-def _cause(error: BaseException) -> str:
-    if isinstance(error, TimeoutError):
-        return "timed out connecting"
-    cause = error.__cause__ or error
-    if isinstance(error, aiohttp.ClientPayloadError) and isinstance(cause, HttpProcessingError):
-        return "it closed the connection before the answer's end"
-    message = getattr(cause, "message", None)  # aiohttp's own errors: their str() starts with a status code
-    text = message if isinstance(message, str) and message else str(cause) or type(cause).__name__
-    return text.strip().split("\n", 1)[0][:200]
-
-
-def _said(body: bytes) -> str:
-    """A refusal's message: the JSON error's `message` if it has one, else the start of the body."""
-    try:
-        document = decoded(msgspec.json.decode, body)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return body[:200].decode(errors="replace").strip() or "(no body)"
-    error = document.get("error") if isinstance(document, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error if isinstance(error, str) else None
-    return str(message)[:200] if message else body[:200].decode(errors="replace")
