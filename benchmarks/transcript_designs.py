@@ -1,7 +1,7 @@
 """Why the transcript is a custom line-API widget: Textual's Markdown widgets against hotloop's real `Transcript`.
 
-docs/architecture.md calls hotloop's transcript "design F" of a feasibility study
-(shared/notes/transcript_feasibility.md): everything finished is pre-rendered into one
+docs/architecture.md calls hotloop's transcript "design F", the one an early feasibility study
+chose: everything finished is pre-rendered into one
 line-API widget (`HistoryView`), which also draws the live answer (`LiveAnswer`): it
 renders finished Markdown blocks once and only the open block again, on a coalescing 30 Hz
 flush. The study found that Textual's own `Markdown` widget, streamed through
