@@ -51,6 +51,10 @@ class LogKeeper:
         self._held.clear()
         self._unanswered = created
 
+    async def synced(self) -> None:
+        if self.log is not None:
+            await self.log.synced()
+
     def close(self) -> None:
         from hotloop.sessions.summary import summary_path
 

@@ -299,6 +299,8 @@ class Session:
             self.server.nudge()
             self.prewarmer.after_turn(self.agent)
             self.keepalive.after_turn(self.agent)
+            # A turn that ended (answered or cancelled) is on disk before its caller hears: a kill after loses none.
+            await self.logs.synced()
 
     def context(self) -> tuple[int, int] | None:
         """How full the context is: the tokens the last step left in it, and the window; None if either is unknown."""

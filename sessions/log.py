@@ -21,6 +21,7 @@ never append to one session.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import os
@@ -219,6 +220,17 @@ class SessionLog:
             return False
         self._hand_over()
         return WRITER.done(timeout) and self.error is None
+
+    async def synced(self, timeout: float = FLUSH_WAIT) -> bool:
+        """`flush` for a caller on an event loop: the loop goes on while the disk takes what is kept."""
+        if self._closed or self.error is not None:
+            return False
+        self._hand_over()
+        try:
+            await asyncio.wait_for(WRITER.settled(), timeout)
+        except TimeoutError:
+            return False
+        return self.error is None
 
     def close(self, timeout: float = FLUSH_WAIT) -> None:
         """Write everything, save the summary and let the session go; waits for the disk at most `timeout` s."""

@@ -64,6 +64,22 @@ class Writer:
         self._bell.put(None)  # now: a caller on the loop waits here, so the loop's next turn would never come
         return ran.wait(timeout)
 
+    async def settled(self) -> None:
+        """Until what was handed over so far has run, without holding the loop meanwhile."""
+        loop = asyncio.get_running_loop()
+        ran: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not ran.done():  # the waiter may have given up (its bound)
+                ran.set_result(None)
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(settle)
+
+        self.submit(wake)
+        self._bell.put(None)
+        await ran
+
     def _start(self) -> None:
         with self._lock:
             if self._thread is None:
