@@ -1,29 +1,39 @@
-"""Helpers shared by the tests: simulators, providers, agents and an event recorder."""
+"""Helpers shared by the tests: simulators, providers, agents, a watch, an event recorder, and real processes
+started as a terminal starts them."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import inspect
 import json
 import os
+import pty
+import queue
 import re
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import anthropic
 import openai
 import pytest
 from aiohttp import web
+from openai.types.chat import ChatCompletionFunctionToolParam
 
+from hotloop import paths
 from hotloop.agent.approvals import Approvals
-from hotloop.agent.events import AgentEvent, fan_out
+from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, fan_out
 from hotloop.agent.hooks import Hooks
 from hotloop.agent.loop import Agent
 from hotloop.agent.options import AgentOptions
@@ -38,9 +48,22 @@ from hotloop.sessions.log import SessionLog
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import NO_LATENCY, LatencyProfile, SimConfig
 from hotloop.sim.scenario import load_scenario
+from hotloop.watch import Watch, upstream_at
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
+
+# A tool in Chat Completions' form: the simulator's planner calls it for "read README.md".
+READ_FILE: ChatCompletionFunctionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
+# What `lines_of` gives once the stream has ended.
+ENDED = "(the process ended)"
 
 E = TypeVar("E", bound=AgentEvent)
 T = TypeVar("T")
@@ -224,6 +247,110 @@ def killed_mid_answer(home: Path) -> Path:
         process.wait()
     [path] = folder.glob("*.jsonl")
     return path
+
+
+class Seen:
+    """A watch's sink: every event with its conversation."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, AgentEvent]] = []
+
+    def __call__(self, conversation: str, event: AgentEvent) -> None:
+        self.events.append((conversation, event))
+
+    def of(self, kind: type[Any]) -> list[tuple[str, Any]]:
+        return [(conversation, event) for conversation, event in self.events if isinstance(event, kind)]
+
+    def steps(self) -> list[str]:
+        """The conversation of every finished step, in order."""
+        return [conversation for conversation, _ in self.of(StepFinished)]
+
+    def started(self) -> list[str]:
+        return [conversation for conversation, _ in self.of(StepStarted)]
+
+
+@asynccontextmanager
+async def watching(sim: EmbeddedSimulator) -> AsyncIterator[tuple[Watch, Seen, str]]:
+    """A started watch in front of `sim`, writing to the sessions folder; its sink, and its root URL."""
+    seen = Seen()
+    watch = Watch(upstream_at(sim.url, "sim"), seen, folder=paths.sessions_dir(), workspace=Path.cwd())
+    url = await watch.start()
+    try:
+        yield watch, seen, url
+    finally:
+        await watch.aclose()
+
+
+def as_in_a_terminal() -> None:
+    """SIGINT and SIGHUP at their defaults, as a terminal starts a command: a runner started in the background
+    passes them on ignored, and an ignored signal stays ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@contextmanager
+def in_a_terminal(
+    command: list[str], environment: dict[str, str], cwd: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`command` started on a new 120x40 xterm-256color pseudo-terminal, as a shell starts it; and the terminal's
+    master end, to read what it draws and to type. Killed on the way out if it still runs."""
+    master, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen(
+        command,
+        env={**environment, "TERM": "xterm-256color"},
+        cwd=cwd,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        preexec_fn=as_in_a_terminal,
+    )
+    os.close(terminal)
+    try:
+        yield process, master
+    finally:
+        killed_if_running(process)
+        os.close(master)
+
+
+def read_until(master: int, drawn: bytearray, done: Callable[[], bool], what: str) -> None:
+    """Read what the process draws into `drawn` until `done()` holds; 30 s at most without a byte."""
+    while not done():
+        assert select.select([master], [], [], 30)[0], f"no {what} after 30 s: {drawn[-2000:]!r}"
+        drawn += os.read(master, 65536)
+
+
+def stopped_in_a_terminal(process: subprocess.Popen[bytes], master: int, stop: signal.Signals) -> None:
+    """Send `stop`, then read what the process draws, so it never blocks on a full terminal, until it closes its end
+    (or 30 s pass without a byte); then wait, 30 s at most, for it to exit."""
+    process.send_signal(stop)
+    while select.select([master], [], [], 30)[0]:
+        try:
+            if not os.read(master, 65536):
+                break
+        except OSError:  # EIO: the process has exited and closed its end
+            break
+    process.wait(timeout=30)
+
+
+def killed_if_running(process: subprocess.Popen[Any]) -> None:
+    """For a test's `finally`: a process that a failed wait left running is killed, never left behind."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def lines_of(stream: IO[str]) -> queue.Queue[str]:
+    """The stream's lines as they come, so a wait for one has a bound; `ENDED` once the stream ends."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line.rstrip("\n"))
+        lines.put(ENDED)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
 
 
 def provider_on(

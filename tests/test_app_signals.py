@@ -4,21 +4,17 @@ where it stands)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
-import select
 import signal
-import struct
-import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
 
 from hotloop.agent.events import ResponseFinished, TurnFinished, decode
+
+from support import in_a_terminal, read_until, stopped_in_a_terminal
 
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 # The model's answer asks to run a command: the turn waits for the user's approval, in flight for as long as it takes.
@@ -29,25 +25,11 @@ CONFIG = (
 )
 
 
-def _as_in_a_terminal() -> None:
-    """SIGINT and SIGHUP at their defaults, as a terminal starts a command."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
-
 def _logged(data: Path) -> list[object]:
     logs = list((data / "sessions").glob("*.jsonl"))
     if not logs:
         return []
     return [decode(line) for line in logs[0].read_bytes().splitlines()[1:] if line.endswith(b"}")]
-
-
-def _read_until(master: int, drawn: bytearray, done: object, what: str) -> None:
-    """Read what the app draws until `done()` holds; 30 s at most without a byte."""
-    assert callable(done)
-    while not done():
-        assert select.select([master], [], [], 30)[0], f"no {what} after 30 s: {drawn[-2000:]!r}"
-        drawn += os.read(master, 65536)
 
 
 @pytest.mark.parametrize("stop", SIGNALS, ids=lambda stop: stop.name)
@@ -57,42 +39,13 @@ def test_the_app_stopped_mid_answer_ends_its_turn_in_the_log(stop: signal.Signal
     (tmp_path / "config.toml").write_text(CONFIG)
     (tmp_path / "scenario.json").write_text(json.dumps(ASKS_TO_RUN))
     data = tmp_path / "data"
-    environment = {
-        **os.environ,
-        "HOTLOOP_CONFIG": str(tmp_path / "config.toml"),
-        "HOTLOOP_DATA_DIR": str(data),
-        "TERM": "xterm-256color",
-    }
-    master, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hotloop"],
-        env=environment,
-        cwd=tmp_path,
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        preexec_fn=_as_in_a_terminal,
-    )
-    os.close(terminal)
+    environment = {**os.environ, "HOTLOOP_CONFIG": str(tmp_path / "config.toml"), "HOTLOOP_DATA_DIR": str(data)}
     drawn = bytearray()
-    try:
-        _read_until(master, drawn, lambda: b"ready" in drawn, "ready state drawn")
+    with in_a_terminal([sys.executable, "-m", "hotloop"], environment, tmp_path) as (process, master):
+        read_until(master, drawn, lambda: b"ready" in drawn, "ready state drawn")
         os.write(master, b"tell me about the project\r")
-        _read_until(master, drawn, lambda: b"allow once" in drawn, "approval asked")
-        process.send_signal(stop)
-        while select.select([master], [], [], 30)[0]:
-            try:
-                if not os.read(master, 65536):
-                    break
-            except OSError:  # EIO: the app has exited and closed its end
-                break
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(master)
+        read_until(master, drawn, lambda: b"allow once" in drawn, "approval asked")
+        stopped_in_a_terminal(process, master, stop)
     assert process.returncode == 0
     events = _logged(data)
     assert [type(event) for event in events if isinstance(event, ResponseFinished)] == [ResponseFinished]

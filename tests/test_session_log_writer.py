@@ -4,7 +4,6 @@ lost by SIGKILL or an exit without `close`, the summary is saved without a close
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -12,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import msgspec
 
@@ -23,7 +21,7 @@ from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import read_session
 from hotloop.sessions.summary import Summary, read_summary, summary_path
 
-from support import wait_until
+from support import lines_of, wait_until
 
 KEY = "sk-live-0123456789abcdef"
 BOUND = 30.0
@@ -56,19 +54,6 @@ for turn in range(3, 3001):  # handed over faster than a disk takes them: the wr
 """
 
 
-def _lines(stream: IO[str]) -> queue.Queue[str]:
-    """The stream's lines as they come, so a wait for one has a bound."""
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        for line in stream:
-            lines.put(line.rstrip("\n"))
-        lines.put("(the process ended)")
-
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
-
-
 def _until(condition: Callable[[], bool], what: str) -> None:
     """Wait, at most BOUND seconds, until `condition` holds; a TimeoutError naming `what` after that."""
     deadline = time.monotonic() + BOUND
@@ -99,7 +84,7 @@ def test_sigkill_keeps_every_finished_turn_and_frees_the_session(tmp_path: Path)
         text=True,
     )
     try:
-        lines = _lines(process.stdout)  # type: ignore[arg-type]
+        lines = lines_of(process.stdout)  # type: ignore[arg-type]
         path = Path(lines.get(timeout=BOUND))
         assert lines.get(timeout=BOUND) == "turn 1 finished"
         assert lines.get(timeout=BOUND) == "turn 2 streaming"

@@ -19,7 +19,6 @@ import pytest
 
 from hotloop import paths
 from hotloop.agent.events import (
-    AgentEvent,
     Notice,
     ResponseFinished,
     StepFinished,
@@ -31,7 +30,7 @@ from hotloop.sessions.titles import headline
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.watch import Watch, upstream_at
 
-from support import close_clients, start_sim, wait_until
+from support import READ_FILE, Seen, close_clients, start_sim, wait_until, watching
 
 __all__ = ["close_clients"]
 KEY = "sk-watch-secret-0123456789abcdef"
@@ -40,26 +39,10 @@ MODEL = "sim-balanced"
 _VOLATILE = re.compile(rb"[0-9a-f]{16,}|\b1[0-9]{9}\b")
 
 
-class Seen:
-    """The watch's sink: every event with its conversation."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, AgentEvent]] = []
-
-    def __call__(self, conversation: str, event: AgentEvent) -> None:
-        self.events.append((conversation, event))
-
-    def of(self, kind: type[Any]) -> list[tuple[str, Any]]:
-        return [(conversation, event) for conversation, event in self.events if isinstance(event, kind)]
-
-
 @pytest.fixture
 async def watched(sim: EmbeddedSimulator) -> AsyncIterator[tuple[Watch, Seen, str]]:
-    seen = Seen()
-    watch = Watch(upstream_at(sim.url, "sim"), seen, folder=paths.sessions_dir(), workspace=Path.cwd())
-    url = await watch.start()
-    yield watch, seen, url
-    await watch.aclose()
+    async with watching(sim) as started:
+        yield started
 
 
 def _clients(url: str) -> tuple[openai.AsyncOpenAI, anthropic.AsyncAnthropic]:
@@ -133,16 +116,7 @@ async def test_a_tool_loop_is_one_conversation_and_a_side_request_branches_off(
 ) -> None:
     watch, seen, url = watched
     api, other = _clients(url)
-    tools: Any = [
-        {
-            "type": "function",
-            "function": {
-                "name": "read_file",
-                "description": "Read a file",
-                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-            },
-        }
-    ]
+    tools = [READ_FILE]
     asked: list[Any] = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "read README.md"}]
     first = await api.chat.completions.create(model=MODEL, messages=asked, tools=tools)
     calls = first.choices[0].message.tool_calls

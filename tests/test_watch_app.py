@@ -4,14 +4,11 @@ by the real screen (Pilot)."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import openai
 import pytest
 
-from hotloop import paths
 from hotloop.agent.events import AgentEvent, StepFinished
-from hotloop.config import load_config
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.tui.screens.watch import WatchScreen
 from hotloop.tui.screens.watch_help import WatchHelp
@@ -21,36 +18,18 @@ from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 from hotloop.tui.widgets.watched_list import WatchedList
-from hotloop.watch import Watch, upstream_at
 
 from support import present, wait_until
+from tui_support import after_drawn, transcript_text, watch_app
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _app(sim: EmbeddedSimulator) -> WatchApp:
-    watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
-    return WatchApp(watch, "127.0.0.1", 0, load_config())
 
 
 def _finished_steps(app: WatchApp) -> asyncio.Queue[AgentEvent]:
     """The watch's steps as they finish, once the app has drawn them: the app's own sink, then the queue."""
     finished: asyncio.Queue[AgentEvent] = asyncio.Queue()
-    drawn = app.watch_.sink
-
-    def sink(conversation: str, event: AgentEvent) -> None:
-        drawn(conversation, event)
-        if isinstance(event, StepFinished):
-            finished.put_nowait(event)
-
-    app.watch_.sink = sink
+    after_drawn(app, StepFinished, lambda _conversation, event: finished.put_nowait(event))
     return finished
-
-
-def _text(transcript: Transcript) -> str:
-    """What the transcript's entries say, as drawn at 120 columns."""
-    context = transcript.context(120)
-    return "\n".join(strip.text for item in transcript.history.items for strip in item.render(context).lines)
 
 
 async def _ask(url: str, prompt: str) -> str:
@@ -67,7 +46,7 @@ async def _ask(url: str, prompt: str) -> str:
 async def test_a_watched_request_is_a_conversation_with_its_step(sim: EmbeddedSimulator) -> None:
     """An SDK's request through the watch: listed as a conversation, its answer and usage strip in the transcript,
     the status bar on its provider and model with its totals, the address line counting it."""
-    app = _app(sim)
+    app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         screen = app.screen
@@ -80,7 +59,7 @@ async def test_a_watched_request_is_a_conversation_with_its_step(sim: EmbeddedSi
         assert listed.option_count == 1
         line = str(listed.get_option_at_index(0).prompt)
         assert "say hello to the watcher" in line and "1 request" in line
-        shown = _text(screen.query_one(Transcript))
+        shown = transcript_text(screen.query_one(Transcript))
         first_line = answer.strip().splitlines()[0].strip("#*` ")
         assert shown.startswith("▌ say hello to the watcher") and shown.count(first_line) == 2  # prompt, answer
         (request,) = [r for r in sim.server.requests if r.path.endswith("/chat/completions")]
@@ -93,7 +72,7 @@ async def test_a_watched_request_is_a_conversation_with_its_step(sim: EmbeddedSi
 
 async def test_each_conversation_keeps_its_own_transcript_and_totals(sim: EmbeddedSimulator) -> None:
     """Two unrelated prompts are two conversations; moving down the list puts the second one's on screen."""
-    app = _app(sim)
+    app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         screen = app.screen
@@ -106,17 +85,17 @@ async def test_each_conversation_keeps_its_own_transcript_and_totals(sim: Embedd
         await pilot.pause()
         assert screen.query_one(WatchedList).option_count == 2
         first = present(screen.visible_transcript())
-        assert "first conversation" in _text(first)
+        assert "first conversation" in transcript_text(first)
         screen.query_one(WatchedList).focus()
         await pilot.press("down")
         await wait_until(lambda: screen.visible_transcript() is not first, what="the other conversation on screen")
         second = present(screen.visible_transcript())
-        assert "second conversation" in _text(second)
+        assert "second conversation" in transcript_text(second)
         assert screen.query_one(StatusBar).totals.steps == 1  # the conversation on screen, not the whole traffic
 
 
 async def test_f3_draws_the_waterfall_and_f1_says_how_to_point_an_agent_here(sim: EmbeddedSimulator) -> None:
-    app = _app(sim)
+    app = watch_app(sim)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await pilot.press("f3")
@@ -134,7 +113,7 @@ async def test_f3_draws_the_waterfall_and_f1_says_how_to_point_an_agent_here(sim
 
 async def test_a_request_the_watch_cannot_read_is_one_line_and_the_app_goes_on(sim: EmbeddedSimulator) -> None:
     """A body that isn't JSON goes on to the server unread; the app says so once and keeps watching."""
-    app = _app(sim)
+    app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         async with openai.AsyncOpenAI(base_url=f"{app.url}/v1", api_key="k", max_retries=0) as client:
@@ -152,7 +131,7 @@ async def test_a_request_the_watch_cannot_read_is_one_line_and_the_app_goes_on(s
 async def test_a_self_hosted_upstream_has_its_server_panel(sim: EmbeddedSimulator) -> None:
     """The upstream describes itself (the simulator, in vLLM's dialect): the panel names it and counts what it
     served, as beside a session; F2 hides it."""
-    app = _app(sim)
+    app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         finished = _finished_steps(app)

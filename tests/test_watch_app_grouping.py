@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -15,18 +14,16 @@ import openai
 import pytest
 from textual.widget import Widget
 
-from hotloop import paths
-from hotloop.agent.events import AgentEvent, ResponseFinished
-from hotloop.config import load_config
+from hotloop.agent.events import ResponseFinished
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.tui.screens.watch import WatchScreen
 from hotloop.tui.watch_app import WatchApp
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
 from hotloop.tui.widgets.watched_list import WatchedList
-from hotloop.watch import Watch, upstream_at
 
 from support import present, wait_until
+from tui_support import after_drawn, transcript_text, watch_app
 
 pytestmark = pytest.mark.timeout(60)
 ANTHROPIC_MODEL, RESPONSES_MODEL = "sim-balanced", "sim-fast"
@@ -34,25 +31,11 @@ ANTHROPIC_MODEL, RESPONSES_MODEL = "sim-balanced", "sim-fast"
 
 def _app(sim: EmbeddedSimulator) -> tuple[WatchApp, asyncio.Queue[str]]:
     """The app on a real watch; the conversation of each answered request, once the app has drawn its end."""
-    watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
-    app = WatchApp(watch, "127.0.0.1", 0, load_config())
-    return app, asyncio.Queue()
+    return watch_app(sim), asyncio.Queue()
 
 
 def _observe(app: WatchApp, finished: asyncio.Queue[str]) -> None:
-    drawn = app.watch_.sink
-
-    def sink(conversation: str, event: AgentEvent) -> None:
-        drawn(conversation, event)
-        if isinstance(event, ResponseFinished):
-            finished.put_nowait(conversation)
-
-    app.watch_.sink = sink
-
-
-def _text(transcript: Transcript) -> str:
-    context = transcript.context(120)
-    return "\n".join(strip.text for item in transcript.history.items for strip in item.render(context).lines)
+    after_drawn(app, ResponseFinished, lambda conversation, _event: finished.put_nowait(conversation))
 
 
 def _on_screen(screen: WatchScreen) -> set[Transcript]:
@@ -121,21 +104,23 @@ async def test_interleaved_conversations_are_each_drawn_alone_with_their_own_tot
             claude = next(iter(steps))
             shown = present(screen.visible_transcript())
             assert _on_screen(screen) == {shown}, f"after request {number + 1}"
-            text = _text(shown)
+            text = transcript_text(shown)
             assert "apples" in text and "bananas" not in text and "dates" not in text
             status = screen.query_one(StatusBar)
             assert (status.model, status.totals.steps) == (ANTHROPIC_MODEL, steps[claude])
         await talk.close()
         assert len(steps) == 2 and set(steps.values()) == {2}
-        assert "cherries" in _text(present(screen.visible_transcript()))
+        assert "cherries" in transcript_text(present(screen.visible_transcript()))
         listed = screen.query_one(WatchedList)
         listed.focus()
         await pilot.press("down")
-        await wait_until(lambda: "bananas" in _text(present(screen.visible_transcript())), what="the Responses one")
+        await wait_until(
+            lambda: "bananas" in transcript_text(present(screen.visible_transcript())), what="the Responses one"
+        )
         await pilot.pause()
         shown = present(screen.visible_transcript())
         assert _on_screen(screen) == {shown}
-        text = _text(shown)
+        text = transcript_text(shown)
         assert "dates" in text and "apples" not in text and "cherries" not in text
         status = screen.query_one(StatusBar)
         assert (status.model, status.totals.steps) == (RESPONSES_MODEL, 2)
@@ -177,6 +162,6 @@ async def test_a_title_request_that_began_first_moves_under_its_conversation_whi
         assert str(rows[1].prompt).startswith("↳ ")
         assert listed.highlighted_option is not None and listed.highlighted_option.id == real
         shown = present(screen.visible_transcript())
-        assert _on_screen(screen) == {shown} and "list the files here" in _text(shown)
-        assert "Generate a title" not in _text(shown)
+        assert _on_screen(screen) == {shown} and "list the files here" in transcript_text(shown)
+        assert "Generate a title" not in transcript_text(shown)
         assert screen.query_one(StatusBar).totals is screen.totals[real]

@@ -6,25 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import random
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from textual.app import App, ComposeResult
 
-from hotloop import paths
-from hotloop.agent.events import AgentEvent, ResponseFinished
+from hotloop.agent.events import ResponseFinished
 from hotloop.agent.figures import SessionTotals
 from hotloop.agent.pricing import StepPricer
-from hotloop.config import load_config
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.tui.screens.watch import WatchScreen
 from hotloop.tui.watch_app import WatchApp
 from hotloop.tui.widgets.watched_list import WatchedList
-from hotloop.watch import ConversationInfo, Watch, upstream_at
+from hotloop.watch import ConversationInfo
 
 from support import wait_until
+from tui_support import after_drawn, watch_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,21 +50,13 @@ async def test_rows_follow_inserts_updates_and_a_correction_and_the_highlight_st
     inserted under A above B, B grows, opencode's title request comes before its real request (which adopts it: the
     title's row moves under it) and B gets a side request. After each, the rows are the conversations in order, side
     requests indented under their parent, and the highlight is on B, which is on screen."""
-    watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
-    app = WatchApp(watch, "127.0.0.1", 0, load_config())
+    app = watch_app(sim)
     answered: asyncio.Queue[str] = asyncio.Queue()
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, WatchScreen)
-        drawn = app.watch_.sink
-
-        def sink(conversation: str, event: AgentEvent) -> None:
-            drawn(conversation, event)
-            if isinstance(event, ResponseFinished):
-                answered.put_nowait(conversation)
-
-        app.watch_.sink = sink
+        after_drawn(app, ResponseFinished, lambda conversation, _event: answered.put_nowait(conversation))
         api = openai.AsyncOpenAI(base_url=f"{app.url}/v1", api_key="sk-not-a-key", max_retries=0)
 
         async def ask(messages: list[dict[str, str]], **more: Any) -> tuple[str, str]:

@@ -47,12 +47,11 @@ from hotloop.sessions.titles import headline, users_words
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.tui.live_panes import LivePane
 from hotloop.tui.screens.watch import WatchScreen
-from hotloop.tui.watch_app import WatchApp
 from hotloop.watch import ConversationInfo, Watch, upstream_at
 from hotloop.watch.wire import PROTOCOLS, agent_of, read_request
 
 from support import wait_until
-from tui_support import drawn
+from tui_support import drawn, watch_app
 
 KEY = "sk-watch-figures-0123456789abcdef"
 HELD = 0.3  # seconds a slow consumer holds the loop at the answer's end
@@ -283,8 +282,7 @@ def test_the_atif_export_names_the_agent_and_version_that_made_the_session(capsy
 async def test_the_watch_app_times_a_requests_wait_on_the_events_clock(sim: EmbeddedSimulator, tmp_path: Path) -> None:
     """The watch app ticked its waits on `perf_counter` against the events' wall-clock `ts`: a request that had
     waited 3 s for its first token read `0.00 s`."""
-    watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
-    app = WatchApp(watch, "127.0.0.1", 0, load_config())
+    app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         screen = app.screen

@@ -16,14 +16,14 @@ import openai
 import pytest
 
 from hotloop import paths
-from hotloop.agent.events import AgentEvent, SideOf, StepFinished, StepStarted
+from hotloop.agent.events import SideOf
 from hotloop.sessions.fork import under_parents
 from hotloop.sessions.store import SessionSummary, list_sessions, read_session
 from hotloop.sim.embedded import EmbeddedSimulator
-from hotloop.watch import Watch, upstream_at
+from hotloop.watch import Watch
 from hotloop.watch.lineage import Lineage, Placement
 
-from support import wait_until
+from support import Seen, wait_until, watching
 
 pytestmark = pytest.mark.timeout(60)
 AGENTS = Path(__file__).parent / "fixtures" / "agents"
@@ -36,28 +36,10 @@ OPENCODE_TOOLS = ("read", "list", "glob", "grep", "bash", "edit")
 OPENCODE_HEADERS = {"x-session-id": "ses_1f2e3d4c5b6a", "User-Agent": "opencode/1.18.33 ai-sdk/provider-utils"}
 
 
-class Seen:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, AgentEvent]] = []
-
-    def __call__(self, conversation: str, event: AgentEvent) -> None:
-        self.events.append((conversation, event))
-
-    def steps(self) -> list[str]:
-        """The conversation of every finished step, in order."""
-        return [conversation for conversation, event in self.events if isinstance(event, StepFinished)]
-
-    def started(self) -> list[str]:
-        return [conversation for conversation, event in self.events if isinstance(event, StepStarted)]
-
-
 @pytest.fixture
 async def watched(sim: EmbeddedSimulator) -> AsyncIterator[tuple[Watch, Seen, str]]:
-    seen = Seen()
-    watch = Watch(upstream_at(sim.url, "sim"), seen, folder=paths.sessions_dir(), workspace=Path.cwd())
-    url = await watch.start()
-    yield watch, seen, url
-    await watch.aclose()
+    async with watching(sim) as started:
+        yield started
 
 
 def _tool(name: str) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from typing import Any
 import openai
 import pytest
 from test_telemetry import Receiver
-from test_watch import Seen
 from watch_upstream import application, deep
 
 from hotloop import paths
@@ -37,7 +36,7 @@ from hotloop.watch import Watch, upstream_at
 from hotloop.watch.proxy import MAX_READ
 from hotloop.watch.wire import KEPT_TEXT
 
-from support import serving, wait_until
+from support import Seen, serving, wait_until
 
 KEY = "sk-planted-0123456789abcdef0123"
 OTHER_KEY = "sk-another-fedcba9876543210fedc"  # a second client's, sent to a conversation the first opened

@@ -3,38 +3,33 @@ stopped by SIGTERM, SIGHUP or SIGINT right after an answer, keep that answer's s
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import queue
 import re
-import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
-import termios
-import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import openai
 import pytest
 
 from hotloop.agent.events import ResponseFinished, StepFinished, TurnFinished, decode
 
+from support import (
+    ENDED,
+    READ_FILE,
+    as_in_a_terminal,
+    in_a_terminal,
+    killed_if_running,
+    lines_of,
+    read_until,
+    stopped_in_a_terminal,
+)
+
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
-TOOLS: Any = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
 
 
 @pytest.fixture
@@ -49,29 +44,26 @@ def environment(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _lines(stream: IO[str]) -> queue.Queue[str]:
-    """The stream's lines as they come, so a wait for one has a bound."""
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        for line in stream:
-            lines.put(line.rstrip("\n"))
-        lines.put("\0")
-
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
-
-
-def _as_in_a_terminal() -> None:
-    """SIGINT and SIGHUP at their defaults, as a terminal starts a command: a runner started in the background
-    passes them on ignored, and an ignored signal stays ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+def _piped(
+    command: list[str], environment: dict[str, str], cwd: Path
+) -> tuple[subprocess.Popen[str], queue.Queue[str], queue.Queue[str]]:
+    """`command` started as a terminal starts it, its output piped; its stderr's and its stdout's lines as they come."""
+    process = subprocess.Popen(
+        command,
+        env=environment,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_in_a_terminal,
+    )
+    assert process.stderr is not None and process.stdout is not None
+    return process, lines_of(process.stderr), lines_of(process.stdout)
 
 
 def _rest(lines: queue.Queue[str]) -> list[str]:
     """The lines up to the stream's end, which comes within 10 s of the process's."""
-    return list(iter(lambda: lines.get(timeout=10), "\0"))
+    return list(iter(lambda: lines.get(timeout=10), ENDED))
 
 
 def _logged(environment: dict[str, str]) -> list[Any]:
@@ -87,18 +79,10 @@ def test_a_watch_stopped_right_after_an_answer_keeps_its_step(
     """The answer asks for a tool, so its step stays open until the watch closes it: a watch killed where it stood
     would leave the step unwritten. Stopped by the signal at once, it stops accepting, closes the conversation
     (`StepFinished`, the turn interrupted) and exits 0 with one line."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hotloop", "watch", "--upstream", "sim"],
-        env=environment,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_as_in_a_terminal,
+    process, errors, output = _piped(
+        [sys.executable, "-m", "hotloop", "watch", "--upstream", "sim"], environment, tmp_path
     )
     try:
-        assert process.stderr is not None and process.stdout is not None
-        errors, output = _lines(process.stderr), _lines(process.stdout)
         said = errors.get(timeout=30)
         found = re.search(r"listening on (http://\S+)", said)
         assert found, said
@@ -106,7 +90,7 @@ def test_a_watch_stopped_right_after_an_answer_keeps_its_step(
         chunks = client.chat.completions.create(
             model="sim-balanced",
             messages=[{"role": "user", "content": "read README.md"}],
-            tools=TOOLS,
+            tools=[READ_FILE],
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -116,9 +100,7 @@ def test_a_watch_stopped_right_after_an_answer_keeps_its_step(
         process.send_signal(stop)
         process.wait(timeout=30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        killed_if_running(process)
     rest, out = _rest(errors), _rest(output)
     assert process.returncode == 0, rest
     assert [line for line in rest if line.startswith("hotloop watch: stopped")] == [
@@ -144,20 +126,11 @@ def test_a_run_stopped_mid_answer_keeps_every_step_as_ctrl_c_does(
     scenario.write_text('[{"text": "First answer."}, {"text": "' + "word " * 2000 + '", "decode_ms": 5}]')
     with Path(environment["HOTLOOP_CONFIG"]).open("a") as config:
         config.write(f'scenario = "{scenario}"\n')
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hotloop", "run", "--json", "first", "second"],
-        env=environment,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_as_in_a_terminal,
-    )
+    command = [sys.executable, "-m", "hotloop", "run", "--json", "first", "second"]
+    process, errors, output = _piped(command, environment, tmp_path)
     try:
-        assert process.stderr is not None and process.stdout is not None
-        errors, output = _lines(process.stderr), _lines(process.stdout)
         second = False  # the second turn has started: its first text delta is the moment
-        for line in iter(lambda: output.get(timeout=30), "\0"):
+        for line in iter(lambda: output.get(timeout=30), ENDED):
             if second and '"text_delta"' in line:
                 break
             second = second or ('"turn_started"' in line and '"turn":2' in line)
@@ -166,9 +139,7 @@ def test_a_run_stopped_mid_answer_keeps_every_step_as_ctrl_c_does(
         process.send_signal(stop)
         process.wait(timeout=30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        killed_if_running(process)
     rest = _rest(errors)
     assert process.returncode == 128 + stop, rest
     assert f"hotloop: stopped by {stop.name}" in rest and "Traceback" not in "\n".join(rest)
@@ -187,41 +158,17 @@ def test_the_watch_app_stopped_right_after_an_answer_keeps_its_step(
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    master, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hotloop", "watch", "--upstream", "sim", "--port", str(port)],
-        env={**environment, "TERM": "xterm-256color"},
-        cwd=tmp_path,
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        preexec_fn=_as_in_a_terminal,
-    )
-    os.close(terminal)
+    command = [sys.executable, "-m", "hotloop", "watch", "--upstream", "sim", "--port", str(port)]
     drawn = bytearray()
-    try:
-        while f"127.0.0.1:{port}".encode() not in drawn:  # the app draws its address once it listens
-            assert select.select([master], [], [], 30)[0], f"no address drawn after 30 s: {drawn[-2000:]!r}"
-            drawn += os.read(master, 65536)
+    with in_a_terminal(command, environment, tmp_path) as (process, master):
+        # the app draws its address once it listens
+        read_until(master, drawn, lambda: f"127.0.0.1:{port}".encode() in drawn, "address drawn")
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-signal-test-0123456789")
         answer = client.chat.completions.create(
-            model="sim-balanced", messages=[{"role": "user", "content": "read README.md"}], tools=TOOLS
+            model="sim-balanced", messages=[{"role": "user", "content": "read README.md"}], tools=[READ_FILE]
         )
         assert answer.choices[0].message.tool_calls
-        process.send_signal(stop)
-        while select.select([master], [], [], 30)[0]:
-            try:
-                if not os.read(master, 65536):
-                    break
-            except OSError:  # EIO: the app has exited and closed its end
-                break
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(master)
+        stopped_in_a_terminal(process, master, stop)
     assert process.returncode == 0
     events = _logged(environment)
     assert [type(event) for event in events if isinstance(event, (ResponseFinished, StepFinished))] == [
@@ -242,25 +189,14 @@ def test_a_watch_stopped_while_its_command_runs_stops_the_command_too(
         "print('command ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hotloop", "watch", "--upstream", "sim", "--run", sys.executable, "-c", command],
-        env=environment,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_as_in_a_terminal,
-    )
+    watching = [sys.executable, "-m", "hotloop", "watch", "--upstream", "sim", "--run", sys.executable, "-c", command]
+    process, errors, output = _piped(watching, environment, tmp_path)
     try:
-        assert process.stderr is not None and process.stdout is not None
-        errors, output = _lines(process.stderr), _lines(process.stdout)
         assert output.get(timeout=30) == "command ready"
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        killed_if_running(process)
     assert "command stopped" in _rest(output)
     assert process.returncode == 128 + signal.SIGTERM
     assert "hotloop watch: stopped by SIGTERM; every finished request is saved" in _rest(errors)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import unicodedata
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,20 +26,26 @@ from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_fro
 from textual.pilot import Pilot
 from textual.widgets._toast import Toast
 
+from hotloop import paths
+from hotloop.agent.events import AgentEvent
 from hotloop.agent.tools.registry import Tool, ToolContext
 from hotloop.config import load_config
 from hotloop.core.slash import SlashError, parse
+from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.tui.app import HotloopApp
 from hotloop.tui.live_panes import LivePane
+from hotloop.tui.watch_app import WatchApp
 from hotloop.tui.widgets.approval_bar import AnswerList, ApprovalBar
 from hotloop.tui.widgets.prompt_input import PromptInput
 from hotloop.tui.widgets.sessions_sidebar import SessionsSidebar
 from hotloop.tui.widgets.transcript import Transcript
+from hotloop.watch import Watch, upstream_at
 
 from support import wait_until
 
 __all__ = [
     "HELD",
+    "after_drawn",
     "answer",
     "connected",
     "drawn",
@@ -52,7 +58,9 @@ __all__ = [
     "send",
     "sessions_sidebar",
     "submit",
+    "transcript_text",
     "wait_until",
+    "watch_app",
     "write_config",
 ]
 
@@ -168,6 +176,30 @@ async def send(app: HotloopApp, pilot: Pilot[None], prompt: str) -> None:
     box.load_text(prompt)
     box.focus()
     await submit(app)
+
+
+def watch_app(sim: EmbeddedSimulator) -> WatchApp:
+    """The watch's app, on a free port, on a real watch of `sim` whose only sink is the app's own."""
+    watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
+    return WatchApp(watch, "127.0.0.1", 0, load_config())
+
+
+def after_drawn(app: WatchApp, kind: type[AgentEvent], then: Callable[[str, AgentEvent], None]) -> None:
+    """`then(conversation, event)` for each watched event of `kind`, once the app's own sink has drawn it."""
+    draw = app.watch_.sink
+
+    def sink(conversation: str, event: AgentEvent) -> None:
+        draw(conversation, event)
+        if isinstance(event, kind):
+            then(conversation, event)
+
+    app.watch_.sink = sink
+
+
+def transcript_text(transcript: Transcript) -> str:
+    """What the transcript's entries say, as drawn at 120 columns."""
+    context = transcript.context(120)
+    return "\n".join(strip.text for item in transcript.history.items for strip in item.render(context).lines)
 
 
 def live_panes(transcript: Transcript, status: str | None = None) -> list[LivePane]:
