@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
     from hotloop.core.runtime import Runtime
     from hotloop.core.telemetry import Telemetry
+    from hotloop.headless.fleet_mix import Part
+    from hotloop.headless.fleet_slo import Slo
     from hotloop.providers.base import Provider
 
 # The built-in task: a research question in two turns, whose prompts ask for the calls: three searches and two
@@ -203,9 +205,11 @@ async def run_level(
     agents: int,
     on_event: Callable[[AgentEvent], None],
     telemetry: Telemetry | None = None,
+    first: int = 0,
 ) -> Level:
     """`agents` sessions at once, each the scenario's turns in order, each agent as the config says; with
-    `telemetry`, each agent's events are spans of their own, its key their conversation."""
+    `telemetry`, each agent's events are spans of their own, its key their conversation. Agents are numbered from
+    `first + 1` (a worker's share of a level), so no two agents of a level send the same prompts."""
     level = Level(agents)
     registry = tools_of(scenario)
     options = runtime.config.agent_options()
@@ -234,14 +238,27 @@ async def run_level(
         )
         try:
             for prompt in scenario.prompts:
-                await agent.run_turn(f"{prompt} (agent {n + 1})")
+                await agent.run_turn(f"{prompt} (agent {first + n + 1})")
         except Exception as error:  # one agent's failure is a figure of the level, not the end of the bench
-            level.errors.append(f"agent {n + 1}: {error}")
+            level.errors.append(f"agent {first + n + 1}: {error}")
 
     started = time.perf_counter()
     await asyncio.gather(*(one(n) for n in range(agents)))
     level.wall = time.perf_counter() - started
     return level
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """Where the agents run (`--workers`, `--ray-address`), what they do (`--mix`) and what a level is judged by
+    (`--slo`, `--sweep`)."""
+
+    workers: int = 1
+    ray_address: str | None = None
+    slo: Slo | None = None
+    sweep: bool = False
+    mix: list[Part] | None = None  # `--mix`: in place of the scenario
+    time_scale: float = 1.0  # a mix's traces' tool and think times, times this
 
 
 def results(provider: Provider, scenario: str, task: dict[str, Any]) -> dict[str, Any]:
@@ -288,18 +305,26 @@ async def bench(
     json_out: bool,
     out: Console | None = None,
     otel: bool = False,
+    fleet: FleetOptions | None = None,
 ) -> int:
-    """Run the ramp; print the table and chart (or JSON) to `out` (stdout), save the result; 0 if no level
-    had an error. Spans go where the config says, or with `otel` to the local collector (`--otel`)."""
+    """Run the ramp (or the sweep), in this process or on workers; print the table and chart (or JSON) to `out`
+    (stdout), save the result; 0 if no level had an error. Spans go where the config says, or with `otel` to the
+    local collector (`--otel`)."""
     from rich.console import Console
     from rich.live import Live
 
     from hotloop.config import load_config, resolve
     from hotloop.core.runtime import Runtime
     from hotloop.core.telemetry import start_telemetry
-    from hotloop.headless.bench_view import Progress, chart, findings
+    from hotloop.headless.bench_trace import calibrate
+    from hotloop.headless.bench_view import Progress, chart, findings, fleet_findings, workers_table
+    from hotloop.headless.fleet_mix import Workload
+    from hotloop.headless.fleet_run import measured_level, start_fleet
+    from hotloop.headless.fleet_slo import SWEEP_CAP, Slo, judged, next_load
 
-    scenario = Scenario.load(scenario_path)
+    options = fleet or FleetOptions()
+    slo = options.slo or Slo()
+    workload = Workload(options.mix, time_scale=options.time_scale) if options.mix else Workload.of(scenario_path)
     config, choice = load_config().pointed_at(choice)
     target = resolve(config, choice)
     err, out = Console(stderr=True), out or Console()
@@ -310,22 +335,52 @@ async def bench(
             err.print(f"{event.level}: {event.message}", markup=False, highlight=False)
 
     telemetry = start_telemetry(config, otel, warned, lambda: None)
+    workers = None
     try:
         provider = await runtime.connect(target)
-        result = results(provider, scenario_path.name if scenario_path else "built-in research task", scenario.task())
-        progress = Progress(ramp, len(scenario.prompts), result)
+        if any(part.trace is not None for part in workload.parts):
+            workload = replace(workload, calibration=await calibrate(provider))
+        result = results(provider, workload.name, workload.task())
+        if options.mix:
+            result["mix"] = [{"workload": part.name, "weight": part.weight} for part in workload.parts]
+        if options.workers > 1:
+            workers = await start_fleet(options.workers, options.ray_address, config, target, provider, err)
+        result["workers"] = len(workers.actors) if workers else 1
+        if workers is not None and telemetry is not None:
+            err.print("--otel: the workers' agents export no spans", markup=False, highlight=False)
+        if workers is not None:
+            result["ray"] = {"address": workers.address, "startup_s": workers.startup_s}
+        # A sweep's levels are found as it goes: the progress view reads the list as it grows.
+        levels = ramp[:1] if options.sweep else list(ramp)
+        cap = max(ramp) if options.sweep and len(ramp) > 1 else SWEEP_CAP
+        tried: dict[int, bool] = {}
+        progress = Progress(levels, workload.task()["turns"], result)
         with Live(progress, console=err, refresh_per_second=4, transient=True, auto_refresh=err.is_terminal):
-            for agents in ramp:
+            for agents in levels:
                 progress.start(agents)
-                level = await run_level(runtime, provider, scenario, agents, progress.take, telemetry)
-                result["levels"].append(level.figures())
+                level, figures, parts = await measured_level(
+                    runtime, provider, workload, agents, progress.take, progress.tally, telemetry, workers
+                )
+                figures.update(judged(level, [part.turns for part in parts], slo, target.settings.cost_per_hour))
+                result["levels"].append(figures)
+                tried[agents] = figures["goodput"] == 1
+                if options.sweep and (following := next_load(tried, cap)) is not None:
+                    levels.append(following)
+        if options.sweep:
+            result["levels"].sort(key=lambda figures: figures["agents"])
+            result["sweep"] = {"highest_meeting_slo": max((n for n, ok in tried.items() if ok), default=0)}
     finally:
+        if workers is not None:
+            await workers.close()
         await runtime.aclose()
         if telemetry is not None:
             await telemetry.close()
 
     def below_the_table(console: Console) -> None:
         console.print(findings(result), end="")
+        console.print(fleet_findings(result), end="")
+        if workers is not None:
+            console.print(workers_table(result))
         if len(result["levels"]) >= 2:
             console.print(chart(result["levels"]))
 

@@ -151,6 +151,89 @@ def trace_findings(result: dict[str, Any]) -> Text:
     return lines
 
 
+def _ms(value: float | None) -> str:
+    return NO_FIGURE if value is None else f"{value:,.2f} ms" if value < 10 else f"{value:,.0f} ms"
+
+
+def fleet_findings(result: dict[str, Any]) -> Text:
+    """Below a run's table: per level its goodput against the SLOs, good jobs a second, tokens and dollars a job,
+    what the client added (CPU a request, its loop's lateness, its first token beside the server's) and a line for
+    each client that lagged; then the sweep's answer."""
+    lines = Text()
+    judged = [level for level in result["levels"] if "good_jobs" in level]
+    if judged:
+        slo = judged[0]["slo"]
+        limits = f"TTFT ≤ {slo['ttft_s']:g} s, answer ≤ {slo['step_s']:g} s"
+        lines.append(f"goodput: jobs whose every request met {limits}")
+        lines.append(f", and took ≤ {slo['job_s']:g} s\n" if slo["job_s"] is not None else "\n")
+    for level in judged:
+        client, per_job, dollars = level["client"], level["tokens_per_job"], level["dollars_per_job"]
+        lines.append(
+            f"at {counted(level['agents'], 'agent')}: goodput {level['good_jobs']}/{level['agents']} "
+            f"({_share(level['goodput'])}) · {_number(level['good_jobs_per_s'])} good jobs/s · "
+            f"{NO_FIGURE if per_job is None else f'{per_job:,.0f}'} tokens a job"
+            + ("" if dollars is None else f" · ${dollars:.4f} a job")
+            + "\n"
+        )
+        gap = client["ttft_gap_ms"]
+        lines.append(
+            f"  client: {_ms(client['cpu_ms_per_request'])} CPU a request · loop {_ms(client['loop_lag_p99_ms'])} "
+            "late at p99 · " + ("no server TTFT" if gap is None else f"TTFT {gap:+,.1f} ms on the server's") + "\n"
+        )
+        for warning in client["warnings"]:
+            lines.append(f"  {inert(warning)}\n", "red")
+    if (sweep := result.get("sweep")) is not None:
+        lines.append(f"highest load meeting every SLO: {counted(sweep['highest_meeting_slo'], 'agent')}\n", "bold")
+    return lines
+
+
+def workers_table(result: dict[str, Any]) -> Table:
+    """A row per worker of each level: where it ran, its agents and requests, their TTFT, what the client cost it,
+    and its clock against the driver's."""
+    grid = Table(
+        header_style="bold",
+        caption=f"Ray workers on {result['ray']['address']}, started in {result['ray']['startup_s']:.1f} s · "
+        "clock: offset ± half the round trip",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
+        show_edge=False,
+    )
+    for name in (
+        "\nagents",
+        "\nworker",
+        "\nhost",
+        "its\nagents",
+        "\nrequests",
+        "ttft\np95",
+        "cpu a\nrequest",
+        "loop\nlate p99",
+        "\nclock",
+    ):
+        grid.add_column(
+            name,
+            justify="left" if name == "\nhost" else "right",
+            no_wrap=True,
+            max_width=16 if name == "\nhost" else None,
+            overflow="ellipsis",
+        )
+    for level in result["levels"]:
+        for n, row in enumerate(level.get("workers", [])):
+            grid.add_row(
+                str(level["agents"]) if n == 0 else "",
+                str(row["worker"]),
+                inert(row["host"]),
+                str(row["agents"]),
+                f"{row['requests']:,}",
+                _seconds(row["ttft_s"]["p95"]),
+                _ms(row["cpu_ms_per_request"]),
+                _ms(row["loop_lag_p99_ms"]),
+                f"{row['clock_offset_ms']:+,.1f} ±{row['clock_round_trip_ms'] / 2:,.1f} ms",
+            )
+    return grid
+
+
 def chart(levels: list[dict[str, Any]], width: int = 72, height: int = 14) -> Text:
     """Turn p95 (left axis) and TTFT p95 (right axis) against the number of agents, in braille (plotext).
 
@@ -196,6 +279,10 @@ class Progress:
         elif isinstance(event, TurnFinished):
             self.turns += 1
 
+    def tally(self, turns: int, steps: int) -> None:
+        """The level's turns and steps so far, as workers count them."""
+        self.turns, self.steps = turns, steps
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         levels = self.result["levels"]
         turns = self.agents * self.turns_per_agent
@@ -233,14 +320,16 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> Table:
         ("cache hit", lambda f: f["cache_hit"]),
         ("uncached prefill", lambda f: f["uncached_prefill_tokens"]),
         ("errors", lambda f: f["errors"]),
-        ("goodput", lambda f: f.get("goodput")),  # trace runs only
+        ("goodput", lambda f: f.get("goodput")),
+        ("good jobs/s", lambda f: f.get("good_jobs_per_s")),
+        ("client cpu ms/req", lambda f: f.get("client", {}).get("cpu_ms_per_request")),
     )
     for level in a["levels"]:
         other = by_agents.get(level["agents"])
         if other is None:
             continue
-        # Goodput only where a run measured it: a run of the built-in task has no SLOs.
-        shown = [(n, v) for n, v in figures if n != "goodput" or v(level) is not None or v(other) is not None]
+        # These only where a run measured them: runs saved before they were have none.
+        shown = [(n, v) for n, v in figures if n not in MEASURED_SINCE or v(level) is not None or v(other) is not None]
         for n, (name, value) in enumerate(shown):
             before, after = value(level), value(other)
             grid.add_row(
@@ -253,6 +342,7 @@ def comparison(a: dict[str, Any], b: dict[str, Any]) -> Table:
 
 
 SHARES = ("cache hit", "goodput")  # figures shown as shares, and compared in points
+MEASURED_SINCE = ("goodput", "good jobs/s", "client cpu ms/req")
 
 
 def _change(before: object, after: object, in_points: bool) -> str:
