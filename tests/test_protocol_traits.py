@@ -24,7 +24,11 @@ from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import read_request
 
-from support import FIXTURES, openai_client
+from support import (
+    FIXTURES,
+    close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)
+    openai_client,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where protocol names are the subject: the protocols themselves, and the simulator, which stands alone.
