@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from hotloop import paths
 from hotloop.agent.events import ResponseFinished, StepFinished, TurnStarted, encode
 from hotloop.agent.pricing import Ttl, price_step
 from hotloop.cli import main
+from hotloop.core.prewarm import prewarm_request, side_request
 from hotloop.headless.whatif_view import plot
 from hotloop.providers.events import UsageLedger
 from hotloop.providers.transport import ANTHROPIC_URL, OPENAI_URL
@@ -29,12 +31,12 @@ from hotloop.sessions.imports.sources import import_files
 from hotloop.sessions.log import SessionHeader, SessionLog
 from hotloop.sessions.store import read_header, read_session
 from hotloop.sessions.whatif import PolicyTotal, check, compare
-from hotloop.sessions.whatif.cache import replay
+from hotloop.sessions.whatif.cache import replay, server_for
 from hotloop.sessions.whatif.policies import FixedInterval, OneHour, Recorded
 from hotloop.sessions.whatif.report import Pricing, priced_as
 from hotloop.sessions.whatif.trace import Conversation, Request, read_conversation
 
-from support import logged_agent, start_sim
+from support import logged_agent, provider_on, start_sim
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SONNET = "claude-sonnet-4-5"
@@ -102,7 +104,7 @@ def assert_oracle_cheapest(totals: list[PolicyTotal]) -> None:
 def assert_reproduced(conversation: Conversation, model: str, base_url: str) -> None:
     """The recorded replay's tokens are the log's, and its dollars the log's usage priced, to the cent."""
     pricing = Pricing(model, base_url)
-    _, server, requests = priced_as(conversation, None)
+    [(_, server, requests)] = priced_as(conversation, None)
     served = [s for s in replay(server, requests, Recorded()) if s.request is not None]
     logged = [request.usage for request in conversation.requests]
     assert sum(s.read for s in served) == sum(usage.cache_read or 0 for usage in logged)
@@ -145,8 +147,8 @@ async def test_a_compaction_is_replayed_and_what_follows_it_reads_only_what_is_k
     else:
         read = after.usage.cache_read
         assert lines == [
-            f"{conversation.session} request {after.number} ({after.what}): the server read {read:,} and wrote 0, the"
-            " model 0 and 0: after a compaction it read the system prompt and tools, whose length no pre-warm measured"
+            f"{conversation.session} request {after.number} ({after.what}): the server read {read:,}, the model read"
+            " 0: after a compaction it read the system prompt and tools, whose length no pre-warm measured"
         ]
     assert_oracle_cheapest(compare([conversation], SONNET))
 
@@ -171,8 +173,8 @@ def test_the_codex_transcripts_one_unpredictable_read_is_named(isolated_home: Pa
     first left cached, and where it changed is unknowable. That request is named with why; the others match."""
     conversation = read_conversation(imported("codex_0.171.0_two_runs.jsonl"))
     assert [mismatch.line for mismatch in check(conversation)] == [
-        f"{conversation.session} request 3 (step 2.1): the server read 7,776 and wrote 0, the model 9,056 and 0: its"
-        " prompt shrank (9,795 → 9,068 tokens) and no fingerprint says where it changed"
+        f"{conversation.session} request 3 (step 2.1): the server read 7,776 and wrote 0, the model read 9,056 and"
+        " wrote 0: its prompt shrank (9,795 → 9,068 tokens) and no fingerprint says where it changed"
     ]
     assert_oracle_cheapest(compare([conversation], SONNET))
 
@@ -184,8 +186,9 @@ def test_a_planted_eviction_is_named_with_its_request_and_why(tmp_path: Path) ->
     first, second = conversation.requests
     idle = round(second.start - first.end)
     assert [mismatch.line for mismatch in check(conversation)] == [
-        f"b78f11d3 request 2 (step 1.2): the server read 0 and wrote 12,179, the model 11,895 and 284: the prefix was"
-        f" idle {idle} second{'s' * (idle != 1)}, within its 5-minute lifetime: an eviction no model predicts"
+        f"b78f11d3 request 2 (step 1.2): the server read 0 and wrote 12,179, the model read 11,895 and wrote 284:"
+        f" the prefix was idle {idle} second{'s' * (idle != 1)},"
+        " within its 5-minute lifetime: an eviction no model predicts"
     ]
 
 
@@ -194,7 +197,7 @@ async def test_long_pauses_rewrite_under_recorded_and_keepalive_bridges_them(tmp
     writes and a ping every 4.5 minutes (two in that pause, none in the short one) read it; the oracle costs least."""
     logged = await own_session("anthropic", tmp_path / "sessions", workspace)
     conversation = read_conversation(rewritten(logged, tmp_path / "paused.jsonl", change={2: 600.0, 3: 120.0}))
-    _, server, requests = priced_as(conversation, SONNET)
+    [(_, server, requests)] = priced_as(conversation, SONNET)
     after_pause = next(n for n, r in enumerate(requests) if r.what == "step 2.1")
     held = requests[after_pause - 1].cacheable
     again = [s for s in replay(server, requests, Recorded()) if s.request is not None][after_pause]
@@ -209,6 +212,76 @@ async def test_long_pauses_rewrite_under_recorded_and_keepalive_bridges_them(tmp
     assert_oracle_cheapest(list(totals.values()))
     drawn = plot(list(totals.values()), 80, 24)  # what a terminal shows under the table
     assert "hours since the first request" in drawn and all(name in drawn for name in totals)
+
+
+async def switched_session(folder: Path, workspace: Path) -> Path:
+    """A pre-warm and a turn on the simulator's vLLM-style Chat Completions server (it reports reads, never writes, and
+    for the pre-warm no cache figure at all), then a switch to its Anthropic side and two turns there."""
+    (workspace / "README.md").write_text("# Demo\n\n" + "A line about the demo project and its caching. " * 150)
+    sim = start_sim()
+    try:
+        log = SessionLog.create(folder, provider="sim", model="sim-fast", workspace=workspace, system="")
+        agent, _ = logged_agent(sim, "openai", workspace, log)
+        chat = agent.provider
+        assert await side_request(chat, prewarm_request(agent), "pre-warm", "start", log.write, lambda: False)
+        assert (await agent.run_turn(PROMPTS[0])).reason == "answer"
+        agent.switch(provider_on(sim, "anthropic"))
+        for prompt in PROMPTS[1:]:
+            assert (await agent.run_turn(prompt)).reason == "answer"
+        log.close()
+        await chat.aclose()
+        await agent.provider.aclose()
+    finally:
+        sim.stop()
+    return log.path
+
+
+async def test_figures_the_server_did_not_report_are_never_compared_nor_shown_as_0(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The pre-warm, whose usage has no cache figure, is no mismatch; the steps' unreported writes are never compared
+    nor printed (no "wrote" in any line); no line says `inf` of an idle time a first request doesn't have."""
+    conversation = read_conversation(await switched_session(tmp_path / "sessions", workspace))
+    prewarm, *steps = conversation.requests
+    assert prewarm.what == "pre-warm" and (prewarm.usage.cache_read, prewarm.usage.cache_write) == (None, None)
+    chat = [request for request in steps if request.provider == "sim"]
+    assert chat and all(r.usage.cache_write is None and r.usage.cache_read is not None for r in chat)
+    lines = [mismatch.line for mismatch in check(conversation)]
+    assert all("inf" not in line and "wrote" not in line and " 0 and" not in line for line in lines)
+    assert prewarm.number not in {mismatch.request.number for mismatch in check(conversation)}
+    # Without the pre-warm, the first step's read has no request before it: said so, with no idle time.
+    [first] = check(replace(conversation, requests=steps[:1]))
+    assert "inf" not in first.line and first.line.endswith("yet it read a prefix: one another session left")
+    assert first.line.split(": ")[1] == f"the server read {steps[0].usage.cache_read:,}, the model read 0"
+
+
+async def test_after_a_switch_each_request_is_modelled_by_the_cache_of_the_server_that_served_it(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """From `sim` (vLLM's LRU prefix cache, 16-token blocks, no writes) to `sim-anthropic` (breakpoints, billed
+    writes): each provider's requests are replayed on its own cache; the first Anthropic step starts cold (it writes
+    its whole prefix, reads none) and the next reads it, as the log says; the Anthropic side has no mismatch."""
+    conversation = read_conversation(await switched_session(tmp_path / "sessions", workspace))
+    served = priced_as(conversation, None)
+    assert [(server.kind, requests[0].provider) for _, server, requests in served] == [
+        ("lru", "sim"),
+        ("anthropic", "sim-anthropic"),
+    ]
+    assert served[0][1] == server_for("lru")
+    _, anthropic, after = served[1]
+    replayed = [s for s in replay(anthropic, after, Recorded()) if s.request is not None]
+    first, second = replayed
+    assert [s.request for s in replayed] == after
+    assert (
+        (first.read, first.write) == (0, after[0].cacheable) == (after[0].usage.cache_read, after[0].usage.cache_write)
+    )
+    assert (second.read, second.write) == (after[1].usage.cache_read, after[1].usage.cache_write)
+    assert second.read == after[0].cacheable > 0
+    assert not [m for m in check(conversation) if m.request.provider == "sim-anthropic"]
+    # Priced, too, each on its own cache: the only writes are the Anthropic side's, as logged.
+    recorded = by_name(compare([conversation]))["recorded"]
+    assert recorded.requests == len(conversation.requests)
+    assert recorded.cache_write == sum(request.usage.cache_write or 0 for request in after) > 0
 
 
 def present_usd(total: PolicyTotal) -> Decimal:

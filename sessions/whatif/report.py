@@ -20,7 +20,7 @@ from hotloop.providers.events import UsageLedger
 from hotloop.providers.transport import ANTHROPIC_URL, OPENAI_URL
 from hotloop.sessions.whatif.cache import FOREVER, Plan, Rates, Served, Server, held_after, replay, server_for
 from hotloop.sessions.whatif.policies import Adaptive, FixedInterval, OneHour, Recorded, oracle
-from hotloop.sessions.whatif.trace import Conversation, Kind, Request
+from hotloop.sessions.whatif.trace import Conversation, Kind, Request, kind_of
 
 INTERVALS = (4.5,)  # minutes: the plugins' usual ping, just inside Anthropic's 5-minute lifetime
 _MULTIPLIERS = Rates(Decimal(1), Decimal("0.1"), {"5m": Decimal("1.25"), "1h": Decimal(2)}, Decimal(5))
@@ -122,19 +122,23 @@ class Pricing:
         )
 
 
-def priced_as(conversation: Conversation, as_model: str | None) -> tuple[Pricing, Server, list[Request]]:
-    """The pricing, the cache model and the requests of `conversation`, as itself or as `as_model` would serve it."""
-    header = conversation.header
+def priced_as(conversation: Conversation, as_model: str | None) -> list[tuple[Pricing, Server, list[Request]]]:
+    """The pricing, the cache model and the requests of `conversation`, as itself or as `as_model` would serve it.
+    As itself, each provider and model it switched between is its own cache: its requests, its server's model."""
     if as_model is None:
-        # What the log says was cached had the server's minimum applied already: none to apply again.
-        server = server_for(conversation.kind, header.model)
-        server = replace(server, minimum=0) if server.marked else server
-        return Pricing(header.model, header.base_url, header.cost_per_hour), server, conversation.requests
+        served = []
+        for _, model, url, hourly, requests in conversation.served_by():
+            # What the log says was cached had the server's minimum applied already: none to apply again.
+            server = server_for(kind_of(requests, url), model)
+            served.append(
+                (Pricing(model, url, hourly), replace(server, minimum=0) if server.marked else server, requests)
+            )
+        return served
     url, kind = _server_of(as_model)
     requests = conversation.requests
     if kind != conversation.kind:  # its cacheable part is then the whole prompt: a breakpoint at its end, as hotloop's
         requests = [replace(request, cacheable=request.prompt, ttl=None) for request in requests]
-    return Pricing(as_model, url), server_for(kind, as_model), requests
+    return [(Pricing(as_model, url), server_for(kind, as_model), requests)]
 
 
 def _server_of(model: str) -> tuple[str, Kind]:
@@ -168,12 +172,12 @@ def compare(
     """Every policy's totals over `conversations`, in `policy_names` order."""
     totals = {name: PolicyTotal(name) for name in policy_names(intervals)}
     for conversation in conversations:
-        pricing, server, requests = priced_as(conversation, as_model)
-        if not requests:
-            continue
-        for plan in plans(server, requests, pricing, intervals):
-            for served in replay(server, requests, plan):
-                totals[plan.name].add(served, pricing.usd(served))
+        for pricing, server, requests in priced_as(conversation, as_model):
+            if not requests:
+                continue
+            for plan in plans(server, requests, pricing, intervals):
+                for served in replay(server, requests, plan):
+                    totals[plan.name].add(served, pricing.usd(served))
     return list(totals.values())
 
 
@@ -184,41 +188,56 @@ class Mismatch:
 
 
 def check(conversation: Conversation) -> list[Mismatch]:
-    """The requests whose logged cache figures the `recorded` replay doesn't reproduce within 1%, each with why."""
-    _, server, requests = priced_as(conversation, None)
+    """The requests whose logged cache figures the `recorded` replay doesn't reproduce within 1%, each with why. Only
+    the figures the server reported are compared: one it left out is unknown, never 0."""
     found: list[Mismatch] = []
-    last_use, held = -FOREVER, 0
-    for served in replay(server, requests, Recorded()):
-        request = served.request
-        if request is None:
-            continue
-        read, written = request.usage.cache_read or 0, request.usage.cache_write or 0
-        logged = (read, written, request.prompt - read - written)
-        if not all(_within(a, b) for a, b in zip((served.read, served.write, served.uncached), logged, strict=True)):
-            said = (
-                f"{conversation.session} request {request.number} ({request.what}): the server read {read:,} and"
-                f" wrote {written:,}, the model {served.read:,} and {served.write:,}"
-            )
-            found.append(
-                Mismatch(
-                    request, f"{said}: {_why(server, request, read < served.read, held, request.start - last_use)}"
+    for _, server, requests in priced_as(conversation, None):
+        last_use: float | None = None
+        held = 0
+        for served in replay(server, requests, Recorded()):
+            request = served.request
+            if request is None:
+                continue
+            read, written = request.usage.cache_read, request.usage.cache_write
+            pairs = [(served.read, read), (served.write, written)]
+            if read is not None and written is not None:
+                pairs.append((served.uncached, request.prompt - read - written))
+            if not all(logged is None or _within(model, logged) for model, logged in pairs):
+                idle = None if last_use is None else request.start - last_use
+                said = (
+                    f"{conversation.session} request {request.number} ({request.what}): the server"
+                    f" {_figures(read, written)}, the model {_figures(served.read, served.write, read, written)}"
                 )
-            )
-        last_use, held = request.end, held_after(server, request)
+                less = read is not None and read < served.read
+                found.append(Mismatch(request, f"{said}: {_why(server, request, less, held, idle)}"))
+            last_use, held = request.end, held_after(server, request)
     return found
+
+
+def _figures(read: int | None, written: int | None, *reported: int | None) -> str:
+    """What was read and written, of the figures the server reported (`reported`: the server's, for the model's)."""
+    shown = reported or (read, written)
+    parts = [
+        f"{verb} {value:,}"
+        for verb, value, known in zip(("read", "wrote"), (read, written), shown, strict=True)
+        if value is not None and known is not None
+    ]
+    return " and ".join(parts)
 
 
 def _within(model: int, logged: int) -> bool:
     return abs(model - logged) <= 0.01 * max(model, logged)
 
 
-def _why(server: Server, request: Request, less: bool, held: int, idle: float) -> str:
+def _why(server: Server, request: Request, less: bool, held: int, idle: float | None) -> str:
     life = server.life(request.ttl or "5m")
     if less and request.prompt < held:
         return f"its prompt shrank ({held:,} → {request.prompt:,} tokens) and no fingerprint says where it changed"
-    if less:
+    if less and idle is not None:
         within = "" if life == FOREVER else f", within its {TTL_NAMES[request.ttl or '5m']} lifetime"
         return f"the prefix was idle {_seconds(idle)}{within}: an eviction no model predicts"
+    if idle is None:
+        return "its server's first request in the session, yet it read a prefix: one another session left"
     if request.broke in ("a compaction", "a shorter history"):
         return f"after {request.broke} it read the system prompt and tools, whose length no pre-warm measured"
     if request.broke:

@@ -8,13 +8,22 @@ is skipped, and a usage no request has is read as unknown, as `sessions.store` r
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, Compacted, ResponseFinished, SideRequest, StepStarted, TurnStarted, decode
+from hotloop.agent.events import (
+    AgentEvent,
+    Compacted,
+    ProviderSwitched,
+    ResponseFinished,
+    SideRequest,
+    StepStarted,
+    TurnStarted,
+    decode,
+)
 from hotloop.agent.fingerprint import Fingerprint
 from hotloop.agent.pricing import Ttl
 from hotloop.nesting import TooDeep
@@ -25,7 +34,7 @@ from hotloop.sessions.store import read_header
 from hotloop.sessions.summary import implausible
 
 Kind = Literal["anthropic", "openai", "lru"]
-_NAMES = ("turn_started", "step_started", "response_finished", "side_request", "compacted")
+_NAMES = ("turn_started", "step_started", "response_finished", "side_request", "compacted", "provider_switched")
 _WANTED = tuple(f'{{"type":"{name}"'.encode() for name in _NAMES)
 _LAST = 253_402_300_800.0  # 10000-01-01: the first second a date can't hold
 _HOSTED_OPENAI = ("api.openai.com", "openrouter.ai", "api.deepseek.com", "api.x.ai")
@@ -49,6 +58,8 @@ class Request:
     broke: str = ""  # what broke its prefix from the one before: "the tools", "a compaction"…; "" where it goes on
     keeps: int = 0  # where it broke, the tokens known the same all the same (the static prefix a pre-warm measured)
     opens_turn: bool = False  # the first request of a turn: the pause before it was the user's, not a tool's
+    provider: str = ""  # the provider and model that served it: a session that switched has more than one cache
+    model: str = ""
 
     @property
     def continues(self) -> bool:
@@ -63,22 +74,44 @@ class Conversation:
     header: SessionHeader
     requests: list[Request]
     skipped: int = 0  # lines that weren't events, or usage no request has
+    switched: dict[str, ProviderSwitched] = field(default_factory=dict)  # by provider: where a switch moved to
 
     @property
     def kind(self) -> Kind:
-        """The cache the server keeps: Anthropic's breakpoints (its writes are split by lifetime), a hosted OpenAI-style
-        automatic prefix cache, or a self-hosted server's LRU (the simulator's OpenAI side is vLLM's)."""
-        if any(request.usage.cache_write_1h is not None for request in self.requests):
-            return "anthropic"
-        if any(host in self.header.base_url for host in _HOSTED_OPENAI):
-            return "openai"
-        return "lru"
+        return kind_of(self.requests, self.header.base_url)
+
+    def served_by(self) -> list[tuple[str, str, str, float | None, list[Request]]]:
+        """Each provider and model that served requests: its server's URL, its hourly price, its requests in order."""
+        groups: dict[tuple[str, str], list[Request]] = {}
+        for request in self.requests:
+            groups.setdefault((request.provider, request.model), []).append(request)
+        header = self.header
+        served = []
+        for (provider, model), requests in groups.items():
+            moved = self.switched.get(provider)
+            if moved is None or not provider or provider == header.provider:
+                url, hourly = header.base_url, header.cost_per_hour
+            else:
+                url, hourly = moved.base_url, moved.cost_per_hour
+            served.append((provider, model or header.model, url, hourly, requests))
+        return served
+
+
+def kind_of(requests: list[Request], base_url: str) -> Kind:
+    """The cache the server keeps: Anthropic's breakpoints (its writes are split by lifetime), a hosted OpenAI-style
+    automatic prefix cache, or a self-hosted server's LRU (the simulator's OpenAI side is vLLM's)."""
+    if any(request.usage.cache_write_1h is not None for request in requests):
+        return "anthropic"
+    if any(host in base_url for host in _HOSTED_OPENAI):
+        return "openai"
+    return "lru"
 
 
 def read_conversation(path: Path) -> Conversation:
     """The requests `path`'s log holds, read a line at a time; a SessionError if it isn't a session log."""
     header, size = read_header(path)
-    lineage = _Lineage()
+    lineage = _Lineage(header.provider, header.model)
+    switched: dict[str, ProviderSwitched] = {}
     started: StepStarted | None = None
     with open_file(path) as file:
         file.seek(size)
@@ -94,13 +127,16 @@ def read_conversation(path: Path) -> Conversation:
                 started = None
             elif isinstance(event, SideRequest | Compacted):
                 lineage.beside(event)
-    return Conversation(header.id, header, lineage.requests, lineage.skipped)
+            elif isinstance(event, ProviderSwitched):
+                switched[event.provider] = event
+    return Conversation(header.id, header, lineage.requests, lineage.skipped, switched)
 
 
 class _Lineage:
     """The requests so far and how each one's prefix follows from the one before."""
 
-    def __init__(self) -> None:
+    def __init__(self, provider: str, model: str) -> None:
+        self.serving = (provider, model)  # who served the last request: a compaction's usage doesn't name it
         self.requests: list[Request] = []
         self.skipped = 0  # lines that weren't events, requests without figures
         self.turn_began = False
@@ -113,6 +149,7 @@ class _Lineage:
         broke = "a compaction" if self._compacted else _broke(self._last, now)
         keeps = self._static if broke in ("a compaction", "a shorter history") else 0
         what = f"step {response.turn}.{response.step}"
+        self.serving = (started.provider, started.model)
         if self._add(response.usage, started.ts, response.ts, what, broke, keeps, opens_turn=self.turn_began):
             self._last, self._compacted, self.turn_began = now or self._last, False, False
 
@@ -120,6 +157,8 @@ class _Lineage:
         """A pre-warm (the static prefix alone), a compaction (the conversation and an instruction) or another side
         request, in the conversation's cache all the same."""
         start = event.ts - event.model_time
+        if isinstance(event, SideRequest):
+            self.serving = (event.provider, event.model)
         if isinstance(event, Compacted):
             self._compacted = self._add(event.usage, start, event.ts, "compaction") or self._compacted
         elif self._add(event.usage, start, event.ts, event.kind) and event.kind == "pre-warm":
@@ -161,6 +200,7 @@ class _Lineage:
                 broke,
                 keeps,
                 opens_turn,
+                *self.serving,
             )
         )
         return True
