@@ -170,11 +170,12 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
     # Not `_stream`: `SdkProvider.stream` retries within the room vLLM's and SGLang's OpenAI endpoints say is left.
     async def stream(self, request: ChatRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
-        parser = MessageParser(self.where, self._cache_min_tokens or min_cacheable_tokens(self.model))
+        where = self.where  # once a stream: it formats the SDK's base URL, a cost per event otherwise
+        parser = MessageParser(where, self._cache_min_tokens or min_cacheable_tokens(self.model))
         async with aclosing(self.stream_data(body, request.cache_key)) as stream:
             async for data in stream:
                 if isinstance(data, bytes):
-                    for event in parser.feed(read_event(data, self.where)):
+                    for event in parser.feed(read_event(data, where)):
                         yield event
                 else:
                     yield data

@@ -114,14 +114,15 @@ class OpenAIChatProvider(SdkProvider[bytes]):
 
     async def _stream(self, request: ChatRequest) -> AsyncGenerator[ModelEvent, None]:
         body = self.request_body(request)
-        parser = ChunkParser(self._cache_min_tokens, self.where)
+        where = self.where  # once a stream: it formats the SDK's base URL, a cost per chunk otherwise
+        parser = ChunkParser(self._cache_min_tokens, where)
         # Read to the end even after [DONE]: an HTTP/1.1 connection goes back to the pool only when drained.
         try:
             async with aclosing(self.stream_data(body, request.cache_key)) as stream:
                 async for data in stream:
                     if isinstance(data, bytes):
                         if data != b"[DONE]":
-                            for event in parser.feed(read_chunk(data, self.where)):
+                            for event in parser.feed(read_chunk(data, where)):
                                 yield event
                         continue
                     yield data
