@@ -7,6 +7,7 @@ program's to fill in. `Config`'s methods answer what the rest of hotloop asks of
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
@@ -17,7 +18,7 @@ from msgspec import Meta, Struct, structs
 from hotloop import InputError
 from hotloop.agent.approvals import ApprovalRules
 from hotloop.agent.hooks import Hook
-from hotloop.agent.keepalive import MARGIN
+from hotloop.agent.keepalive import MARGIN, Budget, KeepAlive, PingCosts
 from hotloop.agent.options import COMPACT_AT, MAX_STEPS, MEMO_TTL, TOOL_TIMEOUT, AgentOptions
 from hotloop.agent.pricing import StepPricer
 from hotloop.agent.tools.mcp_config import McpServer
@@ -235,6 +236,12 @@ class KeepaliveSettings(Struct, frozen=True, forbid_unknown_fields=True):
             return []
         every = min(float(self.mode.removeprefix("every-").removesuffix("m")) * 60, lifetime - MARGIN)
         return [every * k for k in range(1, self.max_pings_per_pause + 1)] if every > 0 else []
+
+    def policy(self, costs: PingCosts, priced: bool) -> KeepAlive:
+        """A new adaptive policy within this budget: in dollars where the price is known (`priced`: the daily cap
+        applies there), else in input-token equivalents."""
+        budget = Budget(self.max_pings_per_pause, self.max_usd_per_day if priced else None)
+        return KeepAlive(costs, budget=budget, rng=random.Random())
 
 
 class TelemetrySettings(Struct, frozen=True, forbid_unknown_fields=True):

@@ -11,7 +11,6 @@ Only a cache that forgets a prefix after a known time (Anthropic's, the API's an
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -20,7 +19,7 @@ import msgspec
 
 from hotloop.agent.cache_lifetime import LIFETIME
 from hotloop.agent.events import AgentEvent, StepStarted
-from hotloop.agent.keepalive import Budget, KeepAlive, PingCosts
+from hotloop.agent.keepalive import KeepAlive, PingCosts
 from hotloop.config import Config, KeepaliveSettings, Target
 from hotloop.core.prewarm import CHARS_PER_TOKEN, prewarm_request, side_request
 
@@ -101,8 +100,7 @@ class Pinger:
         input-token equivalents."""
         keep = self._keeps.get(name)
         if keep is None:
-            budget = Budget(wanted.max_pings_per_pause, wanted.max_usd_per_day if priced else None)
-            keep = self._keeps[name] = KeepAlive(costs, budget=budget, rng=random.Random())
+            keep = self._keeps[name] = wanted.policy(costs, priced)
         return keep
 
     async def _pings(

@@ -14,7 +14,6 @@ must exceed the thinking budget). The bookkeeping runs once a request, never per
 from __future__ import annotations
 
 import asyncio
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,7 +25,7 @@ import msgspec
 
 from hotloop.agent.cache_lifetime import LIFETIME
 from hotloop.agent.events import Notice, SideRequest
-from hotloop.agent.keepalive import Budget, KeepAlive, PingCosts
+from hotloop.agent.keepalive import KeepAlive, PingCosts
 from hotloop.agent.pricing import Ttl
 from hotloop.config import KeepaliveSettings
 from hotloop.watch.conversation import Conversation
@@ -104,9 +103,7 @@ class WatchKeepAlive:
             costs = priced or PingCosts.anthropic(tokens, ttl)
             keep = self._keeps.get(conversation_id)
             if keep is None:
-                per_day = self.settings.max_usd_per_day if priced is not None else None
-                keep = KeepAlive(costs, budget=Budget(self.settings.max_pings_per_pause, per_day), rng=random.Random())
-                self._keeps[conversation_id] = keep
+                keep = self._keeps[conversation_id] = self.settings.policy(costs, priced is not None)
             offsets = keep.plan(ttl, costs, at=time.time())
         else:
             offsets = self.settings.fixed_plan(life)
