@@ -159,6 +159,8 @@ async def test_ctrl_c_stops_every_process_without_a_traceback(served: Served) ->
 
 async def test_a_process_that_dies_stops_the_server_with_one_line(served: Served) -> None:
     """A process killed under the server: the server stops the other and says which one ended, in one line."""
+    # The banner comes once the sockets are bound: a process just spawned may not have exec'd its program yet.
+    await wait_until(lambda: len(served.replicas()) == 2, 30, "both processes to run")
     first, second = served.replicas()
     os.kill(first, signal.SIGKILL)
     await wait_until(lambda: served.process.poll() is not None, 30, "the server to exit")
