@@ -115,6 +115,9 @@ def with_spans(sink: Sink, telemetry: Telemetry, conversations: Mapping[str, Con
     return both
 
 
+_GRACE = 10.0  # seconds a stopped command has to finish before it is killed
+
+
 async def _run(command: Sequence[str], url: str, stdout: TextIO | None) -> int:
     """Run `command` against the pass-through at `url`; its exit status (128 + N if signal N ended it)."""
     env = {**os.environ, "ANTHROPIC_BASE_URL": url, "OPENAI_BASE_URL": f"{url}/v1"}
@@ -127,5 +130,11 @@ async def _run(command: Sequence[str], url: str, stdout: TextIO | None) -> int:
     except asyncio.CancelledError:  # hotloop stopped (SIGTERM, SIGHUP): the command doesn't outlive its pass-through
         if process.returncode is None:
             process.terminate()
+            # Its last words come before the table, which follows on the same terminal.
+            try:
+                await asyncio.wait_for(process.wait(), _GRACE)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
         raise
     return 128 - status if status < 0 else status
