@@ -166,6 +166,16 @@ def execute(
     return exit_code(process.returncode), out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
+def reaped(process: subprocess.Popen[bytes]) -> int | None:
+    """Its exit code once it ends, or None if it hadn't after LIMIT seconds (then killed, with its group)."""
+    try:
+        return process.wait(timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the group is ours: hotloop and any MCP server it started
+        process.wait()
+        return None
+
+
 def exit_code(returncode: int) -> int:
     """A shell's view of an exit: death by signal N is 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -205,13 +215,15 @@ def row_folder(folder: Path, name: str) -> Path:
     return folder / re.sub(r"\W+", "-", name).strip("-")
 
 
-def prepared(folder: Path, name: str, steps: list[dict[str, Any]]) -> tuple[Path, Path, dict[str, str]]:
-    """A custom row's folder, workspace and environment, its scenario `steps` in its config."""
+def prepared(folder: Path, name: str, steps: list[dict[str, Any]] | None) -> tuple[Path, Path, dict[str, str]]:
+    """A custom row's folder, workspace and environment, its scenario `steps` in its config (None: no scenario)."""
     root = row_folder(folder, name)
     workspace = root / "workspace"
     workspace.mkdir(parents=True)
-    (root / "scenario.json").write_text(json.dumps(steps))
-    (root / "config.toml").write_text(config_text(root / "scenario.json"))
+    scenario = None if steps is None else root / "scenario.json"
+    if scenario is not None:
+        scenario.write_text(json.dumps(steps))
+    (root / "config.toml").write_text(config_text(scenario))
     return root, workspace, environment(root)
 
 
@@ -298,11 +310,7 @@ def run_piped(fault: Fault, trial: Trial, env: dict[str, str]) -> str:
         head = subprocess.Popen(("head", "-1"), stdin=hotloop.stdout, stdout=subprocess.PIPE)
         hotloop.stdout.close()  # head alone reads it now
         first, _ = head.communicate(timeout=LIMIT)
-        try:
-            hotloop.wait(timeout=LIMIT)
-        except subprocess.TimeoutExpired:
-            os.killpg(hotloop.pid, signal.SIGKILL)
-            hotloop.wait()
+        reaped(hotloop)
     trial.stdout, trial.stderr = first.decode("utf-8", "replace"), errors.read_text("utf-8", "replace")
     trial.outputs.append((trial.stdout, trial.stderr))
     trial.code = exit_code(hotloop.returncode)
@@ -332,11 +340,7 @@ def run_concurrent(fault: Fault, trial: Trial, env: dict[str, str]) -> str:
         streaming = first.poll() is None
         code, trial.stdout, trial.stderr = execute(command(fault, "-c", "me too"), trial.workspace, env)
         still = first.poll() is None
-        try:
-            first.wait(timeout=LIMIT)
-        except subprocess.TimeoutExpired:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
+        reaped(first)
     trial.outputs += [(first_out.read_text(), first_err.read_text()), (trial.stdout, trial.stderr)]
     trial.code = code
     if not (streaming and still):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
 import socket
 import subprocess
 import threading
@@ -31,6 +30,7 @@ from faults import (
     latest_log,
     log_valid,
     prepared,
+    reaped,
     resumable,
     shown,
     what_matters,
@@ -105,12 +105,7 @@ class Client:
         """Stdin closed: the exit code, or None if the agent hadn't ended after LIMIT seconds (then killed)."""
         if self.process.stdin is not None:
             self.process.stdin.close()
-        try:
-            return self.process.wait(LIMIT)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-            return None
+        return reaped(self.process)
 
     def open_session(self, workspace: Path) -> str:
         self.request("init", INITIALIZE)

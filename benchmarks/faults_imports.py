@@ -30,9 +30,9 @@ from faults import (
     execute,
     latest_log,
     log_valid,
+    prepared,
     read,
     resumable,
-    row_folder,
     shown,
     what_matters,
 )
@@ -113,12 +113,8 @@ def import_row(name: str, source: Callable[[Path], Path], expect: int, check: Ca
     """A row that runs `hotloop import` on what `source` makes in the row's folder, then checks what it left."""
 
     def make(folder: Path) -> Row:
-        root = row_folder(folder, name)
-        workspace = root / "workspace"
-        workspace.mkdir(parents=True)
+        root, workspace, env = prepared(folder, name, None)
         (workspace / "README.md").write_text("# demo\n")
-        (root / "config.toml").write_text(config_text(None))
-        env = environment(root)
         path = source(root)
         code, out, err = execute((*HOTLOOP, "import", str(path)), workspace, env)
         trial = Trial(root, workspace, [(out, err)], out, err, code, latest_log(root))
@@ -199,14 +195,9 @@ def acp_load_row(name: str) -> Custom:
     """The transcript recorded in `/`, imported, then loaded over ACP by an editor whose folder is the row's."""
 
     def make(folder: Path) -> Row:
-        root = row_folder(folder, name)
-        workspace = root / "workspace"
-        workspace.mkdir(parents=True)
+        root, workspace, env = prepared(folder, name, [DONE] * CLAUDE_STEPS + [LOOK, DONE])
         (workspace / "README.md").write_text("# demo\n")
         imported_in_root(workspace, root)
-        (root / "scenario.json").write_text(json.dumps([DONE] * CLAUDE_STEPS + [LOOK, DONE]))
-        (root / "config.toml").write_text(config_text(root / "scenario.json"))
-        env = environment(root)
         log = latest_log(root)
         trial = Trial(root, workspace, log=log)
         updates, stop = asyncio.run(asyncio.wait_for(loaded(env, workspace, log), LIMIT)) if log else ([], "-")

@@ -7,8 +7,6 @@ counted is said to be unknown, and the session's tokens read `≥` in `sessions 
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import time
@@ -23,14 +21,13 @@ from faults import (
     Fault,
     Row,
     Trial,
-    config_text,
-    environment,
     execute,
     exit_code,
     latest_log,
     log_valid,
+    prepared,
+    reaped,
     resumable,
-    row_folder,
     what_matters,
 )
 
@@ -66,13 +63,8 @@ def ctrl_c_mid_stream(name: str) -> Custom:
     """`hotloop run first "talk at length"`, Ctrl-C once the second answer shows on stdout."""
 
     def make(folder: Path) -> Row:
-        root = row_folder(folder, name)
-        workspace = root / "workspace"
-        workspace.mkdir(parents=True)
-        scenario = root / "scenario.json"
-        scenario.write_text(json.dumps(LONG))
-        (root / "config.toml").write_text(config_text(scenario))
-        env = environment(root) | {"PYTHONUNBUFFERED": "1"}
+        root, workspace, env = prepared(folder, name, LONG)
+        env |= {"PYTHONUNBUFFERED": "1"}
         trial = Trial(root, workspace)
         out, err = root / "stdout.txt", root / "stderr.txt"
         with out.open("wb") as stdout, err.open("wb") as stderr:
@@ -89,11 +81,7 @@ def ctrl_c_mid_stream(name: str) -> Custom:
                 time.sleep(0.05)  # until the second answer streams
             streaming = run.poll() is None
             run.send_signal(signal.SIGINT)
-            try:
-                run.wait(timeout=LIMIT)
-            except subprocess.TimeoutExpired:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait()
+            reaped(run)
         trial.stdout, trial.stderr = out.read_text("utf-8", "replace"), err.read_text("utf-8", "replace")
         trial.outputs.append((trial.stdout, trial.stderr))
         trial.code = exit_code(run.returncode)

@@ -33,27 +33,18 @@ def add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     serve.add_argument("--decode-ms-per-token", type=non_negative, metavar="MS", help="time per output token")
     serve.add_argument("--no-latency", action="store_true", help="answer as fast as possible")
     serve.add_argument("--scenario", type=Path, metavar="FILE", help="follow a JSON list of steps")
-    serve.add_argument(
-        "--cache-blocks",
-        type=positive_int,
-        default=defaults.CACHE_BLOCKS,
-        metavar="N",
-        help="prefix-cache capacity in 16-token blocks (default %(default)s)",
-    )
-    serve.add_argument(
-        "--cache-min-tokens",
-        type=positive_int,
-        default=defaults.CACHE_MIN_TOKENS,
-        metavar="N",
-        help="shortest prompt prefix the Anthropic API caches (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-model-len",
-        type=positive_int,
-        default=defaults.MAX_MODEL_LEN,
-        metavar="N",
-        help="tokens a request may hold, prompt and answer, as vLLM's --max-model-len (default %(default)s)",
-    )
+    for flag, default, meaning in (
+        ("--cache-blocks", defaults.CACHE_BLOCKS, "prefix-cache capacity in 16-token blocks"),
+        ("--cache-min-tokens", defaults.CACHE_MIN_TOKENS, "shortest prompt prefix the Anthropic API caches"),
+        (
+            "--max-model-len",
+            defaults.MAX_MODEL_LEN,
+            "tokens a request may hold, prompt and answer, as vLLM's --max-model-len",
+        ),
+    ):
+        serve.add_argument(
+            flag, type=positive_int, default=default, metavar="N", help=f"{meaning} (default %(default)s)"
+        )
     serve.add_argument(
         "--no-prompt-tokens-details",
         action="store_true",

@@ -12,6 +12,7 @@ import pty
 import queue
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -33,12 +34,13 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 
 from hotloop import paths
 from hotloop.agent.approvals import Approvals
-from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, fan_out
+from hotloop.agent.events import AgentEvent, StepFinished, StepStarted, ToolStarted, fan_out
 from hotloop.agent.hooks import Hooks
 from hotloop.agent.loop import Agent
 from hotloop.agent.options import AgentOptions
 from hotloop.agent.tools.builtins import builtin_tools
-from hotloop.agent.tools.registry import Tool, ToolRegistry
+from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
+from hotloop.core.resumption import Resumption
 from hotloop.core.server_watch import ServerReport
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.base import ProviderOptions
@@ -59,9 +61,19 @@ READ_FILE: ChatCompletionFunctionToolParam = {
     "function": {
         "name": "read_file",
         "description": "Read a file",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
     },
 }
+
+
+async def _forever(arguments: dict[str, Any], ctx: ToolContext) -> str:
+    await asyncio.Event().wait()
+    return "never"
+
+
+# A tool whose call runs until it is cancelled: a step held in its tools.
+SLOW_TOOL = Tool("slow", "Takes its time.", {"type": "object", "properties": {}}, _forever, read_only=True)
+
 # What `lines_of` gives once the stream has ended.
 ENDED = "(the process ended)"
 
@@ -198,23 +210,6 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def serve_events(events: list[bytes], route: str) -> AsyncIterator[str]:
-    """A one-route server that streams `events` at `route`, one write each, and yields its `/v1` base URL."""
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for event in events:
-            await response.write(event)
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_post(route, handler)
-    async with serving(app) as url:
-        yield url
-
-
 def killed_mid_answer(home: Path) -> Path:
     """A session whose `hotloop run` was killed with SIGKILL while the answer streamed."""
     scenario = home / "killed.json"
@@ -333,6 +328,31 @@ def stopped_in_a_terminal(process: subprocess.Popen[bytes], master: int, stop: s
     process.wait(timeout=30)
 
 
+@contextmanager
+def sim_served(*flags: str) -> Iterator[tuple[str, str]]:
+    """`hotloop sim serve` answering at once on a free port, `flags` added, in its own process: its banner and its
+    `/v1` URL; stopped after."""
+    command = [sys.executable, "-m", "hotloop", "sim", "serve", "--port", "0", "--no-latency", *flags]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        banner = process.stdout.readline()
+        assert "hotloop sim:" in banner, banner
+        yield banner, banner.split(" on ", 1)[1].split(" ", 1)[0]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs: gone or a zombie has ended (a container's init may never reap the orphans it inherits)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:  # gone, or going while we read
+        return False
+
+
 def killed_if_running(process: subprocess.Popen[Any]) -> None:
     """For a test's `finally`: a process that a failed wait left running is killed, never left behind."""
     if process.poll() is None:
@@ -383,6 +403,34 @@ def logged_agent(sim: EmbeddedSimulator, protocol: str, workspace: Path, log: Se
         cache_key=log.id,
     )
     return agent, recorder
+
+
+async def cancelled_in_its_tools(agent: Agent, recorder: Recorder, prompt: str) -> None:
+    """`prompt`'s turn, cancelled once a tool of it has started (as Esc cancels it)."""
+    before = len(recorder.of(ToolStarted))
+    turn = asyncio.create_task(agent.run_turn(prompt))
+    await wait_until(lambda: len(recorder.of(ToolStarted)) > before, what="a tool of the turn started")
+    turn.cancel()
+    await asyncio.gather(turn, return_exceptions=True)
+
+
+async def resumed_beside(
+    sim: EmbeddedSimulator, protocol: str, original: Agent, log: SessionLog, prompt: str, copy: Path
+) -> tuple[bytes, Resumption, Agent]:
+    """The log copied to `copy` as it stands, then `prompt`'s request from `original` (which is then closed), and an
+    agent resumed from the copy: it must send the same bytes for `prompt`."""
+    copy.parent.mkdir()
+    log.flush()  # the writer thread has the turn: on disk once flush returns
+    shutil.copy(log.path, copy)
+    sent_before = len(sim.server.requests)
+    await original.run_turn(prompt)
+    expected = sim.server.requests[sent_before].body
+    log.close()
+    await original.provider.aclose()
+    resumed = Resumption.load(copy, [])
+    again, _ = logged_agent(sim, protocol, original.workspace, resumed.log)
+    again.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
+    return expected, resumed, again
 
 
 def drawn(report: ServerReport) -> str:

@@ -12,19 +12,12 @@ from hotloop.sessions.store import read_session
 from hotloop.tui.items import ToolCallsItem
 from hotloop.tui.live_panes import LivePane
 
+from support import alive
 from tui_support import answer, drawn, idle, live_panes, press, running_app, send, wait_until, write_config
 
 
 def shell(*commands: str) -> dict[str, Any]:
     return {"tool_calls": [{"name": "run_shell", "arguments": {"command": c}} for c in commands]}
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie no one has reaped is dead: this container's init reaps nothing)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):  # gone, or going while we read
-        return False
 
 
 async def test_an_edit_shows_its_diff_and_waits_for_approval(isolated_home: Path, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from sse_servers import streamed
 
 from hotloop.providers.anthropic import AnthropicProvider
 from hotloop.providers.base import ProviderOptions
@@ -24,20 +25,17 @@ from hotloop.providers.events import (
     UsageLedger,
 )
 
-from support import FIXTURES, serve_events
+from support import FIXTURES
 
 REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
 
 
 async def stream_fixture(events: list[bytes], cache_min_tokens: int | None = None) -> list[ModelEvent]:
-    async for base_url in serve_events(events, "/v1/messages"):
+    def provider(base_url: str) -> AnthropicProvider:
         where = ProviderOptions("fixture", "m", base_url.removesuffix("/v1"), max_retries=0)
-        provider = AnthropicProvider(replace(where, cache_min_tokens=cache_min_tokens))
-        try:
-            return [event async for event in provider.stream(REQUEST)]
-        finally:
-            await provider.aclose()
-    raise AssertionError("server did not start")
+        return AnthropicProvider(replace(where, cache_min_tokens=cache_min_tokens))
+
+    return await streamed(events, "/v1/messages", provider, REQUEST)
 
 
 def sse_bytes(name: str) -> list[bytes]:

@@ -8,8 +8,6 @@ for the calls, and the simulator makes them from the prompts alone, on any trans
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,22 +18,16 @@ from rich.console import Console
 from hotloop.agent.events import StepFinished, TurnFinished
 from hotloop.cli import main
 
+from support import sim_served
 from tui_support import FAST_SIM
 
 
 @pytest.fixture
 def fleet() -> Iterator[str]:
     """`hotloop sim serve --replicas 2` in its own process, on a free port; yields its `/v1` URL."""
-    command = [sys.executable, "-m", "hotloop", "sim", "serve", "--port", "0", "--no-latency", "--replicas", "2"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        banner = process.stdout.readline()
+    with sim_served("--replicas", "2") as (banner, url):
         assert "2 replicas behind the round-robin router" in banner, banner
-        yield banner.split(" on ", 1)[1].split(" ", 1)[0]
-    finally:
-        process.terminate()
-        process.wait()
+        yield url
 
 
 def bench_json(capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from hotloop.headless.fleet_mix import by_weight
 from hotloop.headless.fleet_probe import ServerCounts, _parsed
 from hotloop.headless.fleet_slo import Slo, next_load
 
+from support import sim_served
 from tui_support import FAST_SIM, write_config
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "sim_three_turns.jsonl"  # 3 turns, 10 requests
@@ -32,16 +33,8 @@ RAY_MISSING = "Ray is not installed: pip install 'hotloop[fleet]' (or '.[test,fl
 @pytest.fixture
 def served() -> Iterator[str]:
     """`hotloop sim serve` in its own process, answering at once, on a free port; yields its `/v1` URL."""
-    command = [sys.executable, "-m", "hotloop", "sim", "serve", "--port", "0", "--no-latency"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        banner = process.stdout.readline()
-        assert "hotloop sim:" in banner, banner
-        yield banner.split(" on ", 1)[1].split(" ", 1)[0]
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with sim_served() as (_, url):
+        yield url
 
 
 def counts(url: str) -> ServerCounts:

@@ -6,30 +6,19 @@ Esc (or Ctrl-C) while a step's tools run removed its usage strip, and the status
 
 from __future__ import annotations
 
-import asyncio
 import io
 from pathlib import Path
-from typing import Any
 
-from hotloop.agent.events import StepFinished, ToolStarted, TurnFinished
-from hotloop.agent.tools.registry import Tool, ToolContext
+from hotloop.agent.events import StepFinished, TurnFinished
 from hotloop.headless.printer import Printer
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import list_sessions, read_session
 from hotloop.tui.items import UsageItem
 
-from support import logged_agent, present, sim_with_scenario, wait_until
+from support import SLOW_TOOL, cancelled_in_its_tools, logged_agent, present, sim_with_scenario, wait_until
 from tui_support import running_app, send, write_config
 
 SLOW = {"tool_calls": [{"name": "slow", "arguments": {}}]}
-
-
-async def _forever(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    await asyncio.Event().wait()
-    return "never"
-
-
-SLOW_TOOL = Tool("slow", "Takes its time.", {"type": "object", "properties": {}}, _forever, read_only=True)
 
 
 async def test_a_step_cancelled_in_its_tools_is_finished_with_its_usage_and_counted(tmp_path: Path) -> None:
@@ -38,10 +27,7 @@ async def test_a_step_cancelled_in_its_tools_is_finished_with_its_usage_and_coun
         log = SessionLog.create(tmp_path / "sessions", provider="sim", model="sim-fast", workspace=tmp_path)
         agent, recorder = logged_agent(sim, "openai", tmp_path, log)
         agent.tools.add(SLOW_TOOL)
-        turn = asyncio.create_task(agent.run_turn("wait for it"))
-        await wait_until(lambda: recorder.of(ToolStarted))
-        turn.cancel()
-        await asyncio.gather(turn, return_exceptions=True)
+        await cancelled_in_its_tools(agent, recorder, "wait for it")
         log.close()
         await agent.provider.aclose()
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import Tool, ToolContext, ToolRegistry
 from hotloop.cli import main
 from hotloop.config import ConfigError, load_config
-from hotloop.core.resumption import Resumption
 from hotloop.core.session import Session, SessionOptions
 from hotloop.providers.conversation import AssistantMessage, UserMessage
 from hotloop.providers.events import ToolCallStarted
@@ -33,7 +31,7 @@ from hotloop.sim.template import ASSISTANT_HEADER, END
 from hotloop.sim.tokenizer import count
 from hotloop.tui.items import CompactionItem
 
-from support import Recorder, logged_agent, provider_on, sim_with_scenario, start_sim
+from support import Recorder, logged_agent, provider_on, resumed_beside, sim_with_scenario, start_sim
 from tui_support import FAST_SIM, idle, running_app, send, wait_until, write_config
 
 # A tool call, then the answer: with a page that fills the window, a mid-turn compaction comes between them.
@@ -123,18 +121,7 @@ async def test_a_compacted_conversation_resumes_sending_the_same_bytes(
             assert after.usage is not None and after.usage.cache_read  # the static prefix, read from the cache
             assert "the conversation was compacted into its summary" in after.cache_note
         snapshot = tmp_path / "copy" / log.path.name
-        snapshot.parent.mkdir()
-        log.flush()  # the writer thread has the turn: on disk once flush returns
-        shutil.copy(log.path, snapshot)
-        sent_before = len(sim.server.requests)
-        await original.run_turn("one more thing")
-        expected = sim.server.requests[sent_before].body
-        log.close()
-        await original.provider.aclose()
-
-        resumed = Resumption.load(snapshot, [])
-        again, _ = logged_agent(sim, protocol, workspace, resumed.log)
-        again.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
+        expected, resumed, again = await resumed_beside(sim, protocol, original, log, "one more thing", snapshot)
         sent_before = len(sim.server.requests)
         assert (await again.run_turn("one more thing")).turn == 4
         resumed.log.close()

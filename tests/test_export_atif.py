@@ -16,26 +16,17 @@ from typing import Any
 
 import pytest
 
-from hotloop.agent.events import StepFinished, ToolStarted
-from hotloop.agent.tools.registry import Tool, ToolContext
+from hotloop.agent.events import StepFinished
 from hotloop.cli import main
 from hotloop.sessions.export import export
 from hotloop.sessions.log import SessionLog
 from hotloop.sessions.store import list_sessions, read_session
 
-from support import logged_agent, sim_with_scenario, wait_until
+from support import SLOW_TOOL, cancelled_in_its_tools, logged_agent, sim_with_scenario
 
 FIELDS = json.loads((Path(__file__).parent / "fixtures" / "atif" / "atif-v1.4-fields.json").read_text())
 HOSTILE = "<script>alert(1)</script> [bold red]markup[/] \x1b[31mred\x1b[0m \x9b2J *not* `code` \\u0000 \u202eevil"
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
-
-
-async def _forever(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    await asyncio.Event().wait()
-    return "never"
-
-
-SLOW_TOOL = Tool("slow", "Takes its time.", {"type": "object", "properties": {}}, _forever, read_only=True)
 
 
 def _typed(value: object, kind: str) -> bool:
@@ -136,10 +127,7 @@ async def test_a_session_with_a_tool_error_a_cancelled_step_and_hostile_text_exp
         agent, recorder = logged_agent(sim, "openai", workspace, log)
         agent.tools.add(SLOW_TOOL)
         await agent.run_turn(HOSTILE)
-        turn = asyncio.create_task(agent.run_turn("wait for it"))
-        await wait_until(lambda: recorder.of(ToolStarted)[2:])
-        turn.cancel()
-        await asyncio.gather(turn, return_exceptions=True)
+        await cancelled_in_its_tools(agent, recorder, "wait for it")
         log.close()
         await agent.provider.aclose()
     finally:

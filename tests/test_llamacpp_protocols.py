@@ -10,7 +10,6 @@ a full window stops an answer with the same words as the cap (`length`, `max_tok
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from sse_servers import sse_events, streaming
 
 from hotloop.agent.events import Notice, ResponseFinished, StepFinished, ToolFinished, TurnFinished
 from hotloop.agent.figures import step_summary
@@ -40,11 +40,6 @@ ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthrop
 PLAIN = {"chat": "01_plain_stream.sse", "responses": "06_responses_plain.sse", "anthropic": "09_anthropic_plain.sse"}
 
 
-def events_of(name: str) -> list[bytes]:
-    """The recording cut into its server-sent events, each written on its own as the server did."""
-    return [block + b"\n\n" for block in (RECORDINGS / name).read_bytes().split(b"\n\n") if block.strip()]
-
-
 def said(name: str) -> list[dict[str, Any]]:
     """Every JSON object the recording's `data:` lines carry."""
     lines = (RECORDINGS / name).read_text().splitlines()
@@ -57,21 +52,9 @@ async def llama_server(
 ) -> AsyncIterator[str]:
     """llama-server as recorded: its model list and /props for discovery, and each request answered with the next
     recording (`hold` seconds after its first event), then its plain answer."""
-    answered = 0
 
-    async def stream(request: web.Request) -> web.StreamResponse:
-        nonlocal answered
-        name = recordings[answered] if answered < len(recordings) else PLAIN[protocol]
-        answered += 1
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        events = events_of(name)
-        await response.write(events[0])
-        await asyncio.sleep(hold)  # the time llama.cpp decodes a tool call's markup before its first fragment
-        for event in events[1:]:
-            await response.write(event)
-        await response.write_eof()
-        return response
+    def answer(n: int) -> tuple[list[bytes], float]:
+        return sse_events(RECORDINGS / (recordings[n] if n < len(recordings) else PLAIN[protocol])), hold
 
     async def listing(request: web.Request) -> web.Response:
         return document("v1_models.json")
@@ -83,7 +66,7 @@ async def llama_server(
         return web.json_response({"status": "ok"})
 
     app = web.Application()
-    app.router.add_post(ROUTES[protocol], stream)
+    app.router.add_post(ROUTES[protocol], streaming(answer))
     for path in ("/models", "/v1/models"):
         app.router.add_get(path, listing)
     app.router.add_get("/props", described)

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp import web
+from sse_servers import streamed
 from test_openai_fixtures import sse_file
 
 from hotloop.agent.events import ResponseFinished, StepFinished, ToolFinished
@@ -40,7 +41,7 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.openai_responses import OpenAIResponsesProvider
 
-from support import Recorder, present, serve_events, serving, sim_with_scenario
+from support import Recorder, present, serving, sim_with_scenario
 
 CALL = "call_HQHdUC4vy1PBrZTJ85nBHmeQ"
 TOOL = ToolSpec(
@@ -49,16 +50,13 @@ TOOL = ToolSpec(
 
 
 async def stream_fixture(events: list[bytes]) -> list[ModelEvent]:
-    async for base_url in serve_events(events, "/v1/responses"):
-        provider = OpenAIResponsesProvider(
+    def provider(base_url: str) -> OpenAIResponsesProvider:
+        return OpenAIResponsesProvider(
             ProviderOptions(name="fixture", model="gpt-4o", base_url=base_url, max_retries=0)
         )
-        try:
-            request = ChatRequest(system="", tools=(TOOL,), messages=(UserMessage("What is the capital of France?"),))
-            return [event async for event in provider.stream(request)]
-        finally:
-            await provider.aclose()
-    raise AssertionError("server did not start")
+
+    request = ChatRequest(system="", tools=(TOOL,), messages=(UserMessage("What is the capital of France?"),))
+    return await streamed(events, "/v1/responses", provider, request)
 
 
 async def test_a_recorded_function_call_stream_parses_exactly() -> None:

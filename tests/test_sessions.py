@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +12,13 @@ import pytest
 
 from hotloop.agent.events import AgentEvent, Notice, StepStarted, TurnFinished, TurnStarted
 from hotloop.cli import main
-from hotloop.core.resumption import Resumption
 from hotloop.providers.conversation import AssistantMessage, ToolResultMessage, UserMessage
 from hotloop.providers.events import TextDelta
 from hotloop.sessions.log import SessionInUse, SessionLog
 from hotloop.sessions.replay import IDLE_GAP, Replay, Timeline
 from hotloop.sessions.store import SessionError, find_session, list_sessions, read_session
 
-from support import killed_mid_answer, logged_agent, start_sim
+from support import killed_mid_answer, logged_agent, resumed_beside, start_sim
 
 FAST_SIM = "[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\n"
 
@@ -38,20 +36,9 @@ async def test_a_resumed_conversation_sends_the_same_bytes_as_the_original(
         for prompt in ("read README.md then grep for TODO", "read notes.txt"):
             assert (await original.run_turn(prompt)).reason == "answer"
         snapshot = tmp_path / "copy" / log.path.name
-        snapshot.parent.mkdir()
-        log.flush()  # the writer thread has the turn: on disk once flush returns
-        shutil.copy(log.path, snapshot)
-        sent_before = len(sim.server.requests)
-        await original.run_turn("list the files in .")
-        expected = sim.server.requests[sent_before].body
-        log.close()
-        await original.provider.aclose()
-
-        resumed = Resumption.load(snapshot, [])
+        expected, resumed, again = await resumed_beside(sim, protocol, original, log, "list the files in .", snapshot)
         assert resumed.session.warnings == [] and resumed.conversation.open_turn is None
         again_log = resumed.log
-        again, _ = logged_agent(sim, protocol, workspace, again_log)
-        again.restore(resumed.conversation.messages, resumed.conversation.turns, resumed.conversation.warmth)
         assert again.messages == original.messages[: len(again.messages)]
         sent_before = len(sim.server.requests)
         finished = await again.run_turn("list the files in .")

@@ -18,7 +18,7 @@ from hotloop.agent.tools.processes import subreaper_problem
 from hotloop.agent.tools.registry import ToolContext
 from hotloop.agent.tools.shell import ShellSettings, shell_tool
 
-from support import present, wait_until
+from support import alive, present, wait_until
 
 pytestmark = pytest.mark.skipif(subreaper_problem() is not None, reason=f"no subreaper: {subreaper_problem()}")
 
@@ -34,14 +34,6 @@ async def run(workspace: Path, command: str, **args: object) -> str:
 def parent_of(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as stat:
         return int(stat.read().rsplit(")", 1)[1].split()[1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
-        return False
 
 
 async def program(workspace: Path) -> int:

@@ -26,7 +26,7 @@ from hotloop.agent.tools.shell import ShellSettings, sandbox_notice, shell_tool
 from hotloop.config import ConfigError, load_config
 from hotloop.secret_policy import LOCALE, PASSED
 
-from support import wait_until
+from support import alive, wait_until
 
 
 class Pane:
@@ -49,15 +49,6 @@ def run(
     tool = shell_tool(settings or ShellSettings(), {"HOTLOOP_TEST_PROVIDER_KEY"})
     context = ToolContext("c1", workspace, pane or Pane())
     return asyncio.ensure_future(tool.handler({"command": command, **args}, context))
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie: a container's init may never reap the orphans it inherits."""
-    try:
-        with open(f"/proc/{pid}/stat") as status:
-            return status.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):  # gone, or going while we read
-        return True
 
 
 def running_marker(marker: str) -> bool:
@@ -111,7 +102,7 @@ async def test_cancel_kills_the_whole_group(tmp_path: Path, command: str) -> Non
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await wait_until(lambda: all(dead(pid) for pid in pids))
+    await wait_until(lambda: not any(alive(pid) for pid in pids))
 
 
 async def test_a_timeout_kills_the_group_and_keeps_the_output(tmp_path: Path) -> None:
@@ -122,13 +113,13 @@ async def test_a_timeout_kills_the_group_and_keeps_the_output(tmp_path: Path) ->
     assert message.startswith("timed out after 2 s; the command was killed\n")
     pids = [int(pid) for pid in message.split("\n")[1:] if pid]
     assert len(pids) == 2
-    await wait_until(lambda: all(dead(pid) for pid in pids))
+    await wait_until(lambda: not any(alive(pid) for pid in pids))
 
 
 async def test_what_is_left_in_the_background_is_stopped_when_the_command_ends(tmp_path: Path) -> None:
     result = await run(tmp_path, "sleep 100 & echo $!")
     assert result.startswith("exit 0 · ")
-    await wait_until(lambda: dead(int(result.split("\n")[1])))
+    await wait_until(lambda: not alive(int(result.split("\n")[1])))
 
 
 # Two processes that leave the call's process group: one `setsid -f`, one double-forked and setsid'd;
@@ -156,7 +147,7 @@ async def test_what_left_the_group_is_stopped_when_the_command_ends(tmp_path: Pa
     assert result.startswith("exit 0 · ")
     pids = pids_in(result)
     assert len(pids) == 2
-    await wait_until(lambda: all(dead(pid) for pid in pids))
+    await wait_until(lambda: not any(alive(pid) for pid in pids))
 
 
 @needs_setsid
@@ -166,7 +157,7 @@ async def test_what_left_the_group_is_stopped_at_a_timeout(tmp_path: Path) -> No
     assert str(error.value).startswith("timed out after 3 s; the command was killed\n")
     pids = pids_in(str(error.value))
     assert len(pids) == 3
-    await wait_until(lambda: all(dead(pid) for pid in pids))
+    await wait_until(lambda: not any(alive(pid) for pid in pids))
 
 
 @needs_setsid
@@ -178,7 +169,7 @@ async def test_what_left_the_group_is_stopped_at_a_cancel(tmp_path: Path) -> Non
     with pytest.raises(asyncio.CancelledError):
         await task
     pids = pids_in(pane.text)
-    await wait_until(lambda: all(dead(pid) for pid in pids))
+    await wait_until(lambda: not any(alive(pid) for pid in pids))
 
 
 # A process that clears its environment and leaves the group, double-forked: its parent (the subshell) has
@@ -287,7 +278,7 @@ async def test_without_a_subreaper_the_reason_is_said_once_and_commands_run_as_b
         assert sandbox_notice(ShellSettings(sandbox="workspace-write")) is None
     result = await run(tmp_path, f"echo $PPID; {ESCAPING}")
     assert int(result.split("\n")[1]) == os.getpid()  # the shell is hotloop's own child, as before
-    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)[1:]))
+    await wait_until(lambda: not any(alive(pid) for pid in pids_in(result)[1:]))
 
 
 @needs_subreaper
@@ -296,7 +287,7 @@ async def test_a_command_that_signals_its_parent_still_ends_whole(tmp_path: Path
     assert (await run(tmp_path, "kill $PPID; echo still here")).endswith("\nstill here\n")
     result = await run(tmp_path, "kill -9 $PPID; sleep 100 & echo $!; wait", timeout=10)
     assert result.startswith("killed by SIGKILL · ")
-    await wait_until(lambda: all(dead(pid) for pid in pids_in(result)))
+    await wait_until(lambda: not any(alive(pid) for pid in pids_in(result)))
 
 
 # A hotloop that runs a command which prints its background child's pid, then waits to be killed.
@@ -318,10 +309,10 @@ async def test_when_hotloop_dies_its_commands_die_with_it(tmp_path: Path) -> Non
     )
     assert hotloop.stdout is not None
     pid = int(await asyncio.wait_for(hotloop.stdout.readline(), timeout=15))
-    assert not dead(pid)
+    assert alive(pid)
     hotloop.kill()  # no sweep: the subreaper reads EOF on its socket, kills what is below it and exits
     await hotloop.wait()
-    await wait_until(lambda: dead(pid))
+    await wait_until(lambda: not alive(pid))
 
 
 # Credentials by other names, agents' sockets, and a variable no one listed: none reaches a command.

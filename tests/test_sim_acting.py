@@ -9,7 +9,6 @@ clients, loopback HTTP, and the file and the shell really changed.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,10 @@ from hotloop.agent.tools.shell import ShellSettings, shell_tool
 from hotloop.providers.events import TextDelta
 from hotloop.sim.embedded import EmbeddedSimulator
 
-from support import Recorder, provider_on, start_sim
+from support import Recorder, provider_on
 
 PROTOCOLS = ["openai", "openai-responses", "anthropic"]
 APP = 'def greeting(name):\n    """Say hello."""\n    return f"Helo, {name}!"\n\n\nprint(greeting("world"))\n'
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[EmbeddedSimulator]:
-    simulator = start_sim()
-    yield simulator
-    simulator.stop()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import anthropic
 import pytest
 from anthropic.types import (
     CacheControlEphemeralParam,
+    Message,
     MessageParam,
     TextBlock,
     ToolParam,
@@ -186,58 +187,37 @@ async def test_tool_results_must_answer_the_previous_message(sim: EmbeddedSimula
     ask: MessageParam = {"role": "user", "content": "read a"}
     api = client(sim)
 
+    async def answering(reply: MessageParam, max_tokens: int = 100) -> Message:
+        messages: list[MessageParam] = [ask, {"role": "assistant", "content": [use]}, reply]
+        return await api.messages.create(model="sim-fast", max_tokens=max_tokens, tools=[READ_FILE], messages=messages)
+
     with pytest.raises(
         anthropic.BadRequestError,
         match="`tool_use` ids were found without `tool_result` blocks immediately after: toolu_1",
     ):
-        await api.messages.create(
-            model="sim-fast",
-            max_tokens=100,
-            tools=[READ_FILE],
-            messages=[ask, {"role": "assistant", "content": [use]}, {"role": "user", "content": "go on"}],
-        )
+        await answering({"role": "user", "content": "go on"})
     with pytest.raises(
         anthropic.BadRequestError, match="unexpected `tool_use_id` found in `tool_result` blocks: toolu_9"
     ):
-        await api.messages.create(
-            model="sim-fast",
-            max_tokens=100,
-            tools=[READ_FILE],
-            messages=[
-                ask,
-                {"role": "assistant", "content": [use]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]},
-            ],
+        await answering(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}
         )
     with pytest.raises(anthropic.BadRequestError, match="`tool_result` blocks must come first"):
-        await api.messages.create(
-            model="sim-fast",
-            max_tokens=100,
-            tools=[READ_FILE],
-            messages=[
-                ask,
-                {"role": "assistant", "content": [use]},
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "text", "text": "here"},
-                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"},
-                    ],
-                },
-            ],
-        )
-    answered = await api.messages.create(
-        model="sim-fast",
-        max_tokens=1000,
-        tools=[READ_FILE],
-        messages=[
-            ask,
-            {"role": "assistant", "content": [use]},
+        await answering(
             {
                 "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "A", "is_error": True}],
-            },
-        ],
+                "content": [
+                    {"type": "text", "text": "here"},
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"},
+                ],
+            }
+        )
+    answered = await answering(
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "A", "is_error": True}],
+        },
+        max_tokens=1000,
     )
     assert answered.stop_reason == "end_turn"
 

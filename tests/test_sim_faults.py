@@ -25,24 +25,16 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent
-from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from hotloop.cli import main
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import NO_LATENCY, SimConfig
 from hotloop.sim.scenario import Faults, Refusal, ScenarioError, Stall, load_scenario, parse_faults
 
-from support import scenario_file, sim_with_scenario
+from support import READ_FILE, scenario_file, sim_served, sim_with_scenario
 
 MCP_FAULTS = str(Path(__file__).parent / "mcp_faults.py")
-READ_FILE: ChatCompletionFunctionToolParam = {
-    "type": "function",
-    "function": {
-        "name": "read_file",
-        "description": "Read a file",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    },
-}
 ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "go"}]
 ASK_ANTHROPIC: list[MessageParam] = [{"role": "user", "content": "go"}]  # the same, in the Anthropic SDK's types
 PROTOCOLS = ("openai", "anthropic")
@@ -604,23 +596,15 @@ def test_a_bad_fault_flag_is_refused_in_one_line(capsys: pytest.CaptureFixture[s
 
 
 async def test_sim_serve_applies_fault_flags_to_every_request(http: aiohttp.ClientSession) -> None:
-    command = [sys.executable, "-m", "hotloop", "sim", "serve", "--port", "0", "--no-latency"]
-    command += ["--fault", "status:503:retry-after=1:times=1", "--fault", "usage:prompt_tokens=-50"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = await asyncio.to_thread(process.stdout.readline)
+    faults = ["--fault", "status:503:retry-after=1:times=1", "--fault", "usage:prompt_tokens=-50"]
+    with sim_served(*faults) as (line, base):
         assert "faults: status:503:retry-after=1:times=1, usage:prompt_tokens=-50" in line
-        base = line.split(" on ", 1)[1].split(" ", 1)[0]
         body = {"model": "sim-fast", "messages": ASK}
         async with http.post(f"{base}/chat/completions", json=body) as refused:
             assert (refused.status, refused.headers["retry-after"]) == (503, "1")
             assert (await refused.json())["error"]["type"] == "ServiceUnavailableError"
         async with http.post(f"{base}/chat/completions", json=body) as answered:
             assert answered.status == 200 and (await answered.json())["usage"]["prompt_tokens"] == -50
-    finally:
-        process.terminate()
-        process.wait()
 
 
 # -- the misbehaving MCP server --------------------------------------------------------------

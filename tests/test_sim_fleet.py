@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from hotloop.sim.engine import NO_LATENCY, SimConfig, SimEngine, SimRequest
 from hotloop.sim.fleet import PREFIX_SLACK, EmbeddedFleet, Fleet
 from hotloop.sim.template import Turn
 
-from support import Recorder, wait_until
+from support import Recorder, sim_served, wait_until
 
 INSTANT = SimConfig().with_latency(**vars(NO_LATENCY))
 SYSTEM = "You review code. " * 60  # a few hundred tokens: several whole cache blocks
@@ -261,14 +259,9 @@ async def test_concurrent_streams_leave_the_batch_empty_when_done(http: aiohttp.
 
 
 async def test_sim_serve_runs_a_fleet_behind_the_router_it_is_given(http: aiohttp.ClientSession) -> None:
-    command = [sys.executable, "-m", "hotloop", "sim", "serve", "--port", "0", "--no-latency"]
-    command += ["--replicas", "3", "--router", "affinity", "--affinity-header", "x-conversation"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 30)
+    with sim_served("--replicas", "3", "--router", "affinity", "--affinity-header", "x-conversation") as (line, v1):
         assert "3 replicas behind the affinity router on x-conversation" in line
-        url = line.split(" on ", 1)[1].split(" ", 1)[0].removesuffix("/v1")
+        url = v1.removesuffix("/v1")
         for _ in range(2):
             await post(http, url, chat("hello"), **{"x-conversation": "c-1"})
         async with http.get(f"{url}/metrics") as response:
@@ -281,6 +274,3 @@ async def test_sim_serve_runs_a_fleet_behind_the_router_it_is_given(http: aiohtt
             if s.name.endswith("_total")
         ]
         assert [(s.labels["decision"], s.value) for s in router] == [("session-key", 2)]
-    finally:
-        process.terminate()
-        process.wait()

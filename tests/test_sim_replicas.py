@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hotloop.sim.embedded import start_on
 from hotloop.sim.processes import Scraper
 
-from support import start_sim, wait_until
+from support import alive, start_sim, wait_until
 
 STREAMS = 24  # each its own client, so its own connection: all on one process has odds of 2 in 2^24
 SERVE = [sys.executable, "-m", "hotloop", "sim", "serve", "--no-latency", "--processes", "2"]
@@ -44,15 +44,6 @@ class Served:
     def replicas(self) -> list[int]:
         """The pids of the processes that serve."""
         return [pid for pid in self.children() if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs: a zombie nobody reaps (a container's init may not) has ended."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def serve(*flags: str) -> Served:

@@ -11,26 +11,18 @@ from typing import cast
 
 import openai
 import pytest
-from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from hotloop.sim.embedded import EmbeddedSimulator
 
 from support import (
+    READ_FILE,
     close_clients,  # noqa: F401 (autouse: closes the SDK clients a test opens)
     present,
     sim_with_scenario,
     start_sim,
 )
 from support import openai_client as client
-
-READ_FILE: ChatCompletionFunctionToolParam = {
-    "type": "function",
-    "function": {
-        "name": "read_file",
-        "description": "Read a file",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    },
-}
 
 
 def get(sim: EmbeddedSimulator, path: str) -> tuple[int, bytes]:

@@ -131,6 +131,29 @@ def tool_call_events(calls: list[tuple[str, str, str]]) -> list[AgentEvent]:
     return events
 
 
+def calls_asked(
+    prompt: str, text: str, calls: list[tuple[str, str, str]], usage: UsageLedger, figures: tuple[float, float, float]
+) -> list[AgentEvent]:
+    """A turn's first step: its text, then its tool calls, answered (`figures`: ttft, decode rate, model time)."""
+    ttft, decode_tps, model_time = figures
+    return [
+        TurnStarted(turn=1, prompt=prompt, ts=T),
+        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
+        TextDelta(text, ts=T),
+        *tool_call_events(calls),
+        ResponseFinished(
+            turn=1,
+            step=1,
+            usage=usage,
+            ttft=ttft,
+            decode_tps=decode_tps,
+            model_time=model_time,
+            finish_reason="tool_calls",
+            ts=T,
+        ),
+    ]
+
+
 READS = [
     ("c1", "read_file", '{"path": "app.py"}'),
     ("c2", "read_file", '{"path": "cache.py"}'),
@@ -164,20 +187,10 @@ def test_three_tool_panes_mid_flight(snap_compare: SnapCompare, isolated_home: P
     still running (spinner, 2.50 s, accent border), read_file cache.py finished (green border,
     ✓ ok · 0.42 s, its output in the pane's log). Below, the live usage strip says 2 tools are
     running."""
+    prompt = "Read app.py and cache.py, and grep for TODO"
     events = [
-        TurnStarted(turn=1, prompt="Read app.py and cache.py, and grep for TODO", ts=T),
-        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
-        TextDelta("Reading both files and searching at once.\n", ts=T),
-        *tool_call_events(READS),
-        ResponseFinished(
-            turn=1,
-            step=1,
-            usage=usage(612, None, 84),
-            ttft=0.15,
-            decode_tps=95.0,
-            model_time=0.8,
-            finish_reason="tool_calls",
-            ts=T,
+        *calls_asked(
+            prompt, "Reading both files and searching at once.\n", READS, usage(612, None, 84), (0.15, 95.0, 0.8)
         ),
         *[ToolStarted(call_id=c, name=n, arguments=a, ts=T) for c, n, a in READS],
         ToolOutput(call_id="c3", text="scanning 42 files", ts=T + 1),

@@ -10,10 +10,10 @@ from test_snapshots import (
     SnapCompare,
     T,
     app_of,
+    calls_asked,
     settle,
     showing,
     snapshot_app,
-    tool_call_events,
     two_step_turn,
     usage,
 )
@@ -24,14 +24,10 @@ from hotloop.agent.approvals import Request
 from hotloop.agent.events import (
     AgentEvent,
     ApprovalAsked,
-    ResponseFinished,
     SessionTitled,
-    StepStarted,
     ToolFinished,
     ToolStarted,
-    TurnStarted,
 )
-from hotloop.providers.events import TextDelta
 from hotloop.tui.screens.waterfall import WaterfallScreen
 from hotloop.tui.widgets.approval_bar import ApprovalBar
 
@@ -57,21 +53,9 @@ def test_a_diff_waiting_for_approval_beside_two_panes_at_80_by_24(
     read_file README.md done (its output), grep TODO running. Under them the step's strip, then the approval bar:
     "write_file wants to write notes.txt" and all four answers (y, a, n, r). The prompt, the status bar with
     sim · sim-balanced, and the footer with f1 Help first."""
+    prompt = "write the notes, read the README and grep TODO"
     events: list[AgentEvent] = [
-        TurnStarted(turn=1, prompt="write the notes, read the README and grep TODO", ts=T),
-        StepStarted(turn=1, step=1, provider="sim", model="sim-balanced", ts=T),
-        TextDelta("All three at once.\n", ts=T),
-        *tool_call_events(CALLS),
-        ResponseFinished(
-            turn=1,
-            step=1,
-            usage=usage(1_115, None, 137),
-            ttft=0.17,
-            decode_tps=23.0,
-            model_time=0.9,
-            finish_reason="tool_calls",
-            ts=T,
-        ),
+        *calls_asked(prompt, "All three at once.\n", CALLS, usage(1_115, None, 137), (0.17, 23.0, 0.9)),
         *[ToolStarted(call_id=c, name=n, arguments=a, ts=T + 1) for c, n, a in CALLS[1:]],
         ToolFinished(call_id="c2", name="read_file", status="ok", duration=0.01, result="# Demo\n", ts=T + 1),
         ApprovalAsked(call_id="c1", name="write_file", subject="notes.txt", preview=DIFF, ts=T + 1),

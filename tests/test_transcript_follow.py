@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+from textual.pilot import Pilot
 from textual.widget import Widget
 
 from hotloop.tui.app import HotloopApp
@@ -26,6 +28,17 @@ def at_bottom(transcript: Transcript) -> bool:
 
 def marker(app: HotloopApp) -> NewOutput:
     return app.query_one(NewOutput)
+
+
+async def answer_held(app: HotloopApp, pilot: Pilot[None]) -> tuple[asyncio.Event, Transcript]:
+    """A long answer, then a second turn held in its tool until the event is set: its answer is still to come."""
+    release = holding(app)
+    await send(app, pilot, "one")
+    await idle(app, pilot)
+    transcript = app.main.transcript
+    await send(app, pilot, "two")
+    await wait_until(lambda: bool(live_panes(transcript, "running")))
+    return release, transcript
 
 
 async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(isolated_home: Path) -> None:
@@ -54,12 +67,7 @@ async def test_scrolled_up_with_keys_a_new_prompt_brings_its_answer_into_view(is
 async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_again(isolated_home: Path) -> None:
     write_config(isolated_home, [LONG, HELD, SLOW])
     async with running_app() as (app, pilot):
-        release = holding(app)
-        await send(app, pilot, "one")
-        await idle(app, pilot)
-        transcript = app.main.transcript
-        await send(app, pilot, "two")
-        await wait_until(lambda: bool(live_panes(transcript, "running")))  # held: its answer is still to come
+        release, transcript = await answer_held(app, pilot)
         press(app, "ctrl+home")
         await wait_until(lambda: transcript.history.scroll_y == 0 and not transcript.following)
         release.set()  # the answer streams below the view
@@ -74,12 +82,7 @@ async def test_output_arriving_below_the_view_shows_the_marker_and_end_follows_a
 async def test_the_marker_follows_when_clicked_and_scrolling_to_the_bottom_follows(isolated_home: Path) -> None:
     write_config(isolated_home, [LONG, HELD, SLOW])
     async with running_app() as (app, pilot):
-        release = holding(app)
-        await send(app, pilot, "one")
-        await idle(app, pilot)
-        transcript = app.main.transcript
-        await send(app, pilot, "two")
-        await wait_until(lambda: bool(live_panes(transcript, "running")))  # held: its answer is still to come
+        release, transcript = await answer_held(app, pilot)
         for _ in range(20):  # the mouse wheel's way, above the tool's pane (it folds to one line when it ends)
             transcript.history.scroll_up(animate=False, immediate=True)
         await wait_until(lambda: not transcript.following)

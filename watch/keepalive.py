@@ -16,16 +16,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 import aiohttp
 import msgspec
 
-from hotloop.agent.cache_lifetime import LIFETIME
 from hotloop.agent.events import Notice, SideRequest
-from hotloop.agent.keepalive import KeepAlive, PingCosts
+from hotloop.agent.pause_pings import Pause, PauseScheduler
 from hotloop.agent.pricing import Ttl
 from hotloop.config import KeepaliveSettings
 from hotloop.watch.conversation import Conversation
@@ -38,17 +37,6 @@ CHARS_PER_TOKEN = 4  # a prefix's size when the answer didn't say it
 TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=10)  # a ping the upstream holds longer is let go
 
 
-@dataclass
-class _Pause:
-    """A conversation's pause: its policy and start, the request to ping with, and the pings' task."""
-
-    conversation: Conversation
-    keep: KeepAlive | None
-    start: float
-    task: asyncio.Task[None] | None = None
-    preempted: bool = False
-
-
 @dataclass(frozen=True)
 class Held:
     """A conversation's last request as it went upstream: where, with which headers, and its body."""
@@ -59,7 +47,7 @@ class Held:
     request: WatchedRequest
 
 
-class WatchKeepAlive:
+class WatchKeepAlive(PauseScheduler):
     """Every watched conversation's pauses and pings."""
 
     def __init__(
@@ -68,13 +56,11 @@ class WatchKeepAlive:
         client: Callable[[], aiohttp.ClientSession | None],
         lineage: Lineage,
     ) -> None:
+        super().__init__(time.perf_counter)
         self.settings = settings
         self._client = client
         self._lineage = lineage
-        self.clock: Callable[[], float] = time.perf_counter
-        self.wait: Callable[[float], Awaitable[None]] = asyncio.sleep  # until a ping's time; a test steps it
-        self._keeps: dict[str, KeepAlive] = {}
-        self._pauses: dict[str, _Pause] = {}  # by conversation id
+        self._pauses: dict[str, Pause] = {}  # by conversation id
 
     def arrived(self, request: WatchedRequest) -> None:
         """A request of the agent's is on its way: the pause of the conversation it continues ends, its ping with it."""
@@ -96,20 +82,11 @@ class WatchKeepAlive:
             return
         ttl: Ttl = "1h" if _ONE_HOUR.search(held.body) else "5m"
         tokens = (usage.prompt_total if usage is not None else None) or len(held.body) // CHARS_PER_TOKEN
-        life = LIFETIME[ttl]
-        keep = None
-        if self.settings.mode == "adaptive":
-            priced = PingCosts.priced(tokens, ttl, request.model, conversation.info.base_url)
-            costs = priced or PingCosts.anthropic(tokens, ttl)
-            keep = self._keeps.get(conversation_id)
-            if keep is None:
-                keep = self._keeps[conversation_id] = self.settings.policy(costs, priced is not None)
-            offsets = keep.plan(ttl, costs, at=time.time())
-        else:
-            offsets = self.settings.fixed_plan(life)
-        pause = self._pauses[conversation_id] = _Pause(conversation, keep, start)
-        if offsets:
-            pause.task = asyncio.create_task(self._pings(pause, held, offsets))
+        base_url = conversation.info.base_url
+        pause, offsets = self.plan(self.settings, conversation_id, ttl, tokens, request.model, base_url, start)
+        self._pauses[conversation_id] = pause
+        if offsets and (body := _capped(held.body)) is not None:
+            self.send(pause, offsets, lambda: self._ping(pause, conversation, held, body))
 
     def pinging(self, conversation_id: str) -> asyncio.Task[None] | None:
         """The task sending the pings of `conversation_id`'s pause going on, if it has one."""
@@ -119,35 +96,21 @@ class WatchKeepAlive:
     def _end(self, conversation_id: str, now: float | None) -> None:
         """The pause ends: its ping in flight cancelled (said), and its length learned (`now`: a request came)."""
         pause = self._pauses.pop(conversation_id, None)
-        if pause is None:
-            return
-        if pause.task is not None and not pause.task.done():
-            pause.preempted = True
-            pause.task.cancel()
-        if pause.keep is not None and now is not None:
-            pause.keep.observe_pause(now - pause.start)
+        if pause is not None:
+            pause.end(now)
 
-    async def _pings(self, pause: _Pause, held: Held, offsets: list[float]) -> None:
-        body = _capped(held.body)
-        if body is None:
-            return
-        for offset in offsets:
-            await self.wait(max(pause.start + offset - self.clock(), 0.0))
-            if not await self._ping(pause, held, body):
-                return
-
-    async def _ping(self, pause: _Pause, held: Held, body: bytes) -> bool:
+    async def _ping(self, pause: Pause, conversation: Conversation, held: Held, body: bytes) -> bool:
         """One ping, said in the conversation's log; whether it was answered."""
         client = self._client()
         if client is None:
             return False
-        request, info = held.request, pause.conversation.info
+        request, info = held.request, conversation.info
         started = self.clock()
         reader: ResponseReader | None = None
 
         def said(outcome: Literal["answered", "cancelled", "failed"], error: str = "") -> None:
             usage = reader.step.usage if reader is not None and outcome != "cancelled" else None
-            pause.conversation.emit(
+            conversation.emit(
                 SideRequest(
                     kind="keep-alive",
                     why="pause",
@@ -181,7 +144,7 @@ class WatchKeepAlive:
                 said("cancelled")
             raise
         if reader.problem:
-            pause.conversation.emit(Notice(level="warning", message=f"keep-alive: {reader.problem}"))
+            conversation.emit(Notice(level="warning", message=f"keep-alive: {reader.problem}"))
         said("answered")
         return reader.step.usage is not None
 
