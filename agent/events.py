@@ -217,7 +217,9 @@ class SideRequest(Event, frozen=True):
     """A request the session sent beside its conversation (a pre-warm), counted and priced with it, never a step.
 
     `why` is what sent it (a pre-warm's: "start", "switch" or "idle"). "cancelled": a prompt went out first; it
-    had reached the server and may be billed in part, its usage unknown. "failed": `error` says why.
+    had reached the server and may be billed in part, its usage unknown. "failed": `error` says why. `shared`: the
+    tokens its prompt has in common with the conversation's next request (all but its own ask), what a cache can
+    keep for that request; None where unknown (a log from before it was recorded).
     """
 
     kind: str
@@ -228,6 +230,7 @@ class SideRequest(Event, frozen=True):
     model_time: float
     outcome: Literal["answered", "cancelled", "failed"] = "answered"
     error: str = ""
+    shared: int | None = None
 
 
 # The requests that carry their own provider and model, priced as those rather than as the step in progress.

@@ -71,6 +71,9 @@ FAMILIES: dict[str, Callable[[random.Random], float]] = {
     ),
     "all long (1-3 h)": lambda rng: rng.uniform(3600, 3 * 3600),
 }
+NO_DICE = f"{ADVERSARIAL}, no dice"
+RECORDED = "recorded (tests/fixtures)"
+TRACES = (*FAMILIES, ADVERSARIAL, NO_DICE, RECORDED)
 
 
 def generated(family: str, count: int, seed: int) -> list[float]:
@@ -209,13 +212,28 @@ def _ratio(value: float, base: float) -> str:
     return f"{value / base:.2f}"
 
 
+def trace(name: str, count: int, seed: int, costs: PingCosts) -> tuple[list[float], float | None]:
+    """A trace's pauses, and the slack of the keep-alive it is measured with (None: the keep-alive's own)."""
+    if name in FAMILIES:
+        return generated(name, count, seed), None
+    if name == NO_DICE:
+        return adversarial(count, seed, costs, 0.0), 0.0
+    return (adversarial(count, seed, costs), None) if name == ADVERSARIAL else (recorded(), None)
+
+
+def measured(name: str, count: int, seed: int, costs: PingCosts) -> Row:
+    pauses, slack = trace(name, count, seed, costs)
+    return measure(name, pauses, costs, seed, slack)
+
+
 def rows(count: int, seed: int, costs: PingCosts) -> list[Row]:
-    """Every trace family's row, the recorded sessions' last."""
-    measured = [measure(family, generated(family, count, seed), costs, seed) for family in FAMILIES]
-    measured.append(measure(ADVERSARIAL, adversarial(count, seed, costs), costs, seed))
-    measured.append(measure(f"{ADVERSARIAL}, no dice", adversarial(count, seed, costs, 0.0), costs, seed, 0.0))
-    measured.append(measure("recorded (tests/fixtures)", recorded(), costs, seed))
-    return measured
+    """Every trace's row, the recorded sessions' last."""
+    return [measured(name, count, seed, costs) for name in TRACES]
+
+
+def readme_costs() -> PingCosts:
+    """The README's: a 20,000-token prefix at Claude Sonnet 4.5's prices."""
+    return PingCosts.priced(PREFIX, "5m", MODEL, SERVER) or PingCosts.anthropic(PREFIX, "5m")
 
 
 def main() -> None:
@@ -223,12 +241,12 @@ def main() -> None:
     parser.add_argument("--pauses", type=int, default=2000, help="pauses per generated trace (default: 2000)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    costs = PingCosts.priced(PREFIX, "5m", MODEL, SERVER) or PingCosts.anthropic(PREFIX, "5m")
+    costs = readme_costs()
     print(f"a ping ${costs.ping:.4f}; a miss ${costs.rewrite:.4f} over a read ({PREFIX:,}-token prefix, {MODEL})\n")
-    measured = rows(args.pauses, args.seed, costs)
+    table = rows(args.pauses, args.seed, costs)
     print("| trace | pauses | none | " + " | ".join(f"keepalive-{m:g}m" for m in INTERVALS) + " | adaptive | oracle |")
     print("|---" * (len(INTERVALS) + 5) + "|")
-    for row in measured:
+    for row in table:
         cells = " | ".join(f"${row.fixed[m].cost:.2f}" for m in INTERVALS)
         print(
             f"| {row.family} | {row.pauses} | ${row.none.cost:.2f} | {cells} | ${row.adaptive.cost:.2f} | "
@@ -241,7 +259,7 @@ def main() -> None:
         + " | targets |"
     )
     print("|---" * (len(INTERVALS) + 6) + "|")
-    for row in measured:
+    for row in table:
         cells = " | ".join(f"${row.matched[m].cost:.2f} ({row.matched[m].misses})" for m in INTERVALS)
         targets = " ".join(f"{name} {'✓' if ok else '✗'}" for name, ok in row.met().items())
         print(

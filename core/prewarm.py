@@ -24,7 +24,8 @@ vLLM at low priority. The first real step then prefills only the prompt.
 - **It is a side request.** A `SideRequest` event, with its usage: the transcript shows it as a line of its own
   (`pre-warm (start, side request) · … · prompt 12,030 (…) · out 1 · 0.46 s`), the status bar's totals count its
   tokens and dollars (not as a step, and not in the hit rate, which it would skew with the write it was sent to
-  make), the log keeps it and the session's summary prices it.
+  make), the log keeps it with the tokens it shares with the next step (`shared`, for `hotloop whatif`) and the
+  session's summary prices it.
 """
 
 from __future__ import annotations
@@ -52,8 +53,14 @@ if TYPE_CHECKING:
     from hotloop.providers.base import Provider
 
 Why = Literal["start", "switch", "idle"]
-# The user turn the pre-warm ends with: its own few tokens are all the first step doesn't find cached.
-ASK = "."
+# The user turn the pre-warm ends with: its own few tokens are all the first step doesn't find cached. A word, not
+# punctuation, which a tokenizer may merge with what follows it (the simulator's does), so its turn's length is known.
+ASK = "ok"
+# The tokens a chat template gives that turn past a user turn's opening, which the next step's turn opens with too:
+# the ask, the turn's end, the answer's opening: ChatML's `ok`, `<|im_end|>`, `\n`, `<|im_start|>`, `assistant`, `\n`,
+# and `assistant` in two in the simulator's tokenizer. A real ChatML or Llama 3 template has one fewer: there
+# `whatif`, which replays the next step's read from what is left, can read a block short one time in 16.
+ASK_TURN = 7
 CHARS_PER_TOKEN = 4  # a rough count, for the estimate a hosted API's verdict shows
 # Seconds a start's or a switch's pre-warm waits before it goes: a prompt sent sooner can't be helped (the step
 # prefills the prefix itself either way, measured), and the pre-warm it would cancel is a request for nothing.
@@ -111,6 +118,7 @@ def prewarm_request(agent: Agent) -> ChatRequest:
         max_tokens=1,
         cache_key=agent.cache_key,
         background=True,  # vLLM's low-priority lane: a real request that arrives is scheduled first
+        warms=True,
     )
 
 
@@ -286,6 +294,7 @@ async def side_request(
             model_time=time.perf_counter() - started,
             outcome=outcome,
             error=error,
+            shared=shared_prefix(usage, bool(provider.protocol.traits.cache.breakpoints)),
         )
 
     try:
@@ -301,3 +310,12 @@ async def side_request(
         raise
     emit(sent("answered"))
     return True
+
+
+def shared_prefix(usage: UsageLedger | None, marked: bool) -> int | None:
+    """Of a request that ends with the ask's turn, the tokens the conversation's next request starts with too: on a
+    cache of breakpoints what it cached (its last breakpoint is before the ask), elsewhere all but the ask's turn."""
+    if usage is None or usage.prompt_total is None:
+        return None
+    cached = (usage.cache_read or 0) + (usage.cache_write or 0)
+    return cached if marked and cached else max(usage.prompt_total - ASK_TURN, 0)

@@ -135,7 +135,7 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
         if request.system:
             system = _encode({"type": "text", "text": request.system})
             head += b',"system":[' + (self._marked(system) if "system" in self._breakpoints else system) + b"]"
-        return head + b',"messages":[' + b",".join(self._messages(request.messages)) + b"]}"
+        return head + b',"messages":[' + b",".join(self._messages(request.messages, request.warms)) + b"]}"
 
     def _tool_blocks(self, tools: tuple[ToolSpec, ...]) -> list[bytes]:
         if self._tools is None or self._tools[0] is not tools:
@@ -145,9 +145,11 @@ class AnthropicProvider(SdkProvider[list[bytes]]):
             self._tools = (tools, rendered)
         return self._tools[1]
 
-    def _messages(self, messages: tuple[Message, ...]) -> list[bytes]:
+    def _messages(self, messages: tuple[Message, ...], warms: bool = False) -> list[bytes]:
         turns = merged_turns((message, self._message_blocks(message)) for message in messages)
-        marks = {len(turns) - 1} if "newest" in self._breakpoints else set()
+        # A pre-warm's newest mark is the next step's too: the step reads all it wrote, its own ask not written.
+        newest = len(turns) - 1 - warms
+        marks = {newest} if "newest" in self._breakpoints and newest >= 0 else set()
         # The previous step's request ended with the user message before the latest reply.
         if "previous" in self._breakpoints and len(turns) >= 3 and turns[-3][0] == "user":
             marks.add(len(turns) - 3)

@@ -77,6 +77,7 @@ class ChatRequest(msgspec.Struct, frozen=True, gc=False):
     max_tokens: int | None = None
     cache_key: str | None = None
     background: bool = False  # a title or summary: sent in the background lane, at low priority
+    warms: bool = False  # a pre-warm or a ping: its last message, an ask no step sends, is left out of the cache
 
 
 MISSING_RESULT = "error: no result was recorded for this call (it was cancelled or lost)"

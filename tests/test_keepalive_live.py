@@ -22,6 +22,8 @@ from hotloop.cli.watch import _with_keepalive
 from hotloop.config import ConfigError, KeepaliveSettings, load_config
 from hotloop.core.session import Session
 from hotloop.headless.watch_table import WatchTable
+from hotloop.sessions.whatif import check
+from hotloop.sessions.whatif.trace import read_conversation
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.server import RecordedRequest
 from hotloop.tui.fold import TranscriptFold
@@ -243,6 +245,8 @@ async def test_the_watch_pings_in_a_watched_conversations_pause(
     assert (side.kind, side.outcome, present(side.usage).output) == ("keep-alive", "answered", 1)
     logged = Path(conversation.path).read_bytes()
     assert b'"keep-alive"' in logged and KEY.encode() not in logged
+    assert side.shared is not None and step.cached_tokens >= side.shared > 0
+    assert check(read_conversation(Path(conversation.path))) == []  # `whatif` replays the step after the ping
     lines: list[str] = []  # `hotloop watch` without the app: the ping is a line of its own
     table = WatchTable(watch.conversations, lines.append)
     for conversation_id, event in seen:

@@ -120,6 +120,8 @@ class WatchKeepAlive(PauseScheduler):
                     model_time=self.clock() - started,
                     outcome=outcome,
                     error=error,
+                    # The held request starts the next one; a cache of breakpoints keeps what the ping read or wrote.
+                    shared=(usage.cache_read or 0) + (usage.cache_write or 0) if usage is not None else None,
                 )
             )
 

@@ -100,10 +100,14 @@ class Plan(Protocol):
 
 
 def reach(server: Server, before: Request | None, request: Request) -> int:
-    """How much of `request`'s prefix the request before it held: none where the prefix broke."""
+    """How much of `request`'s prefix the request before it held: none where the prefix broke; of a side request's,
+    what it shares with the conversation (not its own ask), where the log says."""
     if before is None:
         return 0
-    return held_after(server, before) if request.continues else min(request.keeps, held_after(server, before))
+    held = held_after(server, before)
+    if before.beside and before.shares is not None:
+        held = min(held, before.shares)
+    return held if request.continues else min(request.keeps, held)
 
 
 def held_after(server: Server, request: Request) -> int:

@@ -191,9 +191,20 @@ def check(conversation: Conversation) -> list[Mismatch]:
     """The requests whose logged cache figures the `recorded` replay doesn't reproduce within 1%, each with why. Only
     the figures the server reported are compared: one it left out is unknown, never 0."""
     found: list[Mismatch] = []
-    for _, server, requests in priced_as(conversation, None):
+    served_by = priced_as(conversation, None)
+    for pricing, server, requests in served_by:
+        # Another provider of the session on the same server (its Chat and Responses endpoints) shares its cache.
+        beside = next(
+            (
+                r[0].provider
+                for p, _, r in served_by
+                if r is not requests and p.base_url == pricing.base_url and r[0].start < requests[0].start
+            ),
+            "",
+        )
         last_use: float | None = None
         held = 0
+        before: Request | None = None
         for served in replay(server, requests, Recorded()):
             request = served.request
             if request is None:
@@ -209,8 +220,8 @@ def check(conversation: Conversation) -> list[Mismatch]:
                     f" {_figures(read, written)}, the model {_figures(served.read, served.write, read, written)}"
                 )
                 less = read is not None and read < served.read
-                found.append(Mismatch(request, f"{said}: {_why(server, request, less, held, idle)}"))
-            last_use, held = request.end, held_after(server, request)
+                found.append(Mismatch(request, f"{said}: {_why(server, request, before, less, held, idle, beside)}"))
+            last_use, held, before = request.end, held_after(server, request), request
     return found
 
 
@@ -229,13 +240,19 @@ def _within(model: int, logged: int) -> bool:
     return abs(model - logged) <= 0.01 * max(model, logged)
 
 
-def _why(server: Server, request: Request, less: bool, held: int, idle: float | None) -> str:
+def _why(
+    server: Server, request: Request, before: Request | None, less: bool, held: int, idle: float | None, beside: str
+) -> str:
     life = server.life(request.ttl or "5m")
+    if before is not None and before.beside and before.shares is None and request.continues:
+        return f"how much of its prefix the {before.what} before it shared is not in the log (an older hotloop's)"
     if less and request.prompt < held:
         return f"its prompt shrank ({held:,} → {request.prompt:,} tokens) and no fingerprint says where it changed"
     if less and idle is not None:
         within = "" if life == FOREVER else f", within its {TTL_NAMES[request.ttl or '5m']} lifetime"
         return f"the prefix was idle {_seconds(idle)}{within}: an eviction no model predicts"
+    if idle is None and beside:
+        return f"the first over {request.provider}, yet it read a prefix: one the requests over {beside} left there"
     if idle is None:
         return "its server's first request in the session, yet it read a prefix: one another session left"
     if request.broke in ("a compaction", "a shorter history"):

@@ -60,6 +60,8 @@ class Request:
     opens_turn: bool = False  # the first request of a turn: the pause before it was the user's, not a tool's
     provider: str = ""  # the provider and model that served it: a session that switched has more than one cache
     model: str = ""
+    beside: bool = False  # a side request (a pre-warm, a ping): its own ask is no part of the conversation
+    shares: int | None = None  # a side request's tokens the next request starts with too; None: unknown (an old log)
 
     @property
     def continues(self) -> bool:
@@ -161,8 +163,12 @@ class _Lineage:
             self.serving = (event.provider, event.model)
         if isinstance(event, Compacted):
             self._compacted = self._add(event.usage, start, event.ts, "compaction") or self._compacted
-        elif self._add(event.usage, start, event.ts, event.kind) and event.kind == "pre-warm":
-            self._static = self.requests[-1].cacheable
+        elif (
+            self._add(event.usage, start, event.ts, event.kind, beside=True, shares=event.shared)
+            and event.kind == "pre-warm"
+        ):
+            last = self.requests[-1]
+            self._static = last.cacheable if last.shares is None else min(last.shares, last.cacheable)
 
     def _add(
         self,
@@ -173,6 +179,8 @@ class _Lineage:
         broke: str = "",
         keeps: int = 0,
         opens_turn: bool = False,
+        beside: bool = False,
+        shares: int | None = None,
     ) -> bool:
         """Adds the request if its usage says enough to replay it, at a time a date can hold."""
         if usage is None or implausible(usage) is not None or usage.prompt_total is None or usage.output is None:
@@ -181,6 +189,8 @@ class _Lineage:
         if not (0 <= start < _LAST and 0 <= end < _LAST):
             self.skipped += 1  # a time no clock gives (or past what a date can hold): priced at no date
             return False
+        if shares is not None:
+            shares = min(max(shares, 0), usage.prompt_total)  # a log's figure, whatever it says: within the prompt
         read, written = usage.cache_read or 0, usage.cache_write or 0
         split = usage.cache_write_1h is not None
         cacheable = read + written if split else usage.prompt_total
@@ -201,6 +211,8 @@ class _Lineage:
                 keeps,
                 opens_turn,
                 *self.serving,
+                beside,
+                shares,
             )
         )
         return True
