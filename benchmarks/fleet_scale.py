@@ -13,7 +13,8 @@ is the client (or, on a small machine, the simulator's own CPU: `benchmarks/sim_
   for what a second worker adds on the same machine.
 
 Each row checks the bench against the server: the prompt tokens the agents were told in
-`usage` equal the server's `/metrics` delta.
+`usage` equal the server's `/metrics` delta. The ramp is the level's own: its agents begin one
+an event-loop turn, so answers are read between starts; requests/s count it in the level's time.
 
     python benchmarks/fleet_scale.py [--agents 100,250,500,1000] [--limit-ms 1] [--processes 2]
     python benchmarks/fleet_scale.py --workers 1,2 --at 500
@@ -63,7 +64,7 @@ def row(result: dict[str, Any], workers: int) -> str:
     steps_per_s = level["steps"] / level["wall_s"]
     exact = "yes" if server["prompt_tokens"] == level["prompt_tokens"] else f"no ({server['prompt_tokens']})"
     return (
-        f"| {level['agents']:,} | {workers} | {level['steps']:,} | {steps_per_s:,.0f} | "
+        f"| {level['agents']:,} | {workers} | {level['ramp_s']:.2f} s | {level['steps']:,} | {steps_per_s:,.0f} | "
         f"{_ms(client['loop_lag_p99_ms'])} | {_ms(client['cpu_ms_per_request'])} | {_ms(client['ttft_gap_ms'])} | "
         f"{level['ttft_s']['p99']:.2f} s | {level['errors']} | {level['prompt_tokens']:,} | {exact} |"
     )
@@ -88,10 +89,10 @@ def main() -> None:
             (home / "config.toml").write_text(CONFIG.format(url=url))
             print(f"{os.cpu_count()} cores; simulator: {args.processes} processes at {url}\n")
             print(
-                "| agents | workers | requests | requests/s | client loop late p99 | client CPU a request "
+                "| agents | workers | ramp | requests | requests/s | client loop late p99 | client CPU a request "
                 "| client TTFT gap | TTFT p99 | errors | prompt tokens | = server's |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             if args.workers:
                 for workers in (int(w) for w in args.workers.split(",")):
                     print(row(bench(home, args.at, workers), workers), flush=True)

@@ -17,7 +17,7 @@ import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -119,6 +119,9 @@ def tools_of(scenario: Scenario) -> ToolRegistry:
     )
 
 
+ARRIVALS_S = 1.0  # a level's agents arrive evenly over its first second
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0–100) by linear interpolation; None without values."""
     if not values:
@@ -136,12 +139,14 @@ def spread(values: Sequence[float]) -> dict[str, float | None]:
 
 @dataclass
 class Level:
-    """One concurrency level's events, by agent, and its wall time."""
+    """One concurrency level's events, by agent, its wall time (first agent's start to last agent's end), and its
+    ramp: from its first agent's start to its last's."""
 
     agents: int
     events: list[list[AgentEvent]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     wall: float = 0.0
+    ramp: float = 0.0
 
     def figures(self) -> dict[str, Any]:
         steps = [e for agent in self.events for e in agent if isinstance(e, StepFinished)]
@@ -178,6 +183,7 @@ class Level:
                 ).most_common()
             ),
             "wall_s": self.wall,
+            "ramp_s": self.ramp,
         }
 
 
@@ -243,9 +249,45 @@ async def run_level(
             level.errors.append(f"agent {first + n + 1}: {error}")
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(n) for n in range(agents)))
+    level.ramp = await staggered(one, agents)
     level.wall = time.perf_counter() - started
     return level
+
+
+def warm_up() -> None:
+    """What an agent's first step loads, loaded before the first level (in a thread, off the loop): the agent's
+    modules and the price table, ~0.2 s the level's first tick would otherwise spend."""
+    import hotloop.agent.loop  # noqa: F401
+    from hotloop.agent import pricing
+
+    pricing.warm()
+
+
+async def staggered(start: Callable[[int], Coroutine[Any, Any, None]], count: int, over: float = ARRIVALS_S) -> float:
+    """`start(0)` … `start(count - 1)` run at once, arriving evenly over `over` seconds, as agents do; the seconds
+    from the first's start to the last's (the level's ramp).
+
+    An agent's start (its build and first request) is a millisecond or more of CPU: begun in one turn, a level's
+    agents held the loop for all of them. A loop behind the schedule begins every agent due at once, so a slow
+    client's ramp isn't stretched a loop turn an agent (which took 84 s to begin 1,000).
+    """
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    begun = loop.time()
+    try:
+        for n in range(count):
+            if (wait := begun + n * over / count - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            tasks.append(asyncio.create_task(start(n)))
+        await asyncio.sleep(0)  # the last one's start
+        ramp = loop.time() - begun
+        await asyncio.gather(*tasks)
+    except BaseException:  # a level cancelled while its agents start: none is left running
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return ramp
 
 
 @dataclass(frozen=True)
@@ -338,6 +380,7 @@ async def bench(
     workers = None
     try:
         provider = await runtime.connect(target)
+        await asyncio.to_thread(warm_up)
         if any(part.trace is not None for part in workload.parts):
             workload = replace(workload, calibration=await calibrate(provider))
         result = results(provider, workload.name, workload.task())

@@ -26,7 +26,7 @@ from hotloop import InputError
 from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
 from hotloop.agent.step import StepAccumulator
 from hotloop.agent.step_fold import folded
-from hotloop.headless.bench import Level, report, results
+from hotloop.headless.bench import Level, report, results, staggered
 from hotloop.providers.conversation import AssistantMessage, ChatRequest, Message, UserMessage
 from hotloop.providers.events import UsageLedger
 from hotloop.sessions.store import read_session
@@ -326,7 +326,7 @@ async def run_level(
             level.errors.append(f"{replay.trace.name} copy {replay.copy + 1}: {error}")
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(replay) for replay in replays))
+    level.ramp = await staggered(lambda n: one(replays[n]), len(replays))
     level.wall = time.perf_counter() - started
     return level, replays
 

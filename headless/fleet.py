@@ -150,13 +150,15 @@ class Fleet:
 
     def merged(self, agents: int, reports: list[WorkerReport]) -> Level:
         """One level of every worker's agents; its wall time from the first worker's start to the last one's end,
-        on the driver's clock."""
+        and its ramp to the last worker's last agent's start, on the driver's clock."""
         level = Level(agents)
         for report in reports:
             level.events.extend(report.events)
             level.errors.extend(report.errors)
         spans = [(r.started + self.offsets[r.worker], r.ended + self.offsets[r.worker]) for r in reports if r.ended]
         level.wall = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
+        ramps = [r.started + self.offsets[r.worker] + r.ramp for r in reports if r.ended]
+        level.ramp = max(ramps) - min(start for start, _ in spans) if spans else 0.0
         return level
 
     def rows(self, reports: list[WorkerReport]) -> list[dict[str, Any]]:

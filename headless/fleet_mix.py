@@ -136,6 +136,7 @@ class Workload:
             merged.events.extend(level.events)
             merged.errors.extend(level.errors)
             merged.wall = max(merged.wall, level.wall)
+            merged.ramp = max(merged.ramp, level.ramp)
         return merged
 
 

@@ -8,12 +8,14 @@ measured at start.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hotloop.agent.events import AgentEvent, StepFinished, TurnFinished
+from hotloop.headless.bench import warm_up
 from hotloop.headless.fleet_probe import LoopWatch
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ class WorkerReport:
     requests: list[tuple[float, float]] = field(default_factory=list)  # (sent, answered), the worker's clock
     started: float = 0.0
     ended: float = 0.0
+    ramp: float = 0.0  # from its first agent's start to its last's
     client: dict[str, Any] = field(default_factory=dict)
 
 
@@ -61,6 +64,7 @@ class Worker:
             self.runtime = Runtime(self.config)
         if self.provider is None:
             self.provider = await self.runtime.connect(self.target)
+            await asyncio.to_thread(warm_up)
         return socket.gethostname()
 
     async def run(self, workload: Workload, counts: list[int], first: int) -> WorkerReport:
@@ -87,7 +91,7 @@ class Worker:
         finally:
             report.ended = time.time()
             await watch.stop()
-        report.events, report.errors = level.events, level.errors
+        report.events, report.errors, report.ramp = level.events, level.errors, level.ramp
         report.client = watch.figures(len(report.requests), f"worker {self.index + 1}")
         return report
 

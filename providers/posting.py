@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import aclosing
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from hotloop.providers.errors import ProviderError, Stalled, StreamInterrupted
 from hotloop.providers.events import ProviderWarning, StreamStarted
 from hotloop.providers.failures import backoff, retry_line, root_cause
-from hotloop.providers.sse import opens_answer, server_sent_data, utf8
+from hotloop.providers.sse import SseSplitter, opens_answer, utf8
 
 if TYPE_CHECKING:
     import httpx2
@@ -82,6 +81,7 @@ class Poster:
         name: str,
         path: str,
         timeout: RequestTimeout,
+        sdk_timeout: httpx2.Timeout,
         max_retries: int,
         affinity_header: str | None,
         explain: Callable[[Exception], Awaitable[ProviderError]],
@@ -90,19 +90,22 @@ class Poster:
         self.name = name
         self.path = path
         self.timeout = timeout
+        self.sdk_timeout = sdk_timeout
         self.max_retries = max_retries
         self.affinity_header = affinity_header
         self.explain = explain
 
-    async def events(
+    async def data(
         self, client: Any, where: str, body: bytes, session_key: str | None = None
-    ) -> AsyncGenerator[bytes | ProviderWarning, None]:
-        """Send `body` on `client`, with `session_key` in the affinity header; yield the `data` of each event, and
-        a warning before each retry.
+    ) -> AsyncGenerator[bytes | ProviderWarning | StreamStarted, None]:
+        """Send `body` on `client`, with `session_key` in the affinity header; yield the `data` of each event as
+        valid UTF-8 (the first event with bytes that aren't says so once), `StreamStarted` before the answer's first
+        content (`opens_answer`), and a warning before each retry.
 
         Close it with `contextlib.aclosing`. A request that fails before its stream starts is
         sent again, up to `max_retries` times, if its failure may pass (a 429, a 5xx that doesn't
-        blame the request, a connection that failed, no first byte in time).
+        blame the request, a connection that failed, no first byte in time). The stream is read here, in one
+        generator rather than a chain of them: every event of every stream pays for each level of a chain.
         """
         import httpx2
 
@@ -123,11 +126,32 @@ class Poster:
                     await asyncio.sleep(wait)
             assert response is not None
             watchdog.rearm(self.timeout.idle)
-            chunks = 0
+            chunks, started, mangled = 0, False, False
+            # Without a content encoding the raw blocks are the bytes: one layer less for every block to pass.
+            encoded = response.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+            blocks = response.aiter_bytes() if encoded else response.aiter_raw()
+            splitter, fed = SseSplitter(), watchdog.feed
             try:
-                async for data in server_sent_data(response, watchdog.feed):
-                    chunks += 1
-                    yield data
+                while True:
+                    try:
+                        block: bytes | None = await blocks.__anext__()
+                    except StopAsyncIteration:
+                        block = None
+                    if block is not None:
+                        fed()
+                    for data in splitter.feed(block) if block is not None else splitter.end():
+                        chunks += 1
+                        if not started and opens_answer(data):
+                            started = True
+                            yield StreamStarted()
+                        if not data.isascii():
+                            data, replaced = utf8(data)
+                            if replaced and not mangled:
+                                mangled = True
+                                yield ProviderWarning(f"{where} sent bytes that are not UTF-8; they show as �")
+                        yield data
+                    if block is None:
+                        break
             except httpx2.TransportError as error:
                 raise StreamInterrupted(f"{where} stream broke off: {root_cause(error)}") from None
             except asyncio.CancelledError:
@@ -138,29 +162,10 @@ class Poster:
                     "(request_timeout.idle; raise it in the config, or with --timeout)"
                 ) from None
             finally:
+                await blocks.aclose()
                 await response.aclose()
         finally:
             watchdog.stop()
-
-    async def data(
-        self, client: Any, where: str, body: bytes, session_key: str | None = None
-    ) -> AsyncGenerator[bytes | ProviderWarning | StreamStarted, None]:
-        """`events`, with `StreamStarted` before the answer's first content (`opens_answer`), and each event's
-        data as valid UTF-8: the first event with bytes that aren't says so once."""
-        started = mangled = False
-        async with aclosing(self.events(client, where, body, session_key)) as stream:
-            async for data in stream:
-                if isinstance(data, ProviderWarning):
-                    yield data
-                    continue
-                if not started and opens_answer(data):
-                    started = True
-                    yield StreamStarted()
-                data, replaced = utf8(data)
-                if replaced and not mangled:
-                    mangled = True
-                    yield ProviderWarning(f"{where} sent bytes that are not UTF-8; they show as �")
-                yield data
 
     async def _post(
         self, client: Any, where: str, body: bytes, watchdog: _Watchdog, session_key: str | None
@@ -171,7 +176,11 @@ class Poster:
         headers = {self.affinity_header: session_key} if session_key and self.affinity_header else {}
         try:
             response: httpx2.Response = await client.post(
-                self.path, content=body, cast_to=httpx2.Response, stream=True, options={"headers": headers}
+                self.path,
+                content=body,
+                cast_to=httpx2.Response,
+                stream=True,
+                options={"headers": headers, "timeout": self.sdk_timeout},
             )
             return response
         except self.sdk.APIError as error:

@@ -94,8 +94,10 @@ class SdkProvider(Generic[Rendered]):
             timeout=httpx2.Timeout(backstop, connect=CONNECT_TIMEOUT),
             http_client=sdk.DefaultAioHttpClient(verify=tls_context()),
         )
+        # A stream's reads are timed by the poster's watchdog; the SDK's read limit would set a timer every block.
+        streamed = httpx2.Timeout(backstop, connect=CONNECT_TIMEOUT, read=None)
         self.poster = Poster(
-            sdk, self.name, self.path, self.timeout, self.max_retries, self.affinity_header, self._explain
+            sdk, self.name, self.path, self.timeout, streamed, self.max_retries, self.affinity_header, self._explain
         )
 
     @property

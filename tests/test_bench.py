@@ -30,6 +30,8 @@ def test_a_ramp_runs_every_agent_and_saves_what_it_measured(
             assert 0 <= spread["p50"] <= spread["p95"] <= spread["p99"]
         assert 0 < level["uncached_prefill_tokens"] < level["prompt_tokens"]
         assert level["cache_hit"] == pytest.approx(1 - level["uncached_prefill_tokens"] / level["prompt_tokens"])
+        # The agents begin one a loop turn: the last begins before the level ends, and a lone agent at once.
+        assert 0 <= level["ramp_s"] < level["wall_s"]
     # Three agents send three times the prompts; they share the system prompt and tools, so less is prefilled.
     assert three["prompt_tokens"] == 3 * one["prompt_tokens"]
     assert three["uncached_prefill_tokens"] < 3 * one["uncached_prefill_tokens"]
@@ -206,3 +208,76 @@ async def test_the_bench_builds_its_agents_as_the_app_does(isolated_home: Path, 
         assert (session.agent.options.tool_timeout, session.agent.options.memo_ttl) == (0.3, 7)
     finally:
         await session.close()
+
+
+async def test_a_levels_agents_arrive_spread_over_the_ramp_in_order() -> None:
+    """Agents arrive evenly over the ramp, in order, none before its time, and the ramp returned spans them."""
+    import asyncio
+
+    from hotloop.headless.bench import staggered
+
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[int, float]] = []
+
+    async def start(n: int) -> None:
+        seen.append((n, loop.time()))
+
+    first = loop.time()
+    ramp = await staggered(start, 5, over=0.2)
+    assert [n for n, _ in seen] == list(range(5))
+    assert all(at - first >= n * 0.04 - 0.001 for n, at in seen)
+    assert ramp >= seen[-1][1] - seen[0][1] >= 0.159
+
+
+async def test_agents_already_due_begin_together_rather_than_a_turn_each() -> None:
+    """A loop behind the schedule (here: no ramp) begins every agent due in one turn: a slow client's ramp isn't
+    stretched a loop turn an agent (1,000 agents took 84 s to begin that way)."""
+    import asyncio
+
+    from hotloop.headless.bench import staggered
+
+    turns, seen = 0, []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not done.is_set():
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def start(n: int) -> None:
+        seen.append(turns)
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    await staggered(start, 50, over=0.0)
+    done.set()
+    await ticking
+    assert len(seen) == 50 and len(set(seen)) == 1
+
+
+async def test_a_level_cancelled_while_its_agents_start_leaves_none_running() -> None:
+    """Cancelled between two starts, the level begins no more agents, and returns once those begun have ended."""
+    import asyncio
+
+    from hotloop.headless.bench import staggered
+
+    begun: list[int] = []
+    ended: list[int] = []
+    two = asyncio.Event()
+
+    async def start(n: int) -> None:
+        begun.append(n)
+        if len(begun) == 2:
+            two.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append(n)
+
+    level = asyncio.create_task(staggered(start, 100, over=100.0))
+    await asyncio.wait_for(two.wait(), 10)
+    level.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await level
+    assert len(begun) < 100 and sorted(ended) == sorted(begun)

@@ -124,6 +124,8 @@ def test_two_hundred_agents_on_two_workers_report_goodput_and_the_clients_cost(
     assert 0 <= level["goodput"] <= 1 and level["good_jobs_per_s"] is not None
     assert level["tokens_per_job"] > 0
     assert level["client"]["cpu_ms_per_request"] > 0 and level["client"]["loop_lag_p99_ms"] is not None
+    # Each worker's 100 agents arrive over a second, the last 0.99 s after its first: merged, on the driver's clock.
+    assert 0.98 <= level["ramp_s"] < level["wall_s"]
 
 
 @RAY_BOUND

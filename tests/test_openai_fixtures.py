@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from typing import Any
 
 import msgspec
 import pytest
+from aiohttp import web
+from sse_servers import streamed
 
 from hotloop.providers.base import ProviderOptions
 from hotloop.providers.conversation import ChatRequest, UserMessage
@@ -14,6 +17,7 @@ from hotloop.providers.events import (
     Finished,
     ModelEvent,
     ReasoningDelta,
+    StreamStarted,
     TextDelta,
     ToolCallArgsDelta,
     ToolCallReady,
@@ -23,19 +27,16 @@ from hotloop.providers.events import (
 )
 from hotloop.providers.openai_chat import OpenAIChatProvider
 
-from support import FIXTURES, serve_events
+from support import FIXTURES, serving
 
 REQUEST = ChatRequest(system="s", tools=(), messages=(UserMessage("hi"),))
 
 
 async def stream_fixture(events: list[bytes]) -> list[ModelEvent]:
-    async for base_url in serve_events(events, "/v1/chat/completions"):
-        provider = OpenAIChatProvider(ProviderOptions(name="fixture", model="m", base_url=base_url, max_retries=0))
-        try:
-            return [event async for event in provider.stream(REQUEST)]
-        finally:
-            await provider.aclose()
-    raise AssertionError("server did not start")
+    def provider(base_url: str) -> OpenAIChatProvider:
+        return OpenAIChatProvider(ProviderOptions(name="fixture", model="m", base_url=base_url, max_retries=0))
+
+    return await streamed(events, "/v1/chat/completions", provider, REQUEST)
 
 
 def sse_file(name: str) -> list[bytes]:
@@ -76,6 +77,35 @@ async def test_openai_parallel_tool_calls_parse_exactly() -> None:
     # began): a call cut off by the output limit is known as such before anything could start it.
     assert [type(e).__name__ for e in events][-3:] == ["Finished", "ToolCallReady", "Usage"]
     assert [e.reason for e in events if isinstance(e, Finished)] == ["tool_calls"]
+
+
+async def test_a_gzip_encoded_stream_reads_as_the_plain_one() -> None:
+    """A server (or a gateway before it) that compresses its event stream, cut mid-block: read through the decoder,
+    it gives the plain stream's events, one for one (a plain stream's blocks skip the decoding layer)."""
+    events = sse_file("openai_chat_parallel_tools.sse")
+    body = gzip.compress(b"".join(events))
+
+    async def compressed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Content-Encoding": "gzip"})
+        await response.prepare(request)
+        for start in range(0, len(body), 97):
+            await response.write(body[start : start + 97])
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", compressed)
+    async with serving(app) as base_url:
+        provider = OpenAIChatProvider(ProviderOptions(name="fixture", model="m", base_url=base_url, max_retries=0))
+        try:
+            read = [event async for event in provider.stream(REQUEST)]
+        finally:
+            await provider.aclose()
+    plain = await stream_fixture(events)
+    assert [type(e) for e in read] == [type(e) for e in plain] and isinstance(read[0], StreamStarted)
+    untimed = [[msgspec.structs.replace(e, ts=0.0) for e in events] for events in (read, plain)]
+    assert untimed[0] == untimed[1]  # the same events, but for when each came
+    assert len(calls_of(read)) == 2
 
 
 async def test_deepseek_reasoning_and_null_usage_parse_exactly() -> None:
