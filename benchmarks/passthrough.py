@@ -10,7 +10,9 @@ The ways to the same simulator (`hotloop sim` at zero latency, 64-token answers)
   the request and streams the answer back, and does nothing else: the floor of an HTTP hop;
 - watch: `hotloop watch`, which also reads, parses and logs its copy of every answer, its sessions
   written to a folder on the real disk (never tmpfs: the disk is what the issue found slow);
-- hop/uvloop, watch/uvloop: the same on uvloop's event loop, where uvloop is installed.
+- hop/uvloop, watch/uvloop: the same on uvloop's event loop, where uvloop is installed;
+- watch/base, with `--baseline DIR`: the watch of another copy of hotloop's tree (`git archive <commit> | tar -x
+  -C DIR`), for an A/B of a change in one interleaved run.
 
 Each runs in a process of its own, as an agent, hotloop and a model server would (threads would
 share the GIL and its 5 ms switch interval). Every client keeps its connections alive.
@@ -24,7 +26,7 @@ share the GIL and its 5 ms switch interval). Every client keeps its connections 
 
 It ends with the issue's targets beside the figures. `--quick` is a short run for iteration.
 
-    python benchmarks/passthrough.py [--quick] [--rounds R] [--requests N] [--no-uvloop] [--data DIR]
+    python benchmarks/passthrough.py [--quick] [--rounds R] [--requests N] [--no-uvloop] [--data DIR] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import multiprocessing
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -191,7 +194,12 @@ def hops(pipe: Connection, upstreams: list[str], uv: bool) -> None:
     _serve(pipe, start, uv)
 
 
-def watches(pipe: Connection, upstreams: list[str], uv: bool, folder: str) -> None:
+def watches(pipe: Connection, upstreams: list[str], uv: bool, folder: str, tree: str = "") -> None:
+    """`hotloop watch` on each upstream; `tree`: a copy of hotloop's tree to import it from instead."""
+    if tree:
+        parent = Path(tempfile.mkdtemp(prefix="tree-", dir=folder))  # removed with the sessions
+        (parent / "hotloop").symlink_to(Path(tree).resolve())
+        sys.path.insert(0, str(parent))  # ahead of the installed package's finder
     from hotloop.watch import Watch, upstream_at
 
     async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
@@ -374,6 +382,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, help="one-at-a-time requests each way per round (default 200)")
     parser.add_argument("--no-uvloop", action="store_true", help="leave out the ways on uvloop")
     parser.add_argument("--data", metavar="DIR", help="write the watch's sessions under DIR (default: a temp folder)")
+    parser.add_argument("--baseline", metavar="DIR", help="add the watch of the copy of hotloop's tree in DIR")
     args = parser.parse_args()
     rounds = args.rounds or (2 if args.quick else 5)
     requests = args.requests or (20 if args.quick else 200)
@@ -388,6 +397,8 @@ def main() -> None:
         "hop": Process(hops, sims.urls, False),
         "watch": Process(watches, sims.urls, False, str(folder)),
     }
+    if args.baseline:
+        servers["watch/base"] = Process(watches, sims.urls, False, str(folder), args.baseline)
     if uv:
         servers["hop/uvloop"] = Process(hops, sims.urls, True)
         servers["watch/uvloop"] = Process(watches, sims.urls, True, str(folder))

@@ -3,9 +3,10 @@
 The first line is a header naming the session, written before `create` returns. The caller's
 thread only keeps each event; at every turn start, step end, tool end, turn end, notice and title,
 and at least every quarter second while a stream runs, it hands them to the process's writer
-thread (`writer.py`), which caps, masks, encodes and appends them, and keeps the summary beside
-the log, saved at most once a second and at close. So no encoding, pricing, disk write or rename
-runs on the caller's thread (an event loop) but in `flush` and `close`, which wait for the disk.
+thread (`writer.py`), which caps, masks, encodes and appends them (all a log handed over before the
+thread took it, in one write), and keeps the summary beside the log, saved at most once a second and
+at close. So no encoding, pricing, disk write or rename runs on the caller's thread (an event loop)
+but in `flush` and `close`, which wait for the disk.
 
 What SIGKILL loses: the events not yet handed over (less than a quarter second of a stream; never
 a finished step, tool or turn, which are handed over as they come) and what the writer thread had
@@ -22,6 +23,7 @@ never append to one session.
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import fcntl
 import os
@@ -121,6 +123,10 @@ class SessionLog:
         self._masker = Masker(list(secrets_to_mask))
         self._caps = LogCaps()
         self._buffer: list[AgentEvent] = []  # the events not yet handed over
+        # Handed over, not yet taken by the writer thread; one job takes all a log was handed meanwhile (a watched
+        # request's turn start, step end and turn end, handed over in one turn of the loop, are one write).
+        self._ready: collections.deque[list[AgentEvent]] = collections.deque()
+        self._queued = False
         self._last_flush = time.monotonic()
         self._closed = False
         # The writer thread's alone once the log is made: the file, how much it holds, the summary of that, and
@@ -208,8 +214,11 @@ class SessionLog:
         """Give the writer thread the events kept: on disk moments later (`flush` waits for them)."""
         self._last_flush = time.monotonic()
         if self._buffer:
-            events, self._buffer = self._buffer, []
-            WRITER.submit(lambda: self._write_out(events))
+            self._ready.append(self._buffer)
+            self._buffer = []
+            if not self._queued:
+                self._queued = True
+                WRITER.submit(self._write_ready)
 
     def flush(self, timeout: float = FLUSH_WAIT) -> bool:
         """Write what is kept and wait, at most `timeout` seconds, until it is on disk; whether it is.
@@ -245,6 +254,18 @@ class SessionLog:
             )
 
     # -- on the writer thread --------------------------------------------------------------
+
+    def _taken(self) -> list[AgentEvent]:
+        """All the caller has handed over so far. Cleared first: a hand-over after it queues a job of its own."""
+        self._queued = False
+        events: list[AgentEvent] = []
+        while self._ready:
+            events += self._ready.popleft()
+        return events
+
+    def _write_ready(self) -> None:
+        if events := self._taken():
+            self._write_out(events)
 
     def _write_out(self, events: list[AgentEvent], closing: bool = False) -> None:
         """Append `events` (and, closing, what the masker still holds); a turn's end or a title makes a save due."""
@@ -286,7 +307,7 @@ class SessionLog:
             self._stop(error)
 
     def _close_out(self, events: list[AgentEvent]) -> None:
-        self._write_out(events, closing=True)
+        self._write_out(self._taken() + events, closing=True)
         self._save_summary()
         self._let_go()
 

@@ -8,7 +8,8 @@ a log per conversation, and starting a thread costs ~0.35 ms on the caller where
 Handed over on an event loop, the work waits for the loop's next turn to wake the thread: a watch
 serving 32 streams hands over three times a request, and each wake took the GIL from the loop (a
 context switch both ways, and the loop waiting for its turn). What one turn of the loop handed over
-goes in one wake. Elsewhere (no loop), and when a caller waits (`done`), the thread wakes at once.
+goes in one wake (and a log's hand-overs meanwhile in one job, one write: `SessionLog`). Elsewhere
+(no loop), and when a caller waits (`done`), the thread wakes at once.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ lost by SIGKILL or an exit without `close`, the summary is saved without a close
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -180,6 +181,21 @@ def test_logs_written_together_each_get_their_own_lines(tmp_path: Path) -> None:
         prompts = [e.prompt for e in read_session(log.path).events if isinstance(e, TurnStarted)]
         assert prompts == [f"{name} {turn}" for turn in range(1, 101)]
         assert read_summary(log.path, 0).turns == 100
+
+
+async def test_hand_overs_taken_while_the_writer_thread_runs_all_land_once_in_order(tmp_path: Path) -> None:
+    """A log's hand-overs wait together and one job of the writer thread takes all of them: 300 turns handed over
+    across 100 turns of the loop, the thread taking earlier ones meanwhile, are each on disk once, in order."""
+    log = SessionLog.create(tmp_path, provider="sim", model="sim-fast", workspace=Path("/w"))
+    for turn in range(1, 301):
+        _turn(log, turn, f"question {turn}")
+        if turn % 3 == 0:
+            await asyncio.sleep(0)
+    assert await log.synced(BOUND)
+    prompts = [e.prompt for e in read_session(log.path).events if isinstance(e, TurnStarted)]
+    assert prompts == [f"question {turn}" for turn in range(1, 301)]
+    log.close()
+    assert read_summary(log.path, 0).turns == 300
 
 
 async def test_a_disk_that_fails_on_the_writer_thread_stops_the_log_with_its_error(tmp_path: Path) -> None:

@@ -236,33 +236,35 @@ class Conversation:
 
 
 def _joined(events: list[ModelEvent]) -> list[ModelEvent]:
-    """Consecutive deltas of one stream (the answer, the reasoning, one call's arguments) as one delta."""
+    """Consecutive deltas of one stream (the answer, the reasoning, one call's arguments) as one delta.
+
+    Every event of every answer passes here: the test of each is inline, not a call per event."""
     joined: list[ModelEvent] = []
     run: list[str] = []  # the pieces of the deltas `joined[-1]` stands for
+    last: type | None = None  # the type of `joined[-1]` while it is a delta
     for event in events:
-        piece = _piece(event)
-        if run and piece is not None and _continues(joined[-1], event):
+        piece: str | None = None
+        continues = False
+        if isinstance(event, (TextDelta, ReasoningDelta)):
+            piece, continues = event.text, type(event) is last
+        elif isinstance(event, ToolCallArgsDelta):
+            piece, previous = event.fragment, joined[-1] if last is ToolCallArgsDelta else None
+            continues = (
+                isinstance(previous, ToolCallArgsDelta)
+                and previous.index == event.index
+                and previous.call_id == event.call_id
+            )
+        if continues and piece is not None:
             run.append(piece)
             continue
         if len(run) > 1:
             joined[-1] = _whole(joined[-1], run)
         joined.append(event)
         run = [piece] if piece is not None else []
+        last = type(event) if piece is not None else None
     if len(run) > 1:
         joined[-1] = _whole(joined[-1], run)
     return joined
-
-
-def _piece(event: ModelEvent) -> str | None:
-    if isinstance(event, ToolCallArgsDelta):
-        return event.fragment
-    return event.text if isinstance(event, (TextDelta, ReasoningDelta)) else None
-
-
-def _continues(last: ModelEvent, event: ModelEvent) -> bool:
-    if isinstance(event, ToolCallArgsDelta):
-        return isinstance(last, ToolCallArgsDelta) and (last.index, last.call_id) == (event.index, event.call_id)
-    return type(last) is type(event)
 
 
 def _whole(first: ModelEvent, pieces: list[str]) -> ModelEvent:

@@ -18,6 +18,7 @@ block while every block has been clean, not once an event (a 64-token answer is 
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Any
 
@@ -83,9 +84,20 @@ class ResponseReader:
         self._inflate = zlib.decompressobj(wbits=47) if encoding in ("gzip", "deflate") else None
         if encoding and self._inflate is None and encoding != "identity":
             self.problem = f"{where} answered in {encoding} encoding, which hotloop can't read"
-        self._chat = ChunkParser(where=where)
-        self._responses = ResponsesParser(where=where)
-        self._messages = MessageParser(where, min_cacheable_tokens(model))
+        self._model = model
+
+    # Made when first read: an answer needs only its own protocol's parser.
+    @functools.cached_property
+    def _chat(self) -> ChunkParser:
+        return ChunkParser(where=self.where)
+
+    @functools.cached_property
+    def _responses(self) -> ResponsesParser:
+        return ResponsesParser(where=self.where)
+
+    @functools.cached_property
+    def _messages(self) -> MessageParser:
+        return MessageParser(self.where, min_cacheable_tokens(self._model))
 
     def feed(self, block: bytes, now: float) -> list[ModelEvent]:
         events: list[ModelEvent] = []
