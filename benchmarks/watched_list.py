@@ -14,7 +14,13 @@ list as it is and the list of commit b5f460a (which rebuilt every row on each up
 `git show` into a module of its own), each in a fresh interpreter, and checks that both list the
 same rows in the same order. The baseline grows as N², so it runs up to `--baseline-up-to` (300).
 
-    python benchmarks/watched_list.py [--sizes 50 300 1200] [--baseline-up-to 300]
+Then the cost of one update once N conversations are listed (`--update-sizes`): 20 more turns, each
+of a conversation not on screen, spread over the list; per event, the time in the screen's own code
+(the sink's call: transcript, totals, list row, the top line), and per turn, its five events to the
+frame that draws them (median). Each N runs the screen as it is and the screen of commit a8ae636,
+which summed every conversation's totals for the top line at each update.
+
+    python benchmarks/watched_list.py [--sizes 50 300 1200] [--baseline-up-to 300] [--update-sizes 10 100 1200]
 """
 
 from __future__ import annotations
@@ -45,28 +51,34 @@ from hotloop.agent.events import (
 )
 from hotloop.agent.figures import SessionTotals
 from hotloop.providers.events import UsageLedger
+from hotloop.tui import watch_app
 from hotloop.tui.screens import watch as watch_screen
 from hotloop.tui.watch_app import WatchApp
 from hotloop.tui.widgets.watched_list import WatchedList
 from hotloop.watch import ConversationInfo, Watch, upstream_at
 
 BASELINE = "b5f460a"
+BASELINE_SCREEN = "a8ae636"
+UPDATES = 20  # turns measured once the list is full
 HEARTBEAT = 0.010  # seconds
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def baseline_list(folder: Path) -> type[WatchedList]:
-    """The list as commit b5f460a had it, imported from its source as a module of its own."""
-    source = subprocess.run(
-        ["git", "show", f"{BASELINE}:tui/widgets/watched_list.py"], cwd=ROOT, check=True, capture_output=True
-    ).stdout
-    path = folder / "watched_list_baseline.py"
-    path.write_bytes(source)
-    spec = importlib.util.spec_from_file_location("watched_list_baseline", path)
+def from_commit(folder: Path, commit: str, path: str) -> Any:
+    """A module as a commit had it, imported from its source as a module of its own."""
+    source = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True).stdout
+    name = f"{Path(path).stem}_baseline"
+    (folder / f"{name}.py").write_bytes(source)
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    widget: type[WatchedList] = module.WatchedList
+    return module
+
+
+def baseline_list(folder: Path) -> type[WatchedList]:
+    """The list as commit b5f460a had it."""
+    widget: type[WatchedList] = from_commit(folder, BASELINE, "tui/widgets/watched_list.py").WatchedList
     return widget
 
 
@@ -101,6 +113,12 @@ def timed(widget: type[WatchedList]) -> type[WatchedList]:
             return lines
 
     return Timed
+
+
+def watching(folder: str) -> Watch:
+    return Watch(
+        upstream_at("http://127.0.0.1:9", "sim"), lambda _c, _e: None, folder=Path(folder), workspace=Path(folder)
+    )
 
 
 async def feed(watch: Watch, size: int) -> None:
@@ -146,9 +164,7 @@ async def measure(size: int, baseline: bool) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as folder:
         listing = timed(baseline_list(Path(folder)) if baseline else WatchedList)
         watch_screen.WatchedList = listing  # type: ignore[misc]
-        watch = Watch(
-            upstream_at("http://127.0.0.1:9", "sim"), lambda _c, _e: None, folder=Path(folder), workspace=Path(folder)
-        )
+        watch = watching(folder)
         app = WatchApp(watch, "127.0.0.1", 0)
         lateness: list[float] = []
         async with app.run_test(size=(160, 45)) as pilot:
@@ -181,10 +197,41 @@ async def measure(size: int, baseline: bool) -> dict[str, object]:
     }
 
 
-def run(widget: str, size: int) -> dict[str, Any]:
+async def measure_updates(size: int, baseline: bool) -> dict[str, object]:
+    """N conversations listed, then `UPDATES` turns of conversations not on screen: each event's time in the sink's
+    call, and each turn's to the frame that draws it."""
+    with tempfile.TemporaryDirectory() as folder:
+        if baseline:
+            watch_app.WatchScreen = from_commit(Path(folder), BASELINE_SCREEN, "tui/screens/watch.py").WatchScreen  # type: ignore[misc]
+        watch = watching(folder)
+        app = WatchApp(watch, "127.0.0.1", 0)
+        in_sink: list[float] = []
+        drawn: list[float] = []
+        async with app.run_test(size=(160, 45)) as pilot:
+            await pilot.pause()
+            await feed(watch, size)
+            await pilot.pause()
+            keys = list(watch.conversations)
+            for number in range(UPDATES):
+                key = keys[(size // 2 + 1 + number * 7_919) % size]  # spread over the list, rarely the first
+                started = time.perf_counter()
+                for event in turn(3 + number):
+                    before = time.perf_counter()
+                    watch.sink(key, event)
+                    in_sink.append(time.perf_counter() - before)
+                    await asyncio.sleep(0)
+                frame = asyncio.Event()
+                app.screen.call_after_refresh(frame.set)
+                await asyncio.wait_for(frame.wait(), 30)
+                drawn.append(time.perf_counter() - started)
+    drawn.sort()
+    return {"sink_us": 1e6 * sum(in_sink) / len(in_sink), "turn_ms": 1000 * drawn[len(drawn) // 2]}
+
+
+def run(widget: str, size: int, mode: str = "--child") -> dict[str, Any]:
     """One measurement, in an interpreter of its own."""
     child = subprocess.run(
-        [sys.executable, __file__, "--child", widget, str(size)], check=True, capture_output=True, text=True
+        [sys.executable, __file__, mode, widget, str(size)], check=True, capture_output=True, text=True
     )
     result: dict[str, Any] = json.loads(child.stdout.splitlines()[-1])
     return result
@@ -192,17 +239,24 @@ def run(widget: str, size: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 300, 1_200])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[50, 300, 1_200])
     parser.add_argument(
         "--baseline-up-to", type=int, default=300, help="the baseline's largest N (it grows as N²: 1,200 takes an hour)"
     )
+    parser.add_argument("--update-sizes", type=int, nargs="*", default=[10, 100, 1_200])
     parser.add_argument("--child", nargs=2, metavar=("WIDGET", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-updates", nargs=2, metavar=("SCREEN", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         widget, size = args.child
         print(json.dumps(asyncio.run(measure(int(size), widget == "baseline"))))
         return
-    print(f"{'conversations':>13}  {'list':<18} {'absorb':>9} {'in the list':>12} {'heartbeat p99':>14} {'max':>9}")
+    if args.child_updates:
+        screen, size = args.child_updates
+        print(json.dumps(asyncio.run(measure_updates(int(size), screen == "baseline"))))
+        return
+    if args.sizes:
+        print(f"{'conversations':>13}  {'list':<18} {'absorb':>9} {'in the list':>12} {'heartbeat p99':>14} {'max':>9}")
     for size in args.sizes:
         widgets = ("baseline", "now") if size <= args.baseline_up_to else ("now",)
         results = {widget: run(widget, size) for widget in widgets}
@@ -218,6 +272,13 @@ def main() -> None:
             print(f"{'':>13}  same rows in the same order: {'yes' if same else 'NO'}")
         else:
             print(f"{'':>13}  {BASELINE}: not run past --baseline-up-to {args.baseline_up_to}")
+    if args.update_sizes:
+        print(f"\none update, N listed  {'screen':<27} {'per event in the sink':>22} {'a turn to its frame':>20}")
+    for size in args.update_sizes:
+        for screen in ("baseline", "now"):
+            result = run(screen, size, "--child-updates")
+            name = f"{BASELINE_SCREEN} (sums every total)" if screen == "baseline" else "now (running totals)"
+            print(f"{size:>20,}  {name:<27} {result['sink_us']:>19.0f} us {result['turn_ms']:>17.1f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ class Watched(App[None]):
 
 
 def test_a_watched_claude_code_session(snap_compare: SnapCompare) -> None:
-    """Left, the conversation: "read README.md and list the files here", "claude-cli · 2 requests · price unknown".
+    """Left, the conversation: "read README.md and list the files here", "2 requests · price unknown · claude-cli".
     Right, its transcript: the prompt as Claude Code sent it (its system reminder first), step 1's calls Read
     /tmp/wt/README.md and Bash ls -la, its strip with Claude Code's 11,899-token prefix written (write 11,895), step 2
     reading it back (read 11,895). The top line counts 1 conversation · 2 requests; the status bar sim · sim-fast."""
@@ -54,8 +54,8 @@ def test_a_watched_claude_code_session(snap_compare: SnapCompare) -> None:
 
 
 def test_a_watched_claude_code_session_at_80_by_24(snap_compare: SnapCompare) -> None:
-    """The same at 80×24: the list keeps its two lines cut at its width, the transcript the rest, the newest step at
-    the foot; the status bar keeps provider and model."""
+    """The same at 80×24: the list keeps its two lines cut at its width (the figures first: "2 requests · p…"), the
+    transcript the rest, the newest step at the foot; the status bar keeps provider and model."""
 
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.pause()

@@ -7,6 +7,7 @@ import asyncio
 
 import openai
 import pytest
+from textual.widgets import OptionList
 
 from hotloop.agent.events import AgentEvent, StepFinished
 from hotloop.sim.embedded import EmbeddedSimulator
@@ -20,7 +21,7 @@ from hotloop.tui.widgets.transcript import Transcript
 from hotloop.tui.widgets.watched_list import WatchedList
 
 from support import present, wait_until
-from tui_support import after_drawn, transcript_text, watch_app
+from tui_support import after_drawn, press, transcript_text, watch_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,3 +146,65 @@ async def test_a_self_hosted_upstream_has_its_server_panel(sim: EmbeddedSimulato
 
 def _panel(app: WatchApp) -> str:
     return str(app.screen.query_one(ServerPanel).render())
+
+
+async def test_the_top_line_keeps_the_whole_traffics_totals_as_steps_finish(sim: EmbeddedSimulator) -> None:
+    """The traffic's counts and dollars are kept up to date by each finished step, not summed over every conversation
+    at each event: after three conversations (one of two requests) they equal the sum of the conversations' own
+    totals, and the line beside the address says so."""
+    app = watch_app(sim)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, WatchScreen)
+        finished = _finished_steps(app)
+        for prompt in ("one", "two", "three", "one"):
+            await _ask(app.url, prompt)
+            await asyncio.wait_for(finished.get(), 10)
+        totals = list(screen.totals.values())
+        assert len(totals) == 3 and screen.traffic_steps == sum(t.steps for t in totals) == 4
+        cost = screen.traffic_cost
+        assert (cost.known, cost.priced, cost.unknown) == (
+            sum(t.cost.known for t in totals),
+            sum(t.cost.priced for t in totals),
+            sum(t.cost.unknown for t in totals),
+        )
+        assert cost.priced + cost.unknown == 4
+        address = str(screen.query_one("#address").render())
+        assert f"3 conversations · 4 requests · {cost}" in address
+
+
+async def test_two_moves_in_one_frame_put_the_last_on_screen_and_then_stop(sim: EmbeddedSimulator) -> None:
+    """Two keys read in one frame queue two highlight messages. The first, stale by the time it is handled, used to
+    highlight its row again, whose message undid the second's, for ever: the screen flipped between two transcripts
+    (seen with 1,200 conversations, where a frame is long). Now the row moved to last is on screen, and the messages
+    stop at the two the keys made."""
+    highlights: list[str] = []
+    seen: dict[int, object] = {}  # held, so that no other message takes an id seen
+
+    def hook(message: object) -> None:
+        if isinstance(message, OptionList.OptionHighlighted) and id(message) not in seen:  # each hop as it bubbles
+            seen[id(message)] = message
+            highlights.append(message.option.id or "")
+
+    app = watch_app(sim)
+    async with app.run_test(size=(160, 45), message_hook=hook) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, WatchScreen)
+        finished = _finished_steps(app)
+        for prompt in ("first", "second", "third"):
+            await _ask(app.url, prompt)
+            await asyncio.wait_for(finished.get(), 10)
+        await pilot.pause()
+        listed = screen.query_one(WatchedList)
+        listed.focus()
+        await pilot.pause()
+        highlights.clear()
+        press(app, "down", "down")
+        await wait_until(lambda: len(highlights) >= 2, what="both moves handled")
+        await pilot.pause()
+        last = present(listed.get_option_at_index(2).id)
+        assert highlights == [present(listed.get_option_at_index(1).id), last]
+        assert screen.visible_transcript() is screen.transcripts[last]
+        assert present(listed.highlighted_option).id == last

@@ -219,3 +219,29 @@ async def test_a_parent_under_its_own_side_request_lists_both_and_a_long_chain_l
         assert [row.id for row in rows] == ["a", "b", *chain]
         assert str(rows[-1].prompt).startswith(" " * 6 + "↳ task")
         await pilot.pause()
+
+
+async def test_rows_are_cut_again_at_a_new_width_and_drawn_as_held_at_a_new_height() -> None:
+    """A narrower terminal narrows the list: every row is cut again at its new width (an ellipsis, no wrapped line
+    pushing the next conversation down), and a shorter one, same width, draws the rows as the list holds them."""
+    totals = SessionTotals(StepPricer())
+    async with _Listing().run_test(size=(160, 40)) as pilot:
+        listed = pilot.app.query_one(WatchedList)
+        for number in range(30):
+            info = _info(f"c{number:02d}", "c00" if number % 3 == 1 else "")
+            info.title = f"conversation {number}: " + "a long prompt, " * 10
+            listed.update(info, totals)
+        await pilot.pause()
+        wide = listed.scrollable_content_region.width
+        await pilot.resize_terminal(100, 40)
+        await pilot.pause()
+        narrow = listed.scrollable_content_region.width
+        assert narrow < wide
+        for n in range(listed.option_count):
+            lines = str(listed.get_option_at_index(n).prompt).split("\n")
+            assert len(lines) == 2 and all(len(line) <= narrow for line in lines) and lines[0].endswith("…")
+        _assert_drawn(listed)
+        await pilot.resize_terminal(100, 12)
+        await pilot.pause()
+        assert listed.scrollable_content_region.width == narrow
+        _assert_drawn(listed)

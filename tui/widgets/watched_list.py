@@ -1,4 +1,4 @@
-"""`WatchedList`: the conversations `hotloop watch` has seen, each with its agent, requests and dollars.
+"""`WatchedList`: the conversations `hotloop watch` has seen, each with its requests, dollars and agent.
 
 Side requests (a title, a summary, a sub-agent) are listed under the conversation they branched
 from, theirs under them. Highlighting one puts it on screen (the screen listens for `OptionHighlighted`).
@@ -51,12 +51,14 @@ class WatchedList(OptionList):
         self._top: list[str] = []
         self._waiting: dict[str, list[str]] = {}  # a parent not listed yet: its side requests, listed at the top
         self._scrolling = False  # a scroll to the highlighted row is due once the list is drawn
+        self._width = -1  # the width the rows were cut at
 
     def update(self, conversation: ConversationInfo, totals: SessionTotals) -> None:
         """Add the conversation, or redraw its lines with its totals so far."""
         title = Text(inert(conversation.title or "(no prompt yet)"), "" if conversation.parent else "bold")
         agent = conversation.agent.partition("/")[0]  # `claude-cli/2.1.332`: the version is in the session's origin
-        figures = Text(f"{inert(agent)} · {counted(totals.steps, 'request')} · {totals.cost.short()}", "dim")
+        # The figures first: in an 80-column terminal the row has 15 columns, and the agent is the same on most rows.
+        figures = Text(f"{counted(totals.steps, 'request')} · {totals.cost.short()} · {inert(agent)}", "dim")
         row = self._rows.get(conversation.id)
         if row is None:
             self._rows[conversation.id] = _Row(conversation, (title, figures), len(self._rows), conversation.parent)
@@ -202,15 +204,18 @@ class WatchedList(OptionList):
         return False
 
     def _redraw(self) -> None:
-        for key in self._rows:
-            self.replace_option_prompt(key, self._fitted(key))
+        """Cut every row again at a new width (1.2 s for 1,200 rows): a taller or shorter list keeps them."""
+        if self.scrollable_content_region.width != self._width:
+            for key in self._rows:
+                self.replace_option_prompt(key, self._fitted(key))
         self.scroll_to_highlight()
 
     def _fitted(self, key: str) -> Text:
         """The row's lines cut at the list's width: a wrapped line would push the next conversation down."""
         row = self._rows[key]
         indent = f"{' ' * min(row.depth - 1, _INDENTS)}↳ " if row.depth else ""
-        width = max(self.scrollable_content_region.width - len(indent), 8)
+        self._width = self.scrollable_content_region.width
+        width = max(self._width - len(indent), 8)
         fitted = []
         for line in row.lines:
             line = Text(indent).append_text(line.copy())
