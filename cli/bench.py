@@ -152,9 +152,10 @@ def _bench(args: argparse.Namespace) -> int:
         folder = paths.data_dir() / "bench"
         try:
             first, second = bench.load(args.first, folder), bench.load(args.second, folder)
+            table = comparison(first, second)
         except ValueError as error:
             raise UsageError(str(error)) from None
-        Console().print(comparison(first, second))
+        Console().print(table)
         return 0
     choice = Choice(args.provider, args.model, args.base_url, args.tier)
     if args.trace:

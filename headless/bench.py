@@ -319,7 +319,8 @@ def results(provider: Provider, scenario: str, task: dict[str, Any]) -> dict[str
 def save(result: dict[str, Any], folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(result["started"]))
-    path = folder / f"{stamp}_{result['provider']}.json"
+    taken = len(list(folder.glob(f"{stamp}_{result['provider']}*.json")))  # runs begun in that second: not overwritten
+    path = folder / f"{stamp}_{result['provider']}{f'_{taken + 1}' if taken else ''}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
 
@@ -328,7 +329,8 @@ def load(name: str, folder: Path) -> dict[str, Any]:
     """A saved result by path, file name or unique prefix of its name."""
     path = Path(name)
     if not path.is_file():
-        found = sorted(folder.glob(f"{name}*.json")) if folder.is_dir() else []
+        exact = folder / f"{name}.json"  # a whole name is that run, though it begins another's (`…_sim_2`)
+        found = [exact] if exact.is_file() else sorted(folder.glob(f"{name}*.json")) if folder.is_dir() else []
         if len(found) != 1:
             many = f"{len(found)} saved results start with {name!r}" if found else f"no saved bench result {name!r}"
             raise ValueError(f"{many} (in {folder})")

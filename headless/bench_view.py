@@ -307,7 +307,10 @@ class Progress:
 
 
 def comparison(a: dict[str, Any], b: dict[str, Any]) -> Table:
-    """Two saved runs, level by level: A, B and B's change."""
+    """Two saved runs, level by level: A, B and B's change; a `ValueError` when they share no level."""
+    if not {level["agents"] for level in a["levels"]} & {level["agents"] for level in b["levels"]}:
+        ran = [", ".join(str(level["agents"]) for level in run["levels"]) or "none" for run in (a, b)]
+        raise ValueError(f"A and B ran no level of agents in common (A: {ran[0]}; B: {ran[1]})")
     runs = "\n".join(f"{name}: {run['provider']} · {short_model(run['model'])}" for name, run in (("A", a), ("B", b)))
     grid = Table(title=inert(runs), title_justify="left", header_style="bold")
     for name in ("agents", "figure", "A", "B", "B vs A"):

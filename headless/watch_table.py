@@ -33,6 +33,7 @@ class _Totals:
     prompt: int = 0
     read: int = 0
     output: int = 0
+    unreported: int = 0  # requests whose answer carried no usage (a stream without `include_usage`)
     costs: CostTotals = field(default_factory=CostTotals)
 
 
@@ -69,6 +70,8 @@ class WatchTable:
         totals = self._totals.setdefault(conversation, _Totals())
         totals.requests += 1
         totals.costs.add(cost)
+        if usage is None or usage.prompt_total is None:
+            totals.unreported += 1
         if usage is not None:
             totals.prompt += usage.prompt_total or 0
             totals.read += usage.cache_read or 0
@@ -94,6 +97,7 @@ class WatchTable:
             everything.prompt += totals.prompt
             everything.read += totals.read
             everything.output += totals.output
+            everything.unreported += totals.unreported
             everything.costs.known += totals.costs.known
             everything.costs.priced += totals.costs.priced
             everything.costs.unknown += totals.costs.unknown
@@ -103,10 +107,15 @@ class WatchTable:
 
 
 def _said(totals: _Totals) -> str:
+    requests = f"{totals.requests} request{'' if totals.requests == 1 else 's'}"
+    if totals.requests and totals.unreported == totals.requests:  # never a prompt of 0 where the server said nothing
+        return f"{requests}, usage not reported, {totals.costs}"
     hit = f"{totals.read / totals.prompt:.0%} cache hit" if totals.prompt else "no prompt tokens"
+    at_least = "≥" if totals.unreported else ""  # some requests' usage unknown: a floor, as the status bar says
+    unknown = f", {totals.unreported} without usage" if totals.unreported else ""
     return (
-        f"{totals.requests} request{'' if totals.requests == 1 else 's'}, prompt {totals.prompt:,} ({hit}), "
-        f"output {totals.output:,}, {totals.costs}"
+        f"{requests}{unknown}, prompt {at_least}{totals.prompt:,} ({hit}), output {at_least}{totals.output:,}, "
+        f"{totals.costs}"
     )
 
 

@@ -21,7 +21,8 @@ _COLUMNS = ("policy", "usd", "cache_read", "cache_write", "uncached", "output", 
 def show(conversations: Sequence[Conversation], as_model: str | None, as_json: bool, problems: Sequence[str]) -> int:
     totals = compare(conversations, as_model)
     skipped = [
-        f"{c.session}: {c.skipped:,} unreadable lines or requests without figures skipped"
+        f"{c.session}: {c.skipped:,} unreadable {'lines or requests' if c.skipped > 1 else 'line or request'}"
+        " without figures skipped"
         for c in conversations
         if c.skipped
     ]

@@ -9,6 +9,7 @@ import pytest
 from msgspec import structs
 
 from hotloop.cli import main
+from hotloop.headless import bench
 
 from tui_support import FAST_SIM, write_config
 
@@ -71,6 +72,28 @@ def test_a_bad_ramp_says_why(isolated_home: Path, capsys: pytest.CaptureFixture[
 def test_comparing_a_result_that_isnt_there_says_so(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "compare", "nope", "nada"]) == 2
     assert "no saved bench result 'nope'" in capsys.readouterr().err
+
+
+def test_runs_begun_in_one_second_are_each_saved_and_runs_of_other_levels_compare_in_one_line(
+    isolated_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two runs begun in the same second both stay saved (the second was overwriting the first), each found by the
+    name it printed; runs with no level in common say so in one line, exit 2, instead of an empty table."""
+    write_config(isolated_home)
+    assert main(["bench", "--agents", "1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    folder = isolated_home / "data" / "bench"
+    (saved,) = folder.glob("*.json")
+    # A second run stamped with the first's second: what the clock gives two quick runs.
+    second = dict(first, levels=[dict(first["levels"][0], agents=2)])
+    again = bench.save(second, folder)
+    assert again != saved and json.loads(saved.read_text()) == first and json.loads(again.read_text()) == second
+
+    assert main(["bench", "compare", saved.stem, again.stem]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "A and B ran no level of agents in common (A: 1; B: 2)" in err
+    assert main(["bench", "compare", saved.stem, saved.stem]) == 0  # the whole name, though `…_2` begins with it
+    assert "ttft p95 s" in capsys.readouterr().out
 
 
 def test_a_scenario_file_sets_the_task(isolated_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,3 +67,32 @@ def test_a_bad_upstream_or_command_is_one_line(script: Path, capfd: pytest.Captu
     assert main(["watch", "--upstream", "sim", "--run", "/no/such/command"]) == 2
     err = capfd.readouterr().err
     assert "is not a URL" in err and "cannot run /no/such/command" in err
+
+
+UNREPORTED = """
+import openai
+
+chat = openai.OpenAI(api_key="sk-script-key-0123456789")
+for words, usage in (("say hello", False), ("say hi", True)):
+    options = {"stream_options": {"include_usage": True}} if usage else {}
+    stream = chat.chat.completions.create(
+        model="sim-balanced", messages=[{"role": "user", "content": words}], stream=True, **options
+    )
+    for chunk in stream:
+        pass
+"""
+
+
+def test_a_stream_without_usage_is_summed_as_not_reported_never_as_a_prompt_of_0(
+    script: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An OpenAI stream asked without `include_usage` carries no usage: its conversation's summary says so, and the
+    total is a floor over the requests that reported, where both read `prompt 0 (no prompt tokens), output 0`."""
+    script.write_text(UNREPORTED)
+    assert main(["watch", "--upstream", "sim", "--run", sys.executable, str(script)]) == 0
+    out = capfd.readouterr().out
+    (unreported,) = [line for line in out.splitlines() if line.endswith("· say hello")]
+    assert ": 1 request, usage not reported, price unknown ·" in unreported
+    (total,) = [line for line in out.splitlines() if line.startswith("total: ")]
+    assert total.startswith("total: 2 conversations, 2 requests, 1 without usage, prompt ≥") and "output ≥" in total
+    assert "prompt 0" not in out and "prompt ≥0" not in total

@@ -426,3 +426,14 @@ def test_hostile_logs_cost_a_line_each_and_never_a_hang(
     assert {p["requests"] for p in policies.values()} == {3}
     assert policies["keepalive-4.5m"]["pings"] == 86_400 // 270  # a day of pings, then the prefix expires
     assert policies["oracle"]["pings"] == 0
+
+
+def test_one_skipped_line_is_said_in_the_singular(isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log with one line that isn't an event gets `1 unreadable line or request`, where it read `1 … lines`."""
+    folder = paths.sessions_dir()
+    folder.mkdir(parents=True)
+    source = (FIXTURES / "watched/claude_code_2.1.332_watched.jsonl").read_bytes()
+    (folder / "20261127T000000_b78f11d3.jsonl").write_bytes(source.rstrip(b"\n") + b"\nnot json at all\n")
+    assert main(["whatif", "--json", "b78f11d3"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["hotloop: warning: b78f11d3: 1 unreadable line or request without figures skipped"]
