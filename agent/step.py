@@ -154,6 +154,17 @@ class StepAccumulator:
             self.finish_reason = event.reason
             self._stop_named()
 
+    def take_all(self, events: list[ModelEvent], now: float | None = None) -> None:
+        """`take` of each event: once the first token has come, a text delta (most of an answer's events) inline."""
+        text = self.text
+        for event in events:
+            if type(event) is TextDelta and now is not None and self.first_token is not None:
+                self.streamed += 1
+                self.last_token = now
+                text.append(event.text)
+            else:
+                self.take(event, now)
+
     def _stop_named(self) -> None:
         """What stopped the answer, from the counts where a server's reason doesn't say it.
 

@@ -34,17 +34,12 @@ class SseSplitter:
         self._data: list[bytes] = []
 
     def feed(self, block: bytes) -> list[bytes]:
-        # A block that is one whole `data: ` event, as a server streaming a token a write sends nearly always.
-        if (
-            not self._pending
-            and not self._data
-            and block.startswith(b"data: ")
-            and block.find(b"\n") == len(block) - 2
-            and block.endswith(b"\n\n")
-            and b"\r" not in block
-        ):
-            event = block[6:-2]
-            return [event] if event and not event.isspace() else []
+        # A block of whole one-line `data: ` events, as servers send nearly always (a token a write, or a whole
+        # answer at once): cut in one split, where every newline is one of theirs.
+        if not self._pending and not self._data and block.startswith(b"data: ") and block.endswith(b"\n\n"):
+            whole = block[6:-2].split(b"\n\ndata: ")
+            if block.count(b"\n") == 2 * len(whole) and b"\r" not in block:
+                return [event for event in whole if event and not event.isspace()]
         text = self._pending + block
         if b"\r" in text:
             held = b"\r" if text.endswith(b"\r") else b""

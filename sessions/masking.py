@@ -19,6 +19,7 @@ JSON escapes it (a password with a quote in it).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import msgspec
 
@@ -29,8 +30,10 @@ from hotloop.secret_policy import maskable
 MASK = "[redacted]"
 _MASK = MASK.encode()
 _encode = msgspec.json.encode
-_STREAMED = (TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput)
 _Streamed = TextDelta | ReasoningDelta | ToolCallArgsDelta | ToolOutput
+# Looked up by type, not `isinstance`: every event passes here, and an `isinstance` that fails on a struct class costs
+# four times one that holds (none of these has a subclass).
+_STREAMED = frozenset({TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput})
 
 
 def _stream_of(event: _Streamed) -> tuple[str, str]:
@@ -94,12 +97,14 @@ class Masker:
     def events(self, event: AgentEvent) -> list[AgentEvent]:
         if not self.secrets:
             return [event]
-        if isinstance(event, _STREAMED):
-            return self._streamed(event)
-        return [*self.release(), event]
+        if type(event) in _STREAMED:
+            return self._streamed(cast(_Streamed, event))
+        return [*self.release(), event] if self._held else [event]
 
     def release(self) -> list[AgentEvent]:
         """What is held back, now that its streams have ended."""
+        if not self._held:
+            return []
         released: list[AgentEvent] = [_with_text(last, text) for last, text in self._held.values() if text]
         self._held.clear()
         return released

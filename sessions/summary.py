@@ -309,6 +309,12 @@ class _Saved(Summary, gc=False):
     prompts: msgspec.Raw = msgspec.Raw(b"[]")  # type: ignore[assignment]
 
 
+# The events `Summary.observe` keeps something of.
+_OBSERVED = frozenset(
+    {TurnStarted, StepStarted, SideOf, SessionTitled, ProviderSwitched, StepFinished, Compacted, SideRequest}
+)
+
+
 class Sidecar:
     """A log's summary as the log keeps it: each prompt is encoded once, as it comes, so keeping the summary up to
     date costs the same at turn 2,000 as at turn 1; only a save copies the prompts."""
@@ -320,9 +326,10 @@ class Sidecar:
         self._catch_up()
 
     def observe(self, event: AgentEvent) -> None:
-        self.summary.observe(event)
-        if isinstance(event, TurnStarted):
-            self._catch_up()
+        if type(event) in _OBSERVED:  # most of a log's events (a step's deltas and figures) change nothing in it
+            self.summary.observe(event)
+            if type(event) is TurnStarted:
+                self._catch_up()
 
     def _catch_up(self) -> None:
         for prompt in self.summary.prompts[self._encoded :]:

@@ -15,7 +15,17 @@ from pathlib import Path
 
 import msgspec
 
-from hotloop.agent.events import SessionTitled, StepFinished, TurnFinished, TurnStarted
+from hotloop.agent.events import (
+    Compacted,
+    ProviderSwitched,
+    SessionTitled,
+    SideOf,
+    SideRequest,
+    StepFinished,
+    StepStarted,
+    TurnFinished,
+    TurnStarted,
+)
 from hotloop.agent.pricing import price_step
 from hotloop.providers.events import TextDelta, UsageLedger
 from hotloop.sessions.log import SessionLog
@@ -161,6 +171,32 @@ def test_the_summary_is_saved_without_a_close_and_matches_the_log(tmp_path: Path
     scanned = read_summary(log.path, len(log.path.read_bytes().splitlines(keepends=True)[0]))
     assert kept == scanned
     assert kept.prompts[2] == "question 3 with [redacted]" and kept.title == "A title"
+
+
+def test_the_summary_kept_as_the_log_is_written_is_the_scan_of_every_kind_of_event(tmp_path: Path) -> None:
+    """Every kind of event a summary keeps something of (a switch to a priced server, a step's model, a compaction, a
+    side request, a side-of, a title) amid those it keeps nothing of: the summary the log keeps as it writes (which
+    looks only at the former) is the one a scan of the whole log makes."""
+    log = SessionLog.create(tmp_path, provider="sim", model="sim-fast", workspace=Path("/w"))
+    usage = UsageLedger(prompt_total=1_000, output=20)
+    _turn(log, 1, "first")
+    log.write(ProviderSwitched("gpu", "big-model", "sim", "sim-fast", 900, 900, "http://gpu:8000", cost_per_hour=3.6))
+    log.write(TurnStarted(turn=2, prompt="second"))
+    log.write(StepStarted(turn=2, step=1, provider="gpu", model="big-model"))
+    log.write(TextDelta("an answer"))
+    log.write(StepFinished(2, 1, usage, 0.1, 50.0, 0.5, 2.0, 0, 0.0, 0.0, "stop"))
+    log.write(Compacted("auto", 2, "what happened", "gpu", "big-model", usage, 0.1, 1.5))
+    log.write(SideRequest("prewarm", "idle", "gpu", "big-model", usage, 0.5))
+    log.write(SideOf(parent="abcd1234"))
+    log.write(SessionTitled(title="Switched", model="big-model"))
+    log.write(TurnFinished(turn=2, reason="answer", steps=1, wall=2.0))
+    log.close()
+    kept = read_summary(log.path, 0)
+    summary_path(log.path).unlink()
+    scanned = read_summary(log.path, len(log.path.read_bytes().splitlines(keepends=True)[0]))
+    assert kept == scanned
+    assert (kept.turns, kept.model, kept.side_of, kept.titled) == (2, "big-model", "abcd1234", "Switched")
+    assert kept.servers["gpu"] == "http://gpu:8000" and kept.priced >= 3 and kept.tokens == 100 + 20 + 3 * 1_020
 
 
 def test_logs_written_together_each_get_their_own_lines(tmp_path: Path) -> None:

@@ -67,3 +67,28 @@ def test_an_event_cut_byte_by_byte_is_one_event() -> None:
     """A multi-line event fed a byte at a time comes out once, whole, at its blank line."""
     stream = b'data: {"a":\ndata: 1}\n\ndata: x\r\n\r\n'
     assert split(stream, list(range(1, len(stream)))) == [b'{"a":\n1}', b"x"]
+
+
+ONE_LINE = [
+    b'data: {"a":1}\n\n',
+    b"data: \n\n",
+    b"data:   \n\n",
+    b"data: data: nested\n\n",
+    b'data: {"text":"a\\n\\ndata: b"}\n\n',
+    b"data: [DONE]\n\n",
+]
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_a_block_of_whole_events_reads_as_the_spec_does(seed: int) -> None:
+    """A block of one-line `data: ` events (blank, whitespace, data that says `data: `), as a server that writes an
+    answer at once sends it, cut in one split, gives the spec's events; one other kind of line among them (a
+    comment, a second data line, a CR, a run of blank lines) is read line by line, and gives them too."""
+    chance = random.Random(seed)
+    events = [chance.choice(ONE_LINE) for _ in range(chance.randint(1, 12))]
+    if seed % 2:
+        odd = chance.choice([b": keep-alive\n\n", b"data: one\ndata: two\n\n", b"data: cr\r\n\r\n", b"\n\n\n"])
+        events.insert(chance.randint(0, len(events)), odd)
+    stream = b"".join(events)
+    assert split(stream, []) == by_the_spec(stream)
+    assert split(stream, [len(stream) // 2]) == by_the_spec(stream)

@@ -8,8 +8,12 @@ import json
 import msgspec
 import pytest
 
-from hotloop.providers.events import ModelEvent, ProviderWarning, TextDelta
+from hotloop.agent.step import StepAccumulator
+from hotloop.providers.errors import StreamInterrupted
+from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted, TextDelta
+from hotloop.providers.openai_chat import ChunkParser, read_chunk
 from hotloop.providers.protocols import Wire
+from hotloop.providers.sse import SseSplitter
 from hotloop.watch.reading import ResponseReader
 
 from support import FIXTURES
@@ -83,3 +87,57 @@ def test_bytes_that_are_not_utf8_are_one_warning_in_any_block(where: str) -> Non
         assert text(events) == "".join(texts).replace("\xff", "\ufffd")
         warnings = [event for event in events if isinstance(event, ProviderWarning)]
         assert [warning.message for warning in warnings] == ["the server sent bytes that are not UTF-8; they show as �"]
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+HOSTILE_CHUNKS = [
+    b'{"choices": [{"index": 0, "delta": {"content": "cut',
+    b'{"error": {"message": "overloaded"}}',
+    b'{"choices": [], "usage": {"prompt_tokens": 3, "deep": ' + DEEP + b"}}",
+    b'{"choices": [], "extra": ' + DEEP + b"}",
+    b'{"choices": [{"index": 0, "delta": {"content": 7}}]}',
+    b"[1, 2]",
+]
+
+
+def one_by_one(data: bytes) -> tuple[list[ModelEvent], str]:
+    """A chat stream read an event at a time by the provider's own calls (`read_chunk`, then `feed`)."""
+    parser, events = ChunkParser(where="the server"), list[ModelEvent]()
+    try:
+        for event in SseSplitter().feed(data):
+            if event != b"[DONE]":
+                read = parser.feed(read_chunk(event, "the server"))
+                events += read if events else [StreamStarted(), *read]  # the start comes with the first chunk read
+        events += parser.finish()
+    except StreamInterrupted as error:
+        return events, str(error)
+    return events, ""
+
+
+@pytest.mark.parametrize("at", [0, 1, 2])
+@pytest.mark.parametrize(
+    "hostile", HOSTILE_CHUNKS, ids=["cut", "error", "deep usage", "deep unread field", "wrong type", "no object"]
+)
+def test_a_bad_chunk_in_a_block_reads_as_one_chunk_at_a_time(hostile: bytes, at: int) -> None:
+    """A chunk that is cut, an error, nested past the stack (in its usage, or a field no one reads), of the wrong
+    type or no object, among good ones in one block: the watch's reading keeps every event before it and says the
+    same line as the provider's chunk-by-chunk reading; the client's bytes are not what it changes."""
+    texts = [f"token {n} " for n in range(3)]
+    good = chat(*texts).split(b"\n\n")[:-1]
+    data = b"".join(event + b"\n\n" for event in [*good[:at], b"data: " + hostile, *good[at:]])
+    events, reader = read(Wire.OPENAI_CHAT, data, len(data))
+    expected, problem = one_by_one(data)
+    assert problem and reader.problem == problem
+    assert untimed(events) == untimed(expected)
+
+
+@pytest.mark.parametrize(("wire", "name"), RECORDED)
+def test_the_step_of_a_block_is_the_step_of_its_events_taken_one_by_one(wire: Wire, name: str) -> None:
+    """The reader's figures of a real recording read in one block (texts, calls, usage, token count and times) are
+    those of its events taken one at a time."""
+    data = (FIXTURES / name).read_bytes()
+    events, reader = read(wire, data, len(data))
+    step = StepAccumulator(started=0.0)
+    for event in events:
+        step.take(event, 1.0)
+    assert step == reader.step and step.streamed and step.first_token == step.last_token == 1.0

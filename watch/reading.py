@@ -149,42 +149,58 @@ class ResponseReader:
 
     def _taken(self, events: list[ModelEvent], now: float) -> list[ModelEvent]:
         step = self.step
-        for event in events:
-            if not isinstance(event, ProviderWarning):
+        if self.streamed:
+            step.take_all(events, now)
+        else:
+            for event in events:
                 # A whole answer's tokens all came at once: timing them would make a rate of the body's transfer.
-                step.take(event, now if self.streamed or isinstance(event, StreamStarted) else None)
+                step.take(event, now if isinstance(event, StreamStarted) else None)
         prefill = step.timings.prefill if step.timings is not None else None
         if prefill is not None and step.first_byte is not None and step.first_byte - step.started < prefill:
             step.first_byte = step.started + prefill  # what came first was no token: the server's own figure holds
         return events
 
     def _events(self, datas: list[bytes], events: list[ModelEvent]) -> None:
-        """Each event's data read into `events`: the loop every event of every answer goes through. An event that
-        can't be read adds nothing, not even the start or the warning it would have come with."""
+        """Each event's data read into `events`. An event that can't be read adds nothing, not even the start or the
+        warning it would have come with."""
         chat = self.protocol is Wire.OPENAI_CHAT
+        for n, data in enumerate(datas):
+            if chat and self._opened and self._clean:
+                self._chat_events(datas[n:], events)
+                return
+            self._event(data, chat, events)
+
+    def _chat_events(self, datas: list[bytes], events: list[ModelEvent]) -> None:
+        """A clean Chat Completions stream's events once its answer has opened, nearly every event of every answer:
+        nothing is left to test but the chunk (`_event` reads the others)."""
+        feed, where = self._chat.feed, self.where
         for data in datas:
-            opens = not self._opened and opens_answer(data)
-            self._opened = self._opened or opens
-            warned = None
-            if not self._clean:
-                data, replaced = utf8(data)
-                if replaced and not self._mangled:
-                    self._mangled = True
-                    warned = ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
-            if chat:
-                read = self._chat.feed(read_chunk(data, self.where)) if data != b"[DONE]" else []
-            elif self.protocol is Wire.OPENAI_RESPONSES:
-                read = self._responses.feed(data)
-            else:
-                event = read_event(data, self.where)
-                if event.type == "message_start" and b'"diagnostics"' in data:
-                    self._diagnosed(data)
-                read = self._messages.feed(event)
-            if opens:
-                events.append(StreamStarted())
-            if warned is not None:
-                events.append(warned)
-            events += read
+            if data != b"[DONE]":
+                events += feed(read_chunk(data, where))
+
+    def _event(self, data: bytes, chat: bool, events: list[ModelEvent]) -> None:
+        opens = not self._opened and opens_answer(data)
+        self._opened = self._opened or opens
+        warned = None
+        if not self._clean:
+            data, replaced = utf8(data)
+            if replaced and not self._mangled:
+                self._mangled = True
+                warned = ProviderWarning(f"{self.where} sent bytes that are not UTF-8; they show as �")
+        if chat:
+            read = self._chat.feed(read_chunk(data, self.where)) if data != b"[DONE]" else []
+        elif self.protocol is Wire.OPENAI_RESPONSES:
+            read = self._responses.feed(data)
+        else:
+            event = read_event(data, self.where)
+            if event.type == "message_start" and b'"diagnostics"' in data:
+                self._diagnosed(data)
+            read = self._messages.feed(event)
+        if opens:
+            events.append(StreamStarted())
+        if warned is not None:
+            events.append(warned)
+        events += read
 
     def _parser_end(self) -> list[ModelEvent]:
         if self.protocol is Wire.OPENAI_CHAT:
