@@ -267,3 +267,29 @@ def test_side_requests_chained_deeper_than_the_stack_are_listed_under_each_other
         )
     listed = under_parents(list(reversed(summaries)))
     assert [(session.id, depth) for session, depth in listed] == [(f"c{n}", n) for n in range(1_200)]
+
+
+async def test_two_clients_asking_the_same_first_question_are_two_conversations_and_a_retry_is_not(
+    watched: tuple[Watch, Seen, str],
+) -> None:
+    """No session key anywhere: "hello" from the OpenAI SDK, the same from the Anthropic SDK, and from another agent
+    on the OpenAI SDK (its own user agent) are three conversations, each of one step; the first client asking it
+    again, with a renewed key (a retry), continues its own."""
+    watch, seen, url = watched
+    hello: Any = [{"role": "user", "content": "hello"}]
+    async with (
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-first", max_retries=0) as first,
+        openai.AsyncOpenAI(
+            base_url=f"{url}/v1", api_key="sk-first", max_retries=0, default_headers={"User-Agent": "another/1.0"}
+        ) as other,
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-renewed", max_retries=0) as renewed,
+        anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-first", max_retries=0) as messages,
+    ):
+        await first.chat.completions.create(model="sim-fast", messages=hello)
+        await messages.messages.create(model="sim-fast", max_tokens=64, messages=hello)
+        await other.chat.completions.create(model="sim-fast", messages=hello)
+        await renewed.chat.completions.create(model="sim-fast", messages=hello)
+    steps = seen.steps()
+    assert len(steps) == 4
+    assert len(set(steps[:3])) == 3 and steps[3] == steps[0]
+    assert all(watch.conversations[conversation].parent == "" for conversation in steps)

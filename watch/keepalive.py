@@ -68,7 +68,7 @@ class WatchKeepAlive(PauseScheduler):
             return
         segments = request.segments
         key, tools = request.session_key, bool(segments.tools)
-        placed = self._lineage.place(key, segments.system, segments.messages, segments.roles, tools)
+        placed = self._lineage.place(key, segments.system, segments.messages, segments.roles, tools, request.client)
         self._end(placed.continues, self.clock())
 
     def answered(self, conversation: Conversation, reader: ResponseReader, held: Held, start: float) -> None:

@@ -10,7 +10,8 @@ conversation of its own whose parent is that one. Prefixes are found by chained 
 message, so a request costs a lookup per message, not a comparison with every earlier request.
 
 A session key (an agent's session header, Codex's `prompt_cache_key`) keeps agents and their
-sessions apart: lineage is looked for only among requests with the same key. A keyed request that
+sessions apart: lineage is looked for only among requests with the same key, and from the same client
+(its protocol and user agent): two agents asking the same first question are two conversations. A keyed request that
 extends nothing continues the key's main conversation when its system prompt is the same as that
 conversation's latest (the agent rewrote its history: a compaction), else it is a side request of it
 (a sub-agent, a title job). The main conversation is the one that carries the tools: a key's first
@@ -60,18 +61,24 @@ class _Line:
 
 class Lineage:
     def __init__(self) -> None:
-        self._seen: dict[tuple[str, int], str] = {}  # (key, a request's chain) -> its conversation
+        self._seen: dict[tuple[int, str, int], str] = {}  # (client, key, a request's chain) -> its conversation
         self._lines: dict[str, _Line] = {}
         self._main: dict[str, str] = {}  # a session key's main conversation
         self._sides: dict[str, list[str]] = {}  # a conversation's side requests
 
     def place(
-        self, key: str, system: str, messages: Sequence[bytes], roles: Sequence[str], tools: bool = False
+        self,
+        key: str,
+        system: str,
+        messages: Sequence[bytes],
+        roles: Sequence[str],
+        tools: bool = False,
+        client: int = 0,
     ) -> Placement:
-        """Where a request goes; `tools`: it carries tools."""
+        """Where a request goes; `tools`: it carries tools; `client`: who sent it (a prefix of another's is not its)."""
         chained = chains(messages)
         for length in range(len(messages), 0, -1):
-            conversation = self._seen.get((key, chained[length]))
+            conversation = self._seen.get((client, key, chained[length]))
             if conversation is None:
                 continue
             added = roles[length:]
@@ -103,10 +110,11 @@ class Lineage:
         messages: Sequence[bytes],
         tools: bool = False,
         placed: Placement = Placement(),
+        client: int = 0,
     ) -> None:
         """`conversation`'s latest request is this one, which was `placed` there."""
         head = chains(messages)[-1]
-        self._seen[(key, head)] = conversation
+        self._seen[(client, key, head)] = conversation
         line = self._lines.get(conversation)
         if line is None:
             self._lines[conversation] = _Line(key, hash(system), head, tools)

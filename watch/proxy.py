@@ -36,7 +36,7 @@ from hotloop.watch.keepalive import Held, WatchKeepAlive
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
 from hotloop.watch.upstream_faults import cause_of, refusal_said
-from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
+from hotloop.watch.wire import CREDENTIALS, PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
 
 # Per connection, not per message: never forwarded (RFC 9110 §7.6.1), nor the client's Host.
 _HOP = frozenset(
@@ -53,7 +53,6 @@ _HOP = frozenset(
         "content-length",
     }
 )
-_AUTH = ("authorization", "x-api-key", "api-key")
 _KEPT_ERROR = 4096  # bytes of a refusal's body kept to say what it was
 # Bytes of a request body hotloop reads (Anthropic's own limit on a Messages request): a bigger one is forwarded as it
 # arrives, unread, and costs the watch no more than its buffers. A conversation's explainer keeps its last two bodies.
@@ -174,7 +173,7 @@ class Watch:
 
     def _learn(self, headers: Mapping[str, str]) -> None:
         """The keys a request carries, masked from now on wherever hotloop writes."""
-        keys = [value.removeprefix("Bearer ") for name in _AUTH if (value := headers.get(name))]
+        keys = [value.removeprefix("Bearer ") for name in CREDENTIALS if (value := headers.get(name))]
         if not keys or self._seen.issuperset(keys):
             return  # an agent sends its one key with every request: looked at once
         self._seen.update(keys)
@@ -362,7 +361,7 @@ class Watch:
 
     def _conversation(self, request: WatchedRequest, headers: Mapping[str, str], target: Target) -> Conversation:
         segments, key, tools = request.segments, request.session_key, bool(request.segments.tools)
-        placed = self._lineage.place(key, segments.system, segments.messages, segments.roles, tools)
+        placed = self._lineage.place(key, segments.system, segments.messages, segments.roles, tools, request.client)
         conversation = self._open.get(placed.continues)
         if conversation is None:
             conversation = self._new(request, headers, target, placed.side_of)
@@ -370,7 +369,9 @@ class Watch:
                 # Begun first, its log's header says it is a conversation of its own: the event corrects it.
                 self.conversations[adopted].parent = conversation.info.id
                 self._open[adopted].emit(SideOf(parent=conversation.info.id))
-        self._lineage.record(conversation.info.id, key, segments.system, segments.messages, tools, placed)
+        self._lineage.record(
+            conversation.info.id, key, segments.system, segments.messages, tools, placed, request.client
+        )
         return conversation
 
     def _new(self, request: WatchedRequest, headers: Mapping[str, str], target: Target, side_of: str) -> Conversation:

@@ -33,6 +33,9 @@ class WireError(ValueError):
     """A request body hotloop can't read; `str(error)` says why, in one line."""
 
 
+CREDENTIALS = ("authorization", "x-api-key", "api-key")  # the headers a client's key comes in
+
+
 @dataclass(frozen=True)
 class ToolResult:
     call_id: str
@@ -53,6 +56,9 @@ class WatchedRequest:
     results: tuple[ToolResult, ...]
     session_key: str
     cap: int | None = None  # the output cap the client set: `max_tokens`, `max_completion_tokens`, `max_output_tokens`
+    # Who sent it: its protocol and its user agent, hashed. Two agents asking the same first question are two
+    # conversations, where the same agent asking it again is a retry. Not its key: an agent's token may be renewed.
+    client: int = 0
 
 
 def read_request(protocol: Wire, body: bytes, headers: Mapping[str, str]) -> WatchedRequest:
@@ -96,7 +102,8 @@ def _read(protocol: Wire, document: dict[str, Any], body: bytes, headers: Mappin
     )
     prompt, results = _ending(protocol, messages)
     key, stream = _session_key(document, headers), document.get("stream") is True
-    return WatchedRequest(protocol, model, stream, segments, prompt, results, key, _cap(protocol, document))
+    client = hash((protocol, headers.get("user-agent")))
+    return WatchedRequest(protocol, model, stream, segments, prompt, results, key, _cap(protocol, document), client)
 
 
 def _cap(protocol: Wire, document: dict[str, Any]) -> int | None:
