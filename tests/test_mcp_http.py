@@ -132,6 +132,7 @@ def http(url: str, trust: bool = True, **headers: str) -> McpServer:
 
 async def test_tools_register_with_their_hints_and_run(web: HttpMcpServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WEB_MCP_AUTH", TOKEN)
+    earlier = len(web.authorizations)  # the server is the module's: another test's wrong tokens may be on it
     bridge, registry, notices = await started([http(web.url, Authorization="WEB_MCP_AUTH")])
     try:
         assert notices == [] and bridge.states["web"].status == "running"
@@ -143,7 +144,8 @@ async def test_tools_register_with_their_hints_and_run(web: HttpMcpServer, monke
             "wipe": (False, False, True, True),  # destructiveHint: asks every time
         }
         assert await call(registry, "look", {"q": "docs"}) == "saw docs"
-        assert web.authorizations and set(web.authorizations) == {TOKEN}  # the variable's value, on every request
+        ours = web.authorizations[earlier:]
+        assert ours and set(ours) == {TOKEN}  # the variable's value, on every request
     finally:
         await bridge.aclose()
 
