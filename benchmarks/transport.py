@@ -85,7 +85,7 @@ from hotloop.providers.conversation import (
     UserMessage,
 )
 from hotloop.providers.openai_chat import ChunkParser, OpenAIChatProvider, _decode_chunk
-from hotloop.providers.sse import server_sent_data
+from hotloop.providers.sse import SseSplitter
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import NO_LATENCY, SimConfig
 from hotloop.sim.scenario import Reply
@@ -287,10 +287,7 @@ def transport_name(provider: Provider) -> str:
 
 def forget(provider: Provider) -> None:
     """Drop what the provider serialized before (its private caches): the next body is built from scratch."""
-    if isinstance(provider, AnthropicProvider):
-        provider._blocks.clear()
-    else:
-        provider._sent.clear()
+    provider._rendered.clear()
     provider._tools = None
 
 
@@ -329,9 +326,10 @@ async def typed_create_iterated(provider: Provider, arguments: dict[str, Any]) -
 async def reply_chunks(provider: Provider, body: bytes) -> list[bytes]:
     """The `data` of every event of the reply to `body`, as hotloop reads them ([DONE] left out)."""
     response = await provider._client.post(provider.path, content=body, cast_to=httpx2.Response, stream=True)
-    chunks = [data async for data in server_sent_data(response) if data != b"[DONE]"]
+    splitter = SseSplitter()
+    chunks = [data async for block in response.aiter_bytes() for data in splitter.feed(block)]
     await response.aclose()
-    return chunks
+    return [data for data in [*chunks, *splitter.end()] if data != b"[DONE]"]
 
 
 def sdk_parse(sdk: str, chunks: list[bytes]) -> None:

@@ -5,16 +5,10 @@ stream with the same splitter.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING
-
 import msgspec
 
 from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import ProviderWarning
-
-if TYPE_CHECKING:
-    import httpx2
 
 
 class SseSplitter:
@@ -76,20 +70,6 @@ class SseSplitter:
         last = b"\n".join(self._data)
         self._data = []
         return [last] if last and not last.isspace() else []
-
-
-async def server_sent_data(
-    response: httpx2.Response, received: Callable[[], None] = lambda: None
-) -> AsyncGenerator[bytes, None]:
-    """The `data` of each server-sent event in an HTTP response (`SseSplitter`); `received` is called for every
-    block read from the network."""
-    splitter = SseSplitter()
-    async for block in response.aiter_bytes():
-        received()
-        for data in splitter.feed(block):
-            yield data
-    for data in splitter.end():
-        yield data
 
 
 class CallIds:
