@@ -36,7 +36,7 @@ from hotloop.watch.keepalive import Held, WatchKeepAlive
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
 from hotloop.watch.upstream_faults import cause_of, refusal_said
-from hotloop.watch.wire import CREDENTIALS, PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
+from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
 
 # Per connection, not per message: never forwarded (RFC 9110 §7.6.1), nor the client's Host.
 _HOP = frozenset(
@@ -53,6 +53,7 @@ _HOP = frozenset(
         "content-length",
     }
 )
+_AUTH = ("authorization", "x-api-key", "api-key")
 _KEPT_ERROR = 4096  # bytes of a refusal's body kept to say what it was
 # Bytes of a request body hotloop reads (Anthropic's own limit on a Messages request): a bigger one is forwarded as it
 # arrives, unread, and costs the watch no more than its buffers. A conversation's explainer keeps its last two bodies.
@@ -173,7 +174,7 @@ class Watch:
 
     def _learn(self, headers: Mapping[str, str]) -> None:
         """The keys a request carries, masked from now on wherever hotloop writes."""
-        keys = [value.removeprefix("Bearer ") for name in CREDENTIALS if (value := headers.get(name))]
+        keys = [value.removeprefix("Bearer ") for name in _AUTH if (value := headers.get(name))]
         if not keys or self._seen.issuperset(keys):
             return  # an agent sends its one key with every request: looked at once
         self._seen.update(keys)

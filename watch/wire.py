@@ -33,9 +33,6 @@ class WireError(ValueError):
     """A request body hotloop can't read; `str(error)` says why, in one line."""
 
 
-CREDENTIALS = ("authorization", "x-api-key", "api-key")  # the headers a client's key comes in
-
-
 @dataclass(frozen=True)
 class ToolResult:
     call_id: str
