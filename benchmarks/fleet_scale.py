@@ -13,8 +13,9 @@ is the client (or, on a small machine, the simulator's own CPU: `benchmarks/sim_
   for what a second worker adds on the same machine.
 
 Each row checks the bench against the server: the prompt tokens the agents were told in
-`usage` equal the server's `/metrics` delta. The ramp is the level's own: its agents begin one
-an event-loop turn, so answers are read between starts; requests/s count it in the level's time.
+`usage` equal the server's `/metrics` delta. The ramp is the level's own: its agents arrive evenly
+over its first second (`ramp_s`, longer where the client falls behind); requests/s count it in the
+level's time.
 
     python benchmarks/fleet_scale.py [--agents 100,250,500,1000] [--limit-ms 1] [--processes 2]
     python benchmarks/fleet_scale.py --workers 1,2 --at 500
@@ -31,18 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SIM = [sys.executable, "-m", "hotloop", "sim", "serve", "--port", "0", "--batch-slowdown", "0"]
+from sim_capacity import serve
+
 CONFIG = '[routing]\ntitles = false\n[providers.sim]\nkind = "openai"\nbase_url = "{url}/v1"\ndefault_model = "sim-balanced"\n'
-
-
-def serve(processes: int) -> tuple[subprocess.Popen[str], str]:
-    command = [*SIM, "--processes", str(processes)] if processes > 1 else SIM
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    banner = server.stdout.readline()
-    if " on " not in banner:
-        raise SystemExit(f"the simulator did not start: {banner!r}")
-    return server, banner.split(" on ", 1)[1].split(" ", 1)[0].removesuffix("/v1")
 
 
 def bench(home: Path, agents: int, workers: int = 1) -> dict[str, Any]:
