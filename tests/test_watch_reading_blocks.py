@@ -141,3 +141,41 @@ def test_the_step_of_a_block_is_the_step_of_its_events_taken_one_by_one(wire: Wi
     for event in events:
         step.take(event, 1.0)
     assert step == reader.step and step.streamed and step.first_token == step.last_token == 1.0
+
+
+MIXED_CHUNKS = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+    {"choices": [{"index": 0, "delta": {"reasoning_content": "think "}}]},
+    {"choices": [{"index": 0, "delta": {"reasoning": "more", "content": "and say"}}]},
+    {"choices": [{"index": 1, "delta": {"content": "another choice"}}]},
+    {"choices": [{"index": 0, "delta": {"content": "two"}}, {"index": 1, "delta": {"content": "at once"}}]},
+    {"choices": [{"index": 0, "delta": {"content": " call", "tool_calls": [{"index": 0, "id": "c1"}]}}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}}]},
+    {"choices": [{"index": 0, "delta": {"content": "last"}, "finish_reason": "tool_calls"}]},
+    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 9}},
+]
+CHAT_RECORDINGS = [
+    "llamacpp/01_plain_stream.sse",
+    "llamacpp/05_tool_call_stream_hermes_template.sse",
+    "llamacpp/13_chat_tool_call_cut_mid_arguments.sse",
+    "openai_chat_parallel_tools.sse",
+]
+
+
+@pytest.mark.parametrize("name", [*CHAT_RECORDINGS, "deepseek_tool_call.chunks.jsonl", "mixed"])
+def test_the_parser_reads_a_run_of_chunks_as_it_reads_each(name: str) -> None:
+    """`ChunkParser.read`, which takes a chunk of text alone inline, gives the events, the usage and the counts
+    of feeding each chunk: real recordings (llama.cpp, OpenAI, DeepSeek's reasoning) and chunks that mix text with
+    reasoning, other choices, calls and a finish."""
+    if name == "mixed":
+        datas = [json.dumps(chunk).encode() for chunk in MIXED_CHUNKS]
+    elif name.endswith(".jsonl"):
+        datas = (FIXTURES / name).read_bytes().splitlines()
+    else:
+        datas = SseSplitter().feed((FIXTURES / name).read_bytes()) + [b"[DONE]"]
+    each, run = ChunkParser(where="the server"), ChunkParser(where="the server")
+    expected = [event for data in datas if data != b"[DONE]" for event in each.feed(read_chunk(data, "the server"))]
+    events: list[ModelEvent] = []
+    run.read(datas, "the server", events)
+    assert events and untimed(events) == untimed(expected)
+    assert run.usage == each.usage and run._streamed == each._streamed

@@ -173,10 +173,7 @@ class ResponseReader:
     def _chat_events(self, datas: list[bytes], events: list[ModelEvent]) -> None:
         """A clean Chat Completions stream's events once its answer has opened, nearly every event of every answer:
         nothing is left to test but the chunk (`_event` reads the others)."""
-        feed, where = self._chat.feed, self.where
-        for data in datas:
-            if data != b"[DONE]":
-                events += feed(read_chunk(data, where))
+        self._chat.read(datas, self.where, events)
 
     def _event(self, data: bytes, chat: bool, events: list[ModelEvent]) -> None:
         opens = not self._opened and opens_answer(data)
