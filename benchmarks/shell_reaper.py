@@ -5,9 +5,11 @@ paths taken in turn so that the machine's drift falls on both: `true` (the cost 
 `sleep 0.2`, and three `sleep 1` at once (a step's parallel calls, wall of the three). Also the
 duration the status line reports (`exit 0 · 0.00 s`), which counts from the shell's start, not the
 subreaper's. "without" is the path hotloop takes where there is no subreaper (not Linux):
-`shell.use_subreaper` off, nothing else changed. The subreaper program starts at the first call,
-once per process: that call's wall is said apart. Then, with `--parallel`,
-benchmarks/parallel_tools.py's run_shell case, with and without.
+`shell.use_subreaper` off, nothing else changed. First, the first call's wall (`true`), side by
+side, the cases taken in turn: with the program started at that call (as before a session started
+it ahead), started ahead as a session's open does and running when the call comes (its spare
+forked), and started ahead with the call right behind it (which waits for that same start). Then,
+with `--parallel`, benchmarks/parallel_tools.py's run_shell case, with and without.
 
     python benchmarks/shell_reaper.py [--runs N] [--parallel]
 """
@@ -22,12 +24,13 @@ import time
 from pathlib import Path
 
 from hotloop.agent.tools import shell
-from hotloop.agent.tools.processes import subreaper_problem
+from hotloop.agent.tools.processes import StartAhead, subreaper_problem, subreapers
 from hotloop.agent.tools.registry import ToolContext
 from hotloop.agent.tools.shell import ShellSettings, shell_tool
 
 RUNS = 21
 COMMANDS = (("true", 1), ("sleep 0.2", 1), ("sleep 1", 3))  # a command, and how many run at once
+FIRST = ("started at the first call", "started ahead, running", "started ahead, called at once")
 
 
 async def call(command: str, workspace: Path, reaped: bool, at_once: int = 1) -> tuple[float, float]:
@@ -45,8 +48,7 @@ async def call(command: str, workspace: Path, reaped: bool, at_once: int = 1) ->
 async def measure(runs: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         workspace = Path(folder)
-        first, _ = await call("true", workspace, True)  # the subreaper program starts here
-        print(f"first call, which starts the subreaper program: {first * 1000:.1f} ms")
+        await first_calls(workspace, runs)
         for command, at_once in COMMANDS:
             walls: dict[bool, list[float]] = {True: [], False: []}
             said: dict[bool, list[float]] = {True: [], False: []}
@@ -67,6 +69,36 @@ async def measure(runs: int) -> None:
                 f"  cost                  {(with_ - without) * 1000:+7.1f} ms per {'call' if at_once == 1 else 'step'}"
             )
     shell.use_subreaper = True
+
+
+async def first_calls(workspace: Path, runs: int) -> None:
+    """The first call's wall in each of FIRST's cases, the program closed before each, so that each call is a first."""
+    walls: dict[str, list[float]] = {case: [] for case in FIRST}
+    for _ in range(runs):
+        for case in FIRST:
+            subreapers.close()
+            ahead = StartAhead()
+            if case != FIRST[0]:
+                ahead.start(lambda: True)
+            if case == FIRST[1]:
+                await running(await ahead.started())
+            wall, _ = await call("true", workspace, True)
+            walls[case].append(wall)
+            await ahead.close()
+    print(f"first call ('true'): median of {runs} (lowest to highest)")
+    for case, each in walls.items():
+        print(
+            f"  {case:32} {statistics.median(each) * 1000:7.1f} ms  ({min(each) * 1000:.1f} to {max(each) * 1000:.1f})"
+        )
+
+
+async def running(pid: int | None) -> None:
+    """Until the program has forked its spare: it has loaded and waits for a call."""
+    deadline = time.monotonic() + 30
+    while pid is not None and not Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the subreaper program did not start within 30 s")
+        await asyncio.sleep(0.002)
 
 
 async def parallel() -> None:

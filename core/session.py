@@ -41,7 +41,8 @@ from hotloop.agent.events import (
     TurnFinished,
 )
 from hotloop.agent.hooks import Hooks
-from hotloop.agent.tools.shell import sandbox_notice
+from hotloop.agent.tools.processes import StartAhead
+from hotloop.agent.tools.shell import sandbox_notice, under_subreaper
 from hotloop.config import AUTO_TIER, Choice, Config, resolve
 from hotloop.core.agent_maker import AgentMaker
 from hotloop.core.context_meter import ContextMeter
@@ -142,6 +143,7 @@ class Session:
         self.keepalive = Pinger(lambda: self.config, lambda: self.runtime, self.emit)  # core/keepalive.py
         self.mcp = McpControls(lambda: self.runtime.mcp if self.runtime is not None else None, self.emit)
         self.makes = AgentMaker(options, self.emit, self.approvals, self.hooks, self.server.residency)  # its agents
+        self.subreaper = StartAhead()  # run_shell's subreaper program, started at open in a thread (processes.py)
 
     @property
     def ready(self) -> bool:
@@ -214,6 +216,7 @@ class Session:
             self.emit(Notice(level="warning", message=warning))
         if (unsandboxed := await asyncio.to_thread(sandbox_notice, self.config.shell)) is not None:
             self.emit(Notice(level="warning", message=unsandboxed))
+        self.subreaper.start(lambda: not self.options.read_only and under_subreaper(self.config.shell))
         if fitted is not None:
             self.emit(Notice(level="info", message=fitted))
         if resumed is not None:
@@ -437,3 +440,4 @@ class Session:
         self.logs.close()
         if self.runtime is not None:
             await self.runtime.aclose()
+        await self.subreaper.close()

@@ -2,21 +2,21 @@
 
 On Linux a command's shell runs under a subreaper (subreaper.py): a small process, its parent, that
 Linux makes the reaper of its orphaned descendants, so that whatever the command started stays its
-descendant even once its own parent has exited. It stays until the sweep is done, then kills and
-reaps whatever is still below it before it exits (and does the same if hotloop dies). It is a fork of
-one program hotloop starts at the first command and keeps (`Subreapers`), made ahead and waiting for
-the call: a few milliseconds a call, where a Python started per call cost ~19 (benchmarks/shell_reaper.py). Each call's
-processes also carry two marks of its own (`Marks`; never the model's call id: nothing the model
-sees names them, so no command can forge them): a random tag in their environment (`RUN_ID`) and,
-under the subreaper, a random hard limit on file locks (RLIMIT_LOCKS, which Linux has not enforced
-since 2.4.25). The limit is inherited through fork, exec, `setsid` and `env -i`, and only
-CAP_SYS_RESOURCE can raise it back: it is what finds a call's processes once the command has
-SIGKILLed its subreaper (`kill -9 $PPID`, the one signal the subreaper can't ignore) and orphaned a
-daemon that cleared its environment and left the group. When the call ends (an exit, a timeout, a
-cancel), SIGTERM goes to the call's process group, to every process that carries either mark, and
-to every descendant of those, of the subreaper (while it lives) or of the shell (while it runs).
-SIGKILL follows KILL_GRACE later, to whatever is found then, again until a look finds nothing (a
-process forked while /proc was read). /proc is read in a thread, off the event loop.
+descendant even once its own parent has exited. It stays until the sweep is done, then kills and reaps
+whatever is still below it before it exits (and does the same if hotloop dies). It is a fork of one
+program hotloop starts when a session opens, in a thread (`StartAhead`; else at the first command), and
+keeps (`Subreapers`), made ahead and waiting for the call: a few milliseconds a call, where a Python
+started per call cost ~19 (benchmarks/shell_reaper.py). Each call's processes also carry two marks of
+its own (`Marks`; never the model's call id: nothing the model sees names them, so no command can forge
+them): a random tag in their environment (`RUN_ID`) and, under the subreaper, a random hard limit on
+file locks (RLIMIT_LOCKS, which Linux has not enforced since 2.4.25). The limit is inherited through
+fork, exec, `setsid` and `env -i`, and only CAP_SYS_RESOURCE can raise it back: it is what finds a
+call's processes once the command has SIGKILLed its subreaper (`kill -9 $PPID`, the one signal the
+subreaper can't ignore) and orphaned a daemon that cleared its environment and left the group. When the
+call ends (an exit, a timeout, a cancel), SIGTERM goes to the call's process group, to every process
+that carries either mark, and to every descendant of those, of the subreaper (while it lives) or of the
+shell (while it runs). SIGKILL follows KILL_GRACE later, to whatever is found then, again until a look
+finds nothing (a process forked while /proc was read). /proc is read in a thread, off the event loop.
 
 Measured on Linux against `setsid -f env -i sleep` then `kill -9 $PPID`: the process group and the
 tag miss the daemon, the subreaper's tree loses it with the subreaper, and the limit finds it; a
@@ -54,7 +54,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -100,13 +100,50 @@ def _new_limit() -> int | None:
 
 
 class Subreapers:
-    """The subreaper program (subreaper.py), started at the first command and kept: it forks each call's subreaper."""
+    """The subreaper program (subreaper.py), started ahead for the sessions that hold it (`hold`), else at the first
+    command, and kept: it forks each call's subreaper."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # a command may start from any event loop's thread
+        # A command may start it from any event loop's thread, a session from a thread of its own.
+        self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._requests: socket.socket | None = None
+        self._holds = 0  # open sessions that started it ahead
         atexit.register(self.close)
+
+    @property
+    def pid(self) -> int | None:
+        """The program's pid once started (it may have died since); None before."""
+        process = self._process
+        return None if process is None else process.pid
+
+    @property
+    def started(self) -> bool:
+        """Whether the program has been started (a start under way is not yet)."""
+        return self._requests is not None
+
+    def start(self) -> None:
+        """Start the program if it doesn't run; one start under way is waited for, never repeated. An OSError if it
+        can't be started. Blocking (a fork and an exec): for a thread, not an event loop."""
+        self._running()
+
+    def hold(self) -> int | None:
+        """A session's: the program started now (blocking, as `start`) and kept until the session `release`s it; its
+        pid. None, and no hold, if it can't be started: the first command tries again and says why."""
+        with self._lock:
+            try:
+                self._start()
+            except OSError:
+                return None
+            self._holds += 1
+            return self.pid
+
+    def release(self) -> None:
+        """The session's hold let go: with no session left holding it, the program goes as at exit (blocking)."""
+        with self._lock:
+            self._holds -= 1
+            process = self._detach() if self._holds == 0 else None
+        _let_go(process, KILL_GRACE)
 
     def ask(self, control: socket.socket, output: int) -> None:
         """Ask for a call's subreaper, handing it the call's socket and the output pipe's write end (kept open here).
@@ -120,47 +157,83 @@ class Subreapers:
                 return
             except OSError:  # it died (killed from outside), or hangs: a new one
                 with self._lock:
-                    self._close(wait=False)
+                    _let_go(self._detach(), 0)
                 if attempt == 2:
                     raise
 
     def _running(self) -> socket.socket:
         with self._lock:
-            if self._process is None or self._process.poll() is not None or self._requests is None:
-                self._close(wait=False)
-                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                with theirs:
-                    self._process = subprocess.Popen(
-                        [sys.executable, "-I", "-S", str(SUBREAPER)],
-                        stdin=theirs.fileno(),
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        cwd="/",
-                        # What a command may see anyway: a secret of hotloop's would be readable in its /proc.
-                        env=allowed_environment(os.environ),
-                        start_new_session=True,  # the terminal's Ctrl-C is hotloop's to handle, not its
-                    )
-                ours.setblocking(False)
-                self._requests = ours
-            return self._requests
+            return self._start()
+
+    def _start(self) -> socket.socket:
+        if self._process is None or self._process.poll() is not None or self._requests is None:
+            _let_go(self._detach(), 0)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with theirs:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-I", "-S", str(SUBREAPER)],
+                    stdin=theirs.fileno(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    cwd="/",
+                    # What a command may see anyway: a secret of hotloop's would be readable in its /proc.
+                    env=allowed_environment(os.environ),
+                    start_new_session=True,  # the terminal's Ctrl-C is hotloop's to handle, not its
+                )
+            ours.setblocking(False)
+            self._requests = ours
+        return self._requests
 
     def close(self) -> None:
         """Let the program go, at exit: it kills whatever is still below it and exits, reaped here if it does soon."""
         with self._lock:
-            self._close(wait=True)
+            process = self._detach()
+        _let_go(process, KILL_GRACE)
 
-    def _close(self, wait: bool) -> None:
+    def _detach(self) -> subprocess.Popen[bytes] | None:
+        """The program, its socket closed (its EOF is what ends it), no longer this object's."""
         if self._requests is not None:
             self._requests.close()
             self._requests = None
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                # Not on the event loop's time: a program that hangs is left to subprocess's own reaping.
-                self._process.wait(timeout=KILL_GRACE if wait else 0)
-            self._process = None
+        process, self._process = self._process, None
+        return process
+
+
+def _let_go(process: subprocess.Popen[bytes] | None, wait: float) -> None:
+    """Reap the program if it exits within `wait` seconds; one that hangs is left to subprocess's own reaping."""
+    if process is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=wait)
 
 
 subreapers = Subreapers()
+
+
+class StartAhead:
+    """A session's start of the program: in a thread at its open, so that neither the open nor the event loop waits
+    for it and the first command finds it running; let go at the session's close."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[int | None] | None = None
+
+    def start(self, wanted: Callable[[], bool]) -> None:
+        """Hold the program if `wanted()` (asked in the thread: it may probe the sandbox) says commands need it."""
+        if self._task is None:
+            self._task = asyncio.create_task(asyncio.to_thread(_hold_if, wanted))
+
+    async def started(self) -> int | None:
+        """Once the start has been made: the pid of the program held (it loads meanwhile); None if none is."""
+        return None if self._task is None else await asyncio.shield(self._task)
+
+    async def close(self) -> None:
+        """Let go of the hold, once a start still under way has been made: its program goes with the session too."""
+        if await self.started() is not None:
+            self._task = None
+            await asyncio.to_thread(subreapers.release)
+
+
+def _hold_if(wanted: Callable[[], bool]) -> int | None:
+    return subreapers.hold() if wanted() else None
 
 
 def request(argv: Sequence[str], env: Mapping[str, str], folder: Path, limit: int | None) -> bytes:

@@ -94,6 +94,13 @@ def sandbox_notice(settings: ShellSettings) -> str | None:
     return "; ".join(said) or None
 
 
+def under_subreaper(settings: ShellSettings) -> bool:
+    """Whether commands run under a subreaper here as `settings` say (it probes the sandbox: for a thread)."""
+    return (
+        use_subreaper and subreaper_problem() is None and (settings.sandbox == "off" or sandbox_problem() is not None)
+    )
+
+
 @cache
 def _shell() -> str:
     return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
@@ -366,6 +373,8 @@ async def _under_subreaper(
     The socket carries the request and the release one way, the subreaper's lines the other; the output
     comes on a pipe of its own, as a subprocess's would.
     """
+    if not subreapers.started:  # a fork and an exec, off the loop; a start under way (the session's) is waited for
+        await asyncio.to_thread(subreapers.start)
     loop = asyncio.get_running_loop()
     asked = request(argv, env, workspace, limit)
     ours, theirs = socket.socketpair()

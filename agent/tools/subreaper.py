@@ -30,7 +30,8 @@ The shell gets exactly the environment in the request, the signal dispositions a
 subprocess gives (SIGPIPE and SIGXFSZ back to their defaults; the handlers here end at exec), and a
 session of its own, as when hotloop starts it directly. One thing differs: its hard and soft file-locks
 limit is LIMIT, the call's mark (processes.py), set on its subreaper first and inherited; it outlasts
-the subreaper. Imports the standard library only: its start is the first command's wait.
+the subreaper. Imports the standard library only: its start is what a command that comes before it has loaded waits
+for (a session starts it at its open, processes.py).
 """
 
 from __future__ import annotations
