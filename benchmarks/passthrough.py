@@ -145,53 +145,72 @@ def relays(pipe: Connection, upstreams: list[str]) -> None:
     _serve(pipe, start)
 
 
+async def start_hops(upstreams: list[str]) -> tuple[list[str], Callable[[], Awaitable[None]]]:
+    """A bare pass-through to each upstream: the request forwarded, the answer streamed back block by block, nothing
+    read; their URLs, and what stops them."""
+    client = aiohttp.ClientSession(
+        auto_decompress=False,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+        connector=aiohttp.TCPConnector(limit=0),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
+    )
+    runners, urls = [], []
+    for upstream in upstreams:
+
+        async def hop(request: web.Request, upstream: str = upstream) -> web.StreamResponse:
+            body = await request.read()
+            headers = {name: value for name, value in request.headers.items() if name.lower() not in _HOP}
+            async with client.request(
+                request.method, upstream + request.path_qs, data=body, headers=headers, allow_redirects=False
+            ) as answer:
+                response = web.StreamResponse(status=answer.status, reason=answer.reason)
+                for name, value in answer.headers.items():
+                    if name.lower() not in _HOP or name.lower() == "content-length":
+                        response.headers.add(name, value)
+                await response.prepare(request)
+                async for block in answer.content.iter_any():
+                    await response.write(block)
+                await response.write_eof()
+            return response
+
+        app = web.Application(client_max_size=32 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", hop)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        runners.append(runner)
+        urls.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
+
+    async def stop() -> None:
+        for runner in runners:
+            await runner.cleanup()
+        await client.close()
+
+    return urls, stop
+
+
 def hops(pipe: Connection, upstreams: list[str], uv: bool) -> None:
-    """A bare pass-through: the request forwarded, the answer streamed back block by block, nothing read."""
+    _serve(pipe, lambda: start_hops(upstreams), uv)
 
-    async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
-        client = aiohttp.ClientSession(
-            auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            connector=aiohttp.TCPConnector(limit=0),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-        )
-        runners, urls = [], []
-        for upstream in upstreams:
 
-            async def hop(request: web.Request, upstream: str = upstream) -> web.StreamResponse:
-                body = await request.read()
-                headers = {name: value for name, value in request.headers.items() if name.lower() not in _HOP}
-                async with client.request(
-                    request.method, upstream + request.path_qs, data=body, headers=headers, allow_redirects=False
-                ) as answer:
-                    response = web.StreamResponse(status=answer.status, reason=answer.reason)
-                    for name, value in answer.headers.items():
-                        if name.lower() not in _HOP or name.lower() == "content-length":
-                            response.headers.add(name, value)
-                    await response.prepare(request)
-                    async for block in answer.content.iter_any():
-                        await response.write(block)
-                    await response.write_eof()
-                return response
+async def start_watches(upstreams: list[str], folder: str) -> tuple[list[str], Callable[[], Awaitable[None]]]:
+    """`hotloop watch` on each upstream, its sessions in a new folder under `folder`; their URLs, and what stops them."""
+    from hotloop.watch import Watch, upstream_at
 
-            app = web.Application(client_max_size=32 * 1024 * 1024)
-            app.router.add_route("*", "/{tail:.*}", hop)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-            await site.start()
-            runners.append(runner)
-            urls.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    where = Path(tempfile.mkdtemp(prefix="watch-", dir=folder))
+    served = [
+        Watch(upstream_at(upstream, "sim"), lambda conversation, event: None, folder=where, workspace=where)
+        for upstream in upstreams
+    ]
+    urls = [await watch.start() for watch in served]
 
-        async def stop() -> None:
-            for runner in runners:
-                await runner.cleanup()
-            await client.close()
+    async def stop() -> None:
+        for watch in served:
+            await watch.aclose()
 
-        return urls, stop
-
-    _serve(pipe, start, uv)
+    return urls, stop
 
 
 def watches(pipe: Connection, upstreams: list[str], uv: bool, folder: str, tree: str = "") -> None:
@@ -200,23 +219,7 @@ def watches(pipe: Connection, upstreams: list[str], uv: bool, folder: str, tree:
         parent = Path(tempfile.mkdtemp(prefix="tree-", dir=folder))  # removed with the sessions
         (parent / "hotloop").symlink_to(Path(tree).resolve())
         sys.path.insert(0, str(parent))  # ahead of the installed package's finder
-    from hotloop.watch import Watch, upstream_at
-
-    async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
-        where = Path(tempfile.mkdtemp(prefix="watch-", dir=folder))
-        served = [
-            Watch(upstream_at(upstream, "sim"), lambda conversation, event: None, folder=where, workspace=where)
-            for upstream in upstreams
-        ]
-        urls = [await watch.start() for watch in served]
-
-        async def stop() -> None:
-            for watch in served:
-                await watch.aclose()
-
-        return urls, stop
-
-    _serve(pipe, start, uv)
+    _serve(pipe, lambda: start_watches(upstreams, folder), uv)
 
 
 class Process:
