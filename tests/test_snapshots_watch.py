@@ -19,7 +19,12 @@ ADDRESS = ("http://127.0.0.1:8765", "sim (http://127.0.0.1:8000)")
 
 
 class Watched(App[None]):
-    """The watch screen fed a saved watched session's events, as the pass-through fed them live."""
+    """The watch screen fed a saved watched session's events, as the pass-through fed them live; its upstream's hour
+    at `cost_per_hour` (`--provider` with one configured)."""
+
+    def __init__(self, cost_per_hour: float | None = None) -> None:
+        super().__init__()
+        self.cost_per_hour = cost_per_hour
 
     async def on_mount(self) -> None:
         screen = WatchScreen(ADDRESS, time.perf_counter, lambda: theme_palette(self))
@@ -34,7 +39,7 @@ class Watched(App[None]):
             provider=logged.header.provider,
             model=logged.header.model,
             base_url=logged.header.base_url,
-            cost_per_hour=None,
+            cost_per_hour=self.cost_per_hour,
             path=str(SESSION),
         )
         for event in logged.events:
@@ -61,3 +66,15 @@ def test_a_watched_claude_code_session_at_80_by_24(snap_compare: SnapCompare) ->
         await pilot.pause()
 
     assert snap_compare(Watched(), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_a_watched_session_priced_by_the_hour_at_80_by_24(snap_compare: SnapCompare) -> None:
+    """At 80×24, the upstream's hour at $2.50: the top line says where agents point and then the traffic's figures
+    whole, "1 conversation · 2 requests · ~$0.0007" (the estimate from the two requests' model time); the upstream,
+    which the user gave on the command line, is what gave way. Each step's strip ends with its share (`~$0.0004
+    (estimate)`, `~$0.0003`), the list's row with "2 requests · ~$0…", cut at its width."""
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await pilot.pause()
+
+    assert snap_compare(Watched(cost_per_hour=2.5), terminal_size=(80, 24), run_before=run_before)

@@ -21,7 +21,7 @@ from hotloop.tui.widgets.transcript import Transcript
 from hotloop.tui.widgets.watched_list import WatchedList
 
 from support import present, wait_until
-from tui_support import after_drawn, press, transcript_text, watch_app
+from tui_support import after_drawn, drawn, press, transcript_text, watch_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -172,6 +172,69 @@ async def test_the_top_line_keeps_the_whole_traffics_totals_as_steps_finish(sim:
         assert cost.priced + cost.unknown == 4
         address = str(screen.query_one("#address").render())
         assert f"3 conversations · 4 requests · {cost}" in address
+
+
+def _top_line(app: WatchApp) -> str:
+    return drawn(app).splitlines()[0].strip()
+
+
+async def test_at_80_columns_the_top_line_keeps_the_traffics_counts_and_dollars(sim: EmbeddedSimulator) -> None:
+    """At 80×24, after three conversations (one of two requests), the top line as drawn ends with the traffic's
+    counts and its dollars whole (`price unknown`: the simulator's models have no price), after the address; the
+    upstream, given on the command line, is what gave way. The line used to be cut at "price"."""
+    app = watch_app(sim)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, WatchScreen)
+        finished = _finished_steps(app)
+        for prompt in ("one", "two", "three", "one"):
+            await _ask(app.url, prompt)
+            await asyncio.wait_for(finished.get(), 10)
+        assert (screen.traffic_cost.priced, screen.traffic_cost.unknown) == (0, 4)
+        await wait_until(lambda: "4 requests" in _top_line(app), what="the line counting the fourth request")
+        top = _top_line(app)
+        assert top.startswith(app.url) and top.endswith("  │  3 conversations · 4 requests · price unknown")
+
+
+async def test_an_upstream_priced_by_its_hour_has_its_dollars_on_screen(sim: EmbeddedSimulator) -> None:
+    """A self-hosted upstream with a cost per hour (`--provider` with `cost_per_hour`): the app prices each request by
+    its model time, as the headless table does, so the top line at 80 columns says the estimate (`~$…`), where the app
+    said `price unknown` whatever the upstream."""
+    app = watch_app(sim, cost_per_hour=3600.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, WatchScreen)
+        finished = _finished_steps(app)
+        await _ask(app.url, "what does this cost?")
+        await asyncio.wait_for(finished.get(), 10)
+        cost = screen.traffic_cost
+        assert (cost.priced, cost.unknown, cost.estimated) == (1, 0, True) and str(cost).startswith("~")
+        await wait_until(lambda: "1 request" in _top_line(app), what="the line counting the request")
+        assert _top_line(app).endswith(f"1 conversation · 1 request · {cost}")
+
+
+async def test_beside_the_server_panel_the_top_line_gives_way_before_it_and_f2_gives_it_back(
+    sim: EmbeddedSimulator,
+) -> None:
+    """At 120 columns the server panel docks on the right, over the top line's end (docks overlap): the line fits in
+    what the panel leaves, so the upstream gives way rather than run under the panel cut; F2 hides the panel and
+    the upstream is back, whole."""
+    app = watch_app(sim)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        finished = _finished_steps(app)
+        await _ask(app.url, "count me")
+        await asyncio.wait_for(finished.get(), 10)
+        await wait_until(lambda: "hotloop's simulator" in _top_line(app), what="the panel beside the top line")
+        await wait_until(lambda: "→" not in _top_line(app), what="the upstream given way")
+        screen = app.screen
+        assert isinstance(screen, WatchScreen)
+        own = drawn(app).splitlines()[0][: screen.query_one(ServerPanel).region.x].strip()
+        assert own == f"watching {app.url}  │  1 conversation · 1 request · {screen.traffic_cost}"
+        await pilot.press("f2")
+        await wait_until(lambda: _top_line(app).endswith(f"→ sim ({sim.url})"), what="the upstream back")
 
 
 async def test_two_moves_in_one_frame_put_the_last_on_screen_and_then_stop(sim: EmbeddedSimulator) -> None:

@@ -178,9 +178,11 @@ async def send(app: HotloopApp, pilot: Pilot[None], prompt: str) -> None:
     await submit(app)
 
 
-def watch_app(sim: EmbeddedSimulator) -> WatchApp:
-    """The watch's app, on a free port, on a real watch of `sim` whose only sink is the app's own."""
-    watch = Watch(upstream_at(sim.url, "sim"), lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
+def watch_app(sim: EmbeddedSimulator, cost_per_hour: float | None = None) -> WatchApp:
+    """The watch's app, on a free port, on a real watch of `sim` (its hour at `cost_per_hour`) whose only sink is the
+    app's own."""
+    upstream = upstream_at(sim.url, "sim", cost_per_hour)
+    watch = Watch(upstream, lambda _c, _e: None, folder=paths.sessions_dir(), workspace=Path.cwd())
     return WatchApp(watch, "127.0.0.1", 0, load_config())
 
 

@@ -30,12 +30,14 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
 )
-from hotloop.agent.figures import SessionTotals, counted
-from hotloop.agent.pricing import CostTotals, StepPricer
+from hotloop.agent.figures import SessionTotals
+from hotloop.agent.pricing import CostTotals
 from hotloop.tui.render import Palette
 from hotloop.tui.server_panel_control import ServerPanelControl
+from hotloop.tui.widgets.server_panel import ServerPanel
 from hotloop.tui.widgets.status_bar import StatusBar
 from hotloop.tui.widgets.transcript import Transcript
+from hotloop.tui.widgets.watch_top_line import WatchTopLine
 from hotloop.tui.widgets.watched_list import WatchedList
 
 if TYPE_CHECKING:
@@ -47,7 +49,6 @@ WAITING = "waiting for requests: point an agent at the address above (F1 shows h
 
 class WatchScreen(Screen[None]):
     DEFAULT_CSS = """
-    WatchScreen > #address { dock: top; height: 1; background: $panel; padding: 0 1; }
     WatchScreen #body { height: 1fr; }
     WatchScreen #waiting { padding: 1 2; color: $text-muted; }
     """
@@ -77,9 +78,10 @@ class WatchScreen(Screen[None]):
         self.answering = 0  # requests whose answer is streaming now: the server panel scrapes faster meanwhile
         self.nudge: Callable[[], None] = lambda: None  # a request started or ended: the panel scrapes at once
         self.server_panel = ServerPanelControl(self, lambda: self.query_one("#body", Horizontal))
+        self.top_line = WatchTopLine(self.address, self.upstream, id="address")
 
     def compose(self) -> ComposeResult:
-        yield Static(f"watching {self.address}  │  → {self.upstream}", id="address", markup=False)
+        yield self.top_line
         with Horizontal(id="body"):
             yield WatchedList(id="conversations")
             with ContentSwitcher(id="transcripts"):
@@ -93,12 +95,21 @@ class WatchScreen(Screen[None]):
 
     def server_report(self, report: ServerReport | None) -> None:
         self.server_panel.report(report)
+        self.call_after_refresh(self._fit_top_line)
 
     def fit_server_panel(self, width: int) -> None:
         self.server_panel.fit(width)
+        self.call_after_refresh(self._fit_top_line)
 
     def action_toggle_server(self) -> None:
         self.server_panel.toggle()
+        self.call_after_refresh(self._fit_top_line)
+
+    def _fit_top_line(self) -> None:
+        """The top line fitted to what the server panel, laid out by now, leaves of it."""
+        # The screen's own children, not a query: a query walks every conversation's widgets.
+        shown = [w.region.x for w in self.children if isinstance(w, ServerPanel) and w.display and w.region]
+        self.top_line.covered_from = min(shown, default=0)
 
     @property
     def status(self) -> StatusBar:
@@ -134,8 +145,9 @@ class WatchScreen(Screen[None]):
             self.status.totals = totals
 
     def _open(self, conversation: ConversationInfo) -> None:
-        self.totals[conversation.id] = SessionTotals(StepPricer())
-        transcript = Transcript(self.clock, self.palette, StepPricer, id=_widget_id(conversation.id))
+        # Priced as the headless table prices it: by the upstream's URL, or the configured cost of its hour.
+        self.totals[conversation.id] = SessionTotals(conversation.pricer())
+        transcript = Transcript(self.clock, self.palette, conversation.pricer, id=_widget_id(conversation.id))
         self.transcripts[conversation.id] = transcript
         transcript.display = False  # the switcher shows its `current` alone: a child mounted later shows too
         self.query_one(ContentSwitcher).mount(transcript)
@@ -178,12 +190,7 @@ class WatchScreen(Screen[None]):
 
     def _count(self) -> None:
         """The whole traffic's counts and dollars, beside the address."""
-        counts = (
-            f"{counted(len(self.totals), 'conversation')} · {counted(self.traffic_steps, 'request')}"
-            f" · {self.traffic_cost}"
-        )
-        line = f"watching {self.address}  │  {counts}  │  → {self.upstream}"  # narrowed, the upstream goes first
-        self.query_one("#address", Static).update(line)
+        self.top_line.count(len(self.totals), self.traffic_steps, self.traffic_cost)
 
     def action_focus_list(self) -> None:
         self.conversations.focus()
