@@ -289,12 +289,15 @@ class ChunkParser:
         self._ids = CallIds(where)
         self._finish_reason: str | None = None
         self._streamed = 0  # characters of text, reasoning and arguments, to check the usage against
+        self.folded = 0  # text deltas `read` joined into the one before them: tokens a per-token server streamed
         self.usage: dict[str, Any] | None = None  # the raw usage object, as the server sent it
 
     def read(self, datas: Iterable[bytes], where: str, events: list[ModelEvent]) -> None:
-        """The events of each event's data added to `events`, `[DONE]` skipped: `feed(read_chunk(data, where))`, with
-        a chunk that carries text alone (all but two or three of an answer's) taken inline, a third of the cost of a
-        call each. A chunk that can't be read raises with the events before it added."""
+        """The events of each event's data added to `events`, `[DONE]` skipped: `feed(read_chunk(data, where))`, but a
+        chunk that carries text alone (all but two or three of an answer's) is read inline, and a run of them is one
+        `TextDelta` (what came together, as the watch logs it), counted in `folded`: a third of the cost, and no event
+        a token for the readers after. A chunk that can't be read raises with the events before it added."""
+        run: list[str] = []
         for data in datas:
             if data == b"[DONE]":
                 continue
@@ -302,24 +305,36 @@ class ChunkParser:
                 chunk: Chunk | None = _decode_chunk(data)
             except (msgspec.DecodeError, RecursionError):
                 chunk = None  # `read_chunk` decodes it again, to say what is wrong with it
-            if chunk is None or chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
-                events += self.feed(read_chunk(data, where))  # and what it checks of those
-                continue
-            choices = chunk.choices
-            if (
-                len(choices) == 1
-                and (choice := choices[0]).index == 0
-                and choice.finish_reason is None
-                and (delta := choice.delta) is not None
-                and (text := delta.content)
-                and delta.tool_calls is None
-                and delta.reasoning is None
-                and delta.reasoning_content is None
-            ):
-                self._streamed += len(text)
-                events.append(TextDelta(text))
-            else:
-                events += self.feed(chunk)
+            if chunk is not None and chunk.usage is None and chunk.timings is None and chunk.error is None:
+                choices = chunk.choices
+                if (
+                    len(choices) == 1
+                    and (choice := choices[0]).index == 0
+                    and choice.finish_reason is None
+                    and (delta := choice.delta) is not None
+                    and (text := delta.content)
+                    and delta.tool_calls is None
+                    and delta.reasoning is None
+                    and delta.reasoning_content is None
+                ):
+                    self._streamed += len(text)
+                    run.append(text)
+                    continue
+            if run:
+                self._fold(run, events)
+                run = []
+            # The others; one with free-form JSON (usage, timings, an error) read again, for what `read_chunk` checks.
+            events += self.feed(
+                chunk
+                if chunk is not None and chunk.usage is None and chunk.timings is None and chunk.error is None
+                else read_chunk(data, where)
+            )
+        if run:
+            self._fold(run, events)
+
+    def _fold(self, run: list[str], events: list[ModelEvent]) -> None:
+        self.folded += len(run) - 1
+        events.append(TextDelta(run[0] if len(run) == 1 else "".join(run)))
 
     def feed(self, chunk: Chunk) -> list[ModelEvent]:
         events: list[ModelEvent] = []

@@ -173,7 +173,12 @@ class ResponseReader:
     def _chat_events(self, datas: list[bytes], events: list[ModelEvent]) -> None:
         """A clean Chat Completions stream's events once its answer has opened, nearly every event of every answer:
         nothing is left to test but the chunk (`_event` reads the others)."""
-        self._chat.read(datas, self.where, events)
+        chat, step = self._chat, self.step
+        folded = chat.folded
+        try:
+            chat.read(datas, self.where, events)
+        finally:
+            step.streamed += chat.folded - folded  # one delta stands for several chunks: each was a token
 
     def _event(self, data: bytes, chat: bool, events: list[ModelEvent]) -> None:
         opens = not self._opened and opens_answer(data)
