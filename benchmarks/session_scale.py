@@ -9,7 +9,9 @@ streamed session logs them. Then it measures, each in a fresh process:
   painted, and the process's peak RSS;
 - `hotloop replay --speed 0` of it, headless to /dev/null, and in the app until drawn.
 
-    python benchmarks/session_scale.py [--runs N]
+    python benchmarks/session_scale.py [--runs N] [--quick]
+
+`--quick` (a check that it runs) writes 20 sessions, the big one of 50 turns.
 """
 
 from __future__ import annotations
@@ -180,11 +182,11 @@ def write_session(folder: Path, turns: int, seed: int) -> SessionLog:
     return log
 
 
-def generate(folder: Path) -> tuple[str, float]:
+def generate(folder: Path, sessions: int, big_turns: int) -> tuple[str, float]:
     started = time.perf_counter()
-    big = write_session(folder, BIG_TURNS, 0)
+    big = write_session(folder, big_turns, 0)
     rng = random.Random(1)
-    for seed in range(1, SESSIONS):
+    for seed in range(1, sessions):
         write_session(folder, rng.randint(3, 12), seed)
     # Session files are named by their start time to the second: make the big one the newest.
     os.utime(big.path)
@@ -245,7 +247,7 @@ async def open_in_app(session_id: str) -> tuple[float, float]:
         await app.workers.wait_for_complete()
         await pilot.pause()
         started = time.perf_counter()
-        app.post_message(SessionsSidebar.Picked(path, "open"))
+        app.screen.post_message(SessionsSidebar.Picked(path, "open"))  # the main screen opens what its sidebar picks
         while not drawn:
             await asyncio.sleep(0.005)
         await pilot.pause()  # the background rendering is done when the app is idle
@@ -296,25 +298,29 @@ def spread(values: list[float], unit: float = 1000, suffix: str = "ms") -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--quick", action="store_true", help="a check that it runs: 20 sessions, the big one of 50 turns"
+    )
     parser.add_argument("--measure", choices=("open", "replay"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    sessions, big_turns = (20, 50) if args.quick else (SESSIONS, BIG_TURNS)
     if args.measure:
         measure_in_app(args.measure)
         return
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         folder = data / "sessions"
-        session_id, took = generate(folder)
+        session_id, took = generate(folder, sessions, big_turns)
         big = next(folder.glob(f"*_{session_id}.jsonl"))
         print(
-            f"session scale: {SESSIONS} sessions written in {took:.1f} s; the big one has {BIG_TURNS:,} turns, "
+            f"session scale: {sessions} sessions written in {took:.1f} s; the big one has {big_turns:,} turns, "
             f"{sum(1 for _ in big.open('rb')) - 1:,} events, {big.stat().st_size / 1e6:.1f} MB"
         )
         listing = timed_command(["sessions", "list"], data, args.runs)
-        print(f"  hotloop sessions list, {SESSIONS} sessions: {spread(listing)}  target ≤ 300 ms")
+        print(f"  hotloop sessions list, {sessions} sessions: {spread(listing)}  target ≤ 300 ms")
         opened, settled, rss = in_fresh_process("open", data, session_id, args.runs)
         print(
-            f"  open the {BIG_TURNS:,}-turn session from the app's sidebar, to its first frame: {spread(opened)}"
+            f"  open the {big_turns:,}-turn session from the app's sidebar, to its first frame: {spread(opened)}"
             "  target ≤ 1 s"
         )
         print(f"  … until all of its items are rendered, in the background: {spread(settled)}")
