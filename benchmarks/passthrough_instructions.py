@@ -10,7 +10,8 @@ shutdown cancelled out. The ways:
 - watch: `hotloop watch`, its sessions on the real disk;
 - watch/base, with `--baseline DIR`: the watch of another copy of hotloop's tree, for an A/B.
 
-Deterministic to about 1% (the loop's batching varies a little with timing). Needs valgrind (`apt install
+The same code counts the same to about 1% on a quiet machine; beside other work the watch's count moved up to 10%
+(its loop and writer batch by the clock). Needs valgrind (`apt install
 valgrind`); ~40 s a way at the default sizes.
 
     python benchmarks/passthrough_instructions.py [--requests N] [--baseline DIR]
