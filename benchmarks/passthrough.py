@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import multiprocessing
 import os
@@ -125,6 +126,7 @@ def relays(pipe: Connection, upstreams: list[str]) -> None:
 
     async def start() -> tuple[list[str], Callable[[], Awaitable[None]]]:
         servers = []
+        relaying: set[asyncio.Task[object]] = set()  # the kept-alive connections' copies, ended at the stop
         for upstream in upstreams:
             host, port = upstream.removeprefix("http://").split(":")
 
@@ -132,13 +134,20 @@ def relays(pipe: Connection, upstreams: list[str]) -> None:
                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str = host, port: str = port
             ) -> None:
                 theirs, ours = await asyncio.open_connection(host, int(port))
-                await asyncio.gather(copy(reader, ours), copy(theirs, writer))
+                copies = asyncio.ensure_future(asyncio.gather(copy(reader, ours), copy(theirs, writer)))
+                relaying.add(copies)
+                copies.add_done_callback(relaying.discard)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await copies
 
             servers.append(await asyncio.start_server(relay, "127.0.0.1", 0, backlog=1024))
 
         async def stop() -> None:
             for server in servers:
                 server.close()
+            for copies in list(relaying):
+                copies.cancel()
+            await asyncio.gather(*relaying, return_exceptions=True)
 
         return [f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}" for server in servers], stop
 
