@@ -148,6 +148,17 @@ def _panel(app: WatchApp) -> str:
     return str(app.screen.query_one(ServerPanel).render())
 
 
+async def _three_conversations(app: WatchApp) -> WatchScreen:
+    """Four requests through the app's watch, three conversations (the first of two), each step finished."""
+    screen = app.screen
+    assert isinstance(screen, WatchScreen)
+    finished = _finished_steps(app)
+    for prompt in ("one", "two", "three", "one"):
+        await _ask(app.url, prompt)
+        await asyncio.wait_for(finished.get(), 10)
+    return screen
+
+
 async def test_the_top_line_keeps_the_whole_traffics_totals_as_steps_finish(sim: EmbeddedSimulator) -> None:
     """The traffic's counts and dollars are kept up to date by each finished step, not summed over every conversation
     at each event: after three conversations (one of two requests) they equal the sum of the conversations' own
@@ -155,12 +166,7 @@ async def test_the_top_line_keeps_the_whole_traffics_totals_as_steps_finish(sim:
     app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, WatchScreen)
-        finished = _finished_steps(app)
-        for prompt in ("one", "two", "three", "one"):
-            await _ask(app.url, prompt)
-            await asyncio.wait_for(finished.get(), 10)
+        screen = await _three_conversations(app)
         totals = list(screen.totals.values())
         assert len(totals) == 3 and screen.traffic_steps == sum(t.steps for t in totals) == 4
         cost = screen.traffic_cost
@@ -185,12 +191,7 @@ async def test_at_80_columns_the_top_line_keeps_the_traffics_counts_and_dollars(
     app = watch_app(sim)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, WatchScreen)
-        finished = _finished_steps(app)
-        for prompt in ("one", "two", "three", "one"):
-            await _ask(app.url, prompt)
-            await asyncio.wait_for(finished.get(), 10)
+        screen = await _three_conversations(app)
         assert (screen.traffic_cost.priced, screen.traffic_cost.unknown) == (0, 4)
         await wait_until(lambda: "4 requests" in _top_line(app), what="the line counting the fourth request")
         top = _top_line(app)
