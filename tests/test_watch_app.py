@@ -220,8 +220,9 @@ async def test_beside_the_server_panel_the_top_line_gives_way_before_it_and_f2_g
     sim: EmbeddedSimulator,
 ) -> None:
     """At 120 columns the server panel docks on the right, over the top line's end (docks overlap): the line fits in
-    what the panel leaves, so the upstream gives way rather than run under the panel cut; F2 hides the panel and
-    the upstream is back, whole."""
+    what the panel leaves, so the upstream gives way rather than run under the panel cut; widened to 200 columns,
+    the panel beside it moved, the upstream is back (it stayed out, fitted to where the panel had been); F2 hides
+    the panel and the upstream is there, whole."""
     app = watch_app(sim)
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
@@ -234,6 +235,9 @@ async def test_beside_the_server_panel_the_top_line_gives_way_before_it_and_f2_g
         assert isinstance(screen, WatchScreen)
         own = drawn(app).splitlines()[0][: screen.query_one(ServerPanel).region.x].strip()
         assert own == f"watching {app.url}  │  1 conversation · 1 request · {screen.traffic_cost}"
+        await pilot.resize_terminal(200, 30)
+        await pilot.pause()  # the resize laid out: no scrape of the server's needed for the line to fit again
+        assert screen.query_one(ServerPanel).display and f"→ sim ({sim.url})" in str(screen.top_line.render())
         await pilot.press("f2")
         await wait_until(lambda: _top_line(app).endswith(f"→ sim ({sim.url})"), what="the upstream back")
 

@@ -107,9 +107,10 @@ class WatchScreen(Screen[None]):
 
     def _fit_top_line(self) -> None:
         """The top line fitted to what the server panel, laid out by now, leaves of it."""
-        # The screen's own children, not a query: a query walks every conversation's widgets.
-        shown = [w.region.x for w in self.children if isinstance(w, ServerPanel) and w.display and w.region]
-        self.top_line.covered_from = min(shown, default=0)
+        # The screen's own children, not a query: a query walks every conversation's widgets. Its width, not where it
+        # begins: a resize moves the panel without a word to the screen, and the line re-fits to its own new width.
+        shown = [w.outer_size.width for w in self.children if isinstance(w, ServerPanel) and w.display and w.region]
+        self.top_line.covered = max(shown, default=0)
 
     @property
     def status(self) -> StatusBar:

@@ -43,8 +43,8 @@ class WatchTopLine(Static):
     WatchTopLine { dock: top; height: 1; background: $panel; padding: 0 1; }
     """
 
-    # Where a panel docked on the right begins (0: none): docks overlap, so the server panel hides the line's end.
-    covered_from: reactive[int] = reactive(0)
+    # The width of a panel docked on the right (0: none): docks overlap, so the server panel hides the line's end.
+    covered: reactive[int] = reactive(0)
 
     def __init__(self, address: str, upstream: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -59,6 +59,6 @@ class WatchTopLine(Static):
 
     def render(self) -> Text:
         width = self.content_size.width
-        if self.covered_from:
-            width = max(min(width, self.covered_from - self.content_region.x - 1), 1)  # a space before the panel
+        if self.covered:
+            width = max(width - self.covered, 1)  # the padding that would be under the panel is the space before it
         return Text(top_line(self.address, self.upstream, self.figures, width), no_wrap=True)
