@@ -121,7 +121,10 @@ async def test_keys_typed_outside_the_box_go_to_the_prompt_not_to_commands(isola
         await wait_until(lambda: app.focused is history)
         press(app, *"copy")
         box = app.query_one(PromptInput)
-        await wait_until(lambda: box.text == "copy" and app.focused is box)
+        try:
+            await wait_until(lambda: box.text == "copy" and app.focused is box)
+        except TimeoutError:  # once on CI under load, not reproduced since: what the screen had is the lead
+            raise AssertionError(f"the prompt holds {box.text!r}, the focus is on {app.focused!r}") from None
         assert not any("copied" in str(n.message) for n in app._notifications)
 
 
