@@ -59,7 +59,7 @@ def test_a_watched_claude_code_session(snap_compare: SnapCompare) -> None:
 
 
 def test_a_watched_claude_code_session_at_80_by_24(snap_compare: SnapCompare) -> None:
-    """The same at 80×24: the list keeps its two lines cut at its width (the figures first: "2 requests · p…"), the
+    """The same at 80×24: the list keeps its two lines cut at its width (the dollars first: "price unknown ·…"), the
     transcript the rest, the newest step at the foot; the status bar keeps provider and model."""
 
     async def run_before(pilot: Pilot[None]) -> None:
@@ -72,7 +72,7 @@ def test_a_watched_session_priced_by_the_hour_at_80_by_24(snap_compare: SnapComp
     """At 80×24, the upstream's hour at $2.50: the top line says where agents point and then the traffic's figures
     whole, "1 conversation · 2 requests · ~$0.0007" (the estimate from the two requests' model time); the upstream,
     which the user gave on the command line, is what gave way. Each step's strip ends with its share (`~$0.0004
-    (estimate)`, `~$0.0003`), the list's row with "2 requests · ~$0…", cut at its width."""
+    (estimate)`, `~$0.0003`), the list's row with its dollars whole, "~$0.0007 · 2 req…", cut at its width."""
 
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.pause()

@@ -57,8 +57,9 @@ class WatchedList(OptionList):
         """Add the conversation, or redraw its lines with its totals so far."""
         title = Text(inert(conversation.title or "(no prompt yet)"), "" if conversation.parent else "bold")
         agent = conversation.agent.partition("/")[0]  # `claude-cli/2.1.332`: the version is in the session's origin
-        # The figures first: in an 80-column terminal the row has 15 columns, and the agent is the same on most rows.
-        figures = Text(f"{counted(totals.steps, 'request')} · {totals.cost.short()} · {inert(agent)}", "dim")
+        # The dollars first, then the count: in an 80-column terminal the row has 15 columns, room for a cost whole
+        # (`~$0.0007`, `price unknown`), and the agent is the same on most rows.
+        figures = Text(f"{totals.cost.short()} · {counted(totals.steps, 'request')} · {inert(agent)}", "dim")
         row = self._rows.get(conversation.id)
         if row is None:
             self._rows[conversation.id] = _Row(conversation, (title, figures), len(self._rows), conversation.parent)
