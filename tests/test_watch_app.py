@@ -44,6 +44,17 @@ async def _ask(url: str, prompt: str) -> str:
         return "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
 
 
+async def _answered(app: WatchApp, *prompts: str) -> WatchScreen:
+    """Each prompt through the app's watch, in turn, its step finished and drawn; the watch screen."""
+    screen = app.screen
+    assert isinstance(screen, WatchScreen)
+    finished = _finished_steps(app)
+    for prompt in prompts:
+        await _ask(app.url, prompt)
+        await asyncio.wait_for(finished.get(), 10)
+    return screen
+
+
 async def test_a_watched_request_is_a_conversation_with_its_step(sim: EmbeddedSimulator) -> None:
     """An SDK's request through the watch: listed as a conversation, its answer and usage strip in the transcript,
     the status bar on its provider and model with its totals, the address line counting it."""
@@ -76,13 +87,7 @@ async def test_each_conversation_keeps_its_own_transcript_and_totals(sim: Embedd
     app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, WatchScreen)
-        finished = _finished_steps(app)
-        await _ask(app.url, "first conversation here")
-        await _ask(app.url, "second conversation there")
-        for _ in range(2):
-            await asyncio.wait_for(finished.get(), 10)
+        screen = await _answered(app, "first conversation here", "second conversation there")
         await pilot.pause()
         assert screen.query_one(WatchedList).option_count == 2
         first = present(screen.visible_transcript())
@@ -102,9 +107,7 @@ async def test_f3_draws_the_waterfall_and_f1_says_how_to_point_an_agent_here(sim
         await pilot.press("f3")
         await pilot.pause()
         assert not isinstance(app.screen, WaterfallScreen)  # nothing watched yet: said, not drawn empty
-        finished = _finished_steps(app)
-        await _ask(app.url, "time me")
-        await asyncio.wait_for(finished.get(), 10)
+        await _answered(app, "time me")
         await pilot.press("f3")
         await wait_until(lambda: isinstance(app.screen, WaterfallScreen) and "time me" in app.screen.plain)
         await pilot.press("escape", "f1")
@@ -124,9 +127,7 @@ async def test_a_request_the_watch_cannot_read_is_one_line_and_the_app_goes_on(s
             lambda: any("not JSON" in n.message or "not UTF-8" in n.message for n in app._notifications),
             what="the line about the unreadable body",
         )
-        finished = _finished_steps(app)
-        await _ask(app.url, "still watching?")
-        await asyncio.wait_for(finished.get(), 10)
+        await _answered(app, "still watching?")
 
 
 async def test_a_self_hosted_upstream_has_its_server_panel(sim: EmbeddedSimulator) -> None:
@@ -135,9 +136,7 @@ async def test_a_self_hosted_upstream_has_its_server_panel(sim: EmbeddedSimulato
     app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
-        finished = _finished_steps(app)
-        await _ask(app.url, "count me")
-        await asyncio.wait_for(finished.get(), 10)
+        await _answered(app, "count me")
         await wait_until(lambda: app.screen.query(ServerPanel) and "hotloop's simulator" in _panel(app))
         assert "server hit rate" in _panel(app)
         await pilot.press("f2")
@@ -148,17 +147,6 @@ def _panel(app: WatchApp) -> str:
     return str(app.screen.query_one(ServerPanel).render())
 
 
-async def _three_conversations(app: WatchApp) -> WatchScreen:
-    """Four requests through the app's watch, three conversations (the first of two), each step finished."""
-    screen = app.screen
-    assert isinstance(screen, WatchScreen)
-    finished = _finished_steps(app)
-    for prompt in ("one", "two", "three", "one"):
-        await _ask(app.url, prompt)
-        await asyncio.wait_for(finished.get(), 10)
-    return screen
-
-
 async def test_the_top_line_keeps_the_whole_traffics_totals_as_steps_finish(sim: EmbeddedSimulator) -> None:
     """The traffic's counts and dollars are kept up to date by each finished step, not summed over every conversation
     at each event: after three conversations (one of two requests) they equal the sum of the conversations' own
@@ -166,7 +154,7 @@ async def test_the_top_line_keeps_the_whole_traffics_totals_as_steps_finish(sim:
     app = watch_app(sim)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
-        screen = await _three_conversations(app)
+        screen = await _answered(app, "one", "two", "three", "one")
         totals = list(screen.totals.values())
         assert len(totals) == 3 and screen.traffic_steps == sum(t.steps for t in totals) == 4
         cost = screen.traffic_cost
@@ -191,7 +179,7 @@ async def test_at_80_columns_the_top_line_keeps_the_traffics_counts_and_dollars(
     app = watch_app(sim)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        screen = await _three_conversations(app)
+        screen = await _answered(app, "one", "two", "three", "one")
         assert (screen.traffic_cost.priced, screen.traffic_cost.unknown) == (0, 4)
         await wait_until(lambda: "4 requests" in _top_line(app), what="the line counting the fourth request")
         top = _top_line(app)
@@ -205,11 +193,7 @@ async def test_an_upstream_priced_by_its_hour_has_its_dollars_on_screen(sim: Emb
     app = watch_app(sim, cost_per_hour=3600.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, WatchScreen)
-        finished = _finished_steps(app)
-        await _ask(app.url, "what does this cost?")
-        await asyncio.wait_for(finished.get(), 10)
+        screen = await _answered(app, "what does this cost?")
         cost = screen.traffic_cost
         assert (cost.priced, cost.unknown, cost.estimated) == (1, 0, True) and str(cost).startswith("~")
         await wait_until(lambda: "1 request" in _top_line(app), what="the line counting the request")
@@ -226,9 +210,7 @@ async def test_beside_the_server_panel_the_top_line_gives_way_before_it_and_f2_g
     app = watch_app(sim)
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
-        finished = _finished_steps(app)
-        await _ask(app.url, "count me")
-        await asyncio.wait_for(finished.get(), 10)
+        await _answered(app, "count me")
         await wait_until(lambda: "hotloop's simulator" in _top_line(app), what="the panel beside the top line")
         await wait_until(lambda: "→" not in _top_line(app), what="the upstream given way")
         screen = app.screen
@@ -258,12 +240,7 @@ async def test_two_moves_in_one_frame_put_the_last_on_screen_and_then_stop(sim: 
     app = watch_app(sim)
     async with app.run_test(size=(160, 45), message_hook=hook) as pilot:
         await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, WatchScreen)
-        finished = _finished_steps(app)
-        for prompt in ("first", "second", "third"):
-            await _ask(app.url, prompt)
-            await asyncio.wait_for(finished.get(), 10)
+        screen = await _answered(app, "first", "second", "third")
         await pilot.pause()
         listed = screen.query_one(WatchedList)
         listed.focus()
