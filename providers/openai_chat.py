@@ -305,30 +305,26 @@ class ChunkParser:
                 chunk: Chunk | None = _decode_chunk(data)
             except (msgspec.DecodeError, RecursionError):
                 chunk = None  # `read_chunk` decodes it again, to say what is wrong with it
-            if chunk is not None and chunk.usage is None and chunk.timings is None and chunk.error is None:
-                choices = chunk.choices
-                if (
-                    len(choices) == 1
-                    and (choice := choices[0]).index == 0
-                    and choice.finish_reason is None
-                    and (delta := choice.delta) is not None
-                    and (text := delta.content)
-                    and delta.tool_calls is None
-                    and delta.reasoning is None
-                    and delta.reasoning_content is None
-                ):
-                    self._streamed += len(text)
-                    run.append(text)
-                    continue
+            if chunk is not None and (chunk.usage is not None or chunk.timings is not None or chunk.error is not None):
+                chunk = None  # free-form JSON: read again by `read_chunk`, for what it checks of that
+            if (
+                chunk is not None
+                and len(choices := chunk.choices) == 1
+                and (choice := choices[0]).index == 0
+                and choice.finish_reason is None
+                and (delta := choice.delta) is not None
+                and (text := delta.content)
+                and delta.tool_calls is None
+                and delta.reasoning is None
+                and delta.reasoning_content is None
+            ):
+                self._streamed += len(text)
+                run.append(text)
+                continue
             if run:
                 self._fold(run, events)
                 run = []
-            # The others; one with free-form JSON (usage, timings, an error) read again, for what `read_chunk` checks.
-            events += self.feed(
-                chunk
-                if chunk is not None and chunk.usage is None and chunk.timings is None and chunk.error is None
-                else read_chunk(data, where)
-            )
+            events += self.feed(chunk if chunk is not None else read_chunk(data, where))
         if run:
             self._fold(run, events)
 
