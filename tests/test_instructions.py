@@ -14,17 +14,14 @@ from hotloop.config import load_config
 from hotloop.core.session import Session, SessionOptions
 
 from support import present
+from tui_support import write_config
 
 RULES = "# Rules\n\nRun `pytest -q` before you answer.\n"
 
 
 def session_in(home: Path, steps: list[dict[str, Any]]) -> tuple[Session, list[AgentEvent], Path]:
     """A session on the simulator playing `steps`, in a fresh workspace under `home`."""
-    (home / "scenario.json").write_text(json.dumps(steps))
-    (home / "config.toml").write_text(
-        "[routing]\ntitles = false\n"
-        '[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\nscenario = "scenario.json"\n'
-    )
+    write_config(home, steps)
     workspace = home / "ws"
     workspace.mkdir()
     events: list[AgentEvent] = []

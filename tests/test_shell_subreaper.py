@@ -10,7 +10,6 @@ A session starts the program when it opens, in a thread, so that its first call 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from pathlib import Path
@@ -25,6 +24,7 @@ from hotloop.config import load_config
 from hotloop.core.session import Session, SessionOptions
 
 from support import alive, present, wait_until
+from tui_support import write_config
 
 pytestmark = pytest.mark.skipif(subreaper_problem() is not None, reason=f"no subreaper: {subreaper_problem()}")
 
@@ -165,11 +165,7 @@ def session_in(
     home: Path, steps: list[dict[str, object]], events: list[AgentEvent], read_only: bool = False
 ) -> Session:
     """A session on the simulator playing `steps`, every call allowed, in a fresh workspace under `home`."""
-    (home / "scenario.json").write_text(json.dumps(steps))
-    (home / "config.toml").write_text(
-        "[routing]\ntitles = false\n"
-        '[sim]\nttft_ms = 0\nprefill_us_per_token = 0\ndecode_ms_per_token = 0\nscenario = "scenario.json"\n'
-    )
+    write_config(home, steps)
     workspace = home / "ws"
     workspace.mkdir()
     options = SessionOptions(workspace=workspace, yes=True, read_only=read_only)
