@@ -78,6 +78,7 @@ from hotloop.agent.tools.builtins import builtin_tools
 from hotloop.agent.tools.registry import ToolRegistry
 from hotloop.providers.anthropic import AnthropicProvider, MessageParser, _decode_event
 from hotloop.providers.base import ProviderOptions
+from hotloop.providers.chat_chunks import ChunkParser, _decode_chunk
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -86,7 +87,7 @@ from hotloop.providers.conversation import (
     ToolResultMessage,
     UserMessage,
 )
-from hotloop.providers.openai_chat import ChunkParser, OpenAIChatProvider, _decode_chunk
+from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.providers.sse import SseSplitter
 from hotloop.sim.embedded import EmbeddedSimulator
 from hotloop.sim.engine import NO_LATENCY, SimConfig

@@ -35,6 +35,9 @@ class SseSplitter:
             # No newline of an event's own. Searched for in the events joined (a memchr over a copy), not counted over
             # the block: Python counts a byte a byte, and the count was half of the split.
             if b"\r" not in block and b"\n" not in b"".join(whole):
+                # A blank event (a keep-alive) starts with a byte at or under a space: none, where the least doesn't.
+                if (least := min(whole)) and least[0] > 32:
+                    return whole
                 return [event for event in whole if event and not event.isspace()]
         text = self._pending + block
         if b"\r" in text:
@@ -131,6 +134,6 @@ def utf8(data: bytes) -> tuple[bytes, bool]:
     return data, False
 
 
-def malformed(where: str, what: str, error: msgspec.DecodeError, data: bytes) -> StreamInterrupted:
+def malformed(where: str, what: str, error: Exception, data: bytes) -> StreamInterrupted:
     """The error for event data that is not the JSON it should be, quoting the start of it."""
     return StreamInterrupted(f"{where} sent a malformed {what} ({error}): {data[:120].decode(errors='replace')}")

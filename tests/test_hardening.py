@@ -20,10 +20,11 @@ from hotloop.cli import main
 from hotloop.config import Choice, load_config
 from hotloop.core.resumption import Resumption
 from hotloop.providers.base import ProviderOptions
+from hotloop.providers.chat_chunks import Chunk, ChunkParser
 from hotloop.providers.conversation import ChatRequest, UserMessage
 from hotloop.providers.errors import ProviderError
 from hotloop.providers.events import Usage, UsageLedger
-from hotloop.providers.openai_chat import Chunk, ChunkParser, OpenAIChatProvider
+from hotloop.providers.openai_chat import OpenAIChatProvider
 from hotloop.sessions.log import SessionInUse
 from hotloop.sessions.store import find_session, read_session
 

@@ -9,9 +9,9 @@ import msgspec
 import pytest
 
 from hotloop.agent.step import StepAccumulator
+from hotloop.providers.chat_chunks import ChunkParser, read_chunk
 from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted, TextDelta
-from hotloop.providers.openai_chat import ChunkParser, read_chunk
 from hotloop.providers.protocols import Wire
 from hotloop.providers.sse import SseSplitter
 from hotloop.watch.reading import ResponseReader

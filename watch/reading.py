@@ -27,9 +27,9 @@ import msgspec
 from hotloop.agent.step import StepAccumulator
 from hotloop.providers.anthropic import MessageParser, min_cacheable_tokens, read_event
 from hotloop.providers.anthropic import StreamEvent as AnthropicEvent
+from hotloop.providers.chat_chunks import Chunk, ChunkParser, read_chunk
 from hotloop.providers.errors import StreamInterrupted
 from hotloop.providers.events import ModelEvent, ProviderWarning, StreamStarted
-from hotloop.providers.openai_chat import Chunk, ChunkParser, read_chunk
 from hotloop.providers.openai_responses import ResponsesParser
 from hotloop.providers.protocols import Wire
 from hotloop.providers.sse import SseSplitter, opens_answer, utf8
