@@ -6,7 +6,7 @@ event has a wall-clock `ts`, so a logged session can be redrawn at its recorded 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 import msgspec
@@ -283,6 +283,11 @@ _decoder: msgspec.json.Decoder[AgentEvent] = msgspec.json.Decoder(AgentEvent)
 def encode(event: AgentEvent) -> bytes:
     """One event as a line of JSON, without the newline."""
     return _encoder.encode(event)
+
+
+def encode_lines(events: Iterable[AgentEvent]) -> bytes:
+    """Events as lines of JSON, each with its newline: one call for a batch of them."""
+    return _encoder.encode_lines(events)
 
 
 def decode(line: bytes | str) -> AgentEvent:

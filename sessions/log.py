@@ -45,6 +45,7 @@ from hotloop.agent.events import (
     TurnFinished,
     TurnStarted,
     encode,
+    encode_lines,
 )
 from hotloop.agent.pricing import StepPricer
 from hotloop.sessions.caps import LogCaps
@@ -272,22 +273,23 @@ class SessionLog:
         """Append `events` (and, closing, what the masker still holds); a turn's end or a title makes a save due."""
         if self._fd is None:
             return
-        lines = []
+        caps, masker = self._caps, self._masker
+        kept = [capped for event in events if (capped := caps.capped(event)) is not None]
         for event in events:
-            kept = self._caps.capped(event)
-            for masked in self._masker.events(kept) if kept is not None else ():
-                lines.append(self._masker.masked(encode(masked)) + b"\n")
             self._sidecar.observe(event)
-        for held in self._masker.release() if closing else ():
-            lines.append(self._masker.masked(encode(held)) + b"\n")
-        data = b"".join(lines)
+        if masker.secrets:
+            lines = [masker.masked(encode(masked)) + b"\n" for event in kept for masked in masker.events(event)]
+            lines += [masker.masked(encode(held)) + b"\n" for held in (masker.release() if closing else ())]
+            data = b"".join(lines)
+        else:
+            data = encode_lines(kept)
         try:
             _write_all(self._fd, data)
         except OSError as error:
             self._stop(error)
             return
         self._written += len(data)
-        if not self._save_waiting and any(type(event) in _SUMMARY_ON for event in events):
+        if not self._save_waiting and not _SUMMARY_ON.isdisjoint(map(type, events)):
             self._save_waiting = True
             WRITER.later(self._saved_at + SUMMARY_INTERVAL, self._save_summary)
 
