@@ -37,6 +37,7 @@ import contextlib
 import importlib.util
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -46,6 +47,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import NamedTuple
 
 import aiohttp
 from aiohttp import web
@@ -69,19 +71,28 @@ _HOP = frozenset(
 Start = Callable[[], Awaitable[tuple[list[str], Callable[[], Awaitable[None]]]]]
 
 
+class Busy(NamedTuple):
+    """What a process spent serving: CPU seconds in user space and in the kernel, and its context switches."""
+
+    user: float
+    system: float
+    switches: int
+
+
 def _serve(pipe: Connection, start: Start, uv: bool = False) -> None:
     """Start servers on this process's loop and send their URLs; on the word mark, start counting CPU time (the
-    warm-up done), and on the word stop, send back the CPU seconds the process spent serving since."""
+    warm-up done), and on the word stop, send back what the process spent serving since (`Busy`)."""
 
     async def main() -> None:
         urls, stop = await start()
         pipe.send(urls)
-        ready = time.process_time()
+        ready = resource.getrusage(resource.RUSAGE_SELF)
         while await asyncio.get_running_loop().run_in_executor(None, pipe.recv) == "mark":
-            ready = time.process_time()
-        busy = time.process_time() - ready
+            ready = resource.getrusage(resource.RUSAGE_SELF)
+        done = resource.getrusage(resource.RUSAGE_SELF)
         await stop()
-        pipe.send(busy)
+        switches = done.ru_nvcsw + done.ru_nivcsw - ready.ru_nvcsw - ready.ru_nivcsw
+        pipe.send(Busy(done.ru_utime - ready.ru_utime, done.ru_stime - ready.ru_stime, switches))
 
     if uv:
         import uvloop
@@ -241,10 +252,10 @@ class Process:
     def mark(self) -> None:
         self._pipe.send("mark")
 
-    def stop(self) -> float:
-        """The CPU seconds it spent serving."""
+    def stop(self) -> Busy:
+        """What it spent serving."""
         self._pipe.send("stop")
-        busy: float = self._pipe.recv()
+        busy: Busy = self._pipe.recv()
         self._process.join(timeout=30)
         return busy
 
@@ -450,10 +461,15 @@ def main() -> None:
     report("whole answer, plain request (64 tokens)", found["whole"], counted=False)
     report(f"each later chunk, lateness against a {PACE * 1e3:g} ms pace", found["paced"], counted=False)
     rates = {streams: report_rates(streams, found[f"c{streams}"], per_round[streams]) for streams in (32, 256)}
-    cpu = {way: busy[way] / client.served[way] for way in servers}
-    print("\nCPU per request (the process's CPU time over the run ÷ the requests it served; ms)")
+    cpu = {way: (busy[way].user + busy[way].system) / client.served[way] for way in servers}
+    print("\nCPU per request (the process's CPU time over the run ÷ the requests it served; ms), its user and system")
+    print("time, and the process's context switches per request")
     for way, seconds in cpu.items():
-        print(f"  {way:14}{seconds * 1e3:8.3f}{seconds / cpu['hop']:8.2f}× the hop's")
+        user, system, switches = (figure / client.served[way] for figure in busy[way])
+        print(
+            f"  {way:14}{seconds * 1e3:8.3f}{seconds / cpu['hop']:8.2f}× the hop's"
+            f"   user {user * 1e3:.3f}  system {system * 1e3:.3f}  switches {switches:.2f}"
+        )
     print(f"\ntargets (the watch against the hop){'; and on uvloop, against the hop on uvloop' if uv else ''}")
     for watch, hop in (("watch", "hop"), ("watch/uvloop", "hop/uvloop")) if uv else (("watch", "hop"),):
         for kind in ("plain", "big"):

@@ -10,6 +10,7 @@ import importlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -318,6 +319,8 @@ def test_passthrough(tmp_path: Path) -> None:
         assert table in out, table
     for way in ("direct", "relay", "hop", "watch"):
         assert out.count(f"\n  {way} ") >= 6, way
+    for way in ("relay", "hop", "watch"):
+        assert re.search(rf"\n  {way} .*× the hop's   user [\d.]+  system [\d.]+  switches [\d.]+\n", out), way
     assert "watch: CPU per request ≤ 1.5× the hop's" in out
 
 
