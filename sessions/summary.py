@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from contextlib import nullcontext
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import msgspec
 
@@ -174,25 +175,38 @@ class Summary(msgspec.Struct, gc=False):
         return headline(self.prompts[0] if self.prompts else "", TITLE_LENGTH)
 
     def observe(self, event: AgentEvent) -> None:
-        if isinstance(event, TurnStarted):
-            self.turns += 1
-            self.prompts.append(event.prompt)
-        elif isinstance(event, StepStarted):
-            self.provider, self.model = event.provider, event.model
-        elif isinstance(event, SideOf):
-            self.side_of = event.parent
-        elif isinstance(event, SessionTitled):
-            self.titled = event.title
-        elif isinstance(event, ProviderSwitched):
-            self.learn(event.provider, event.base_url, event.cost_per_hour)
-        elif isinstance(event, (StepFinished, Compacted, SideRequest)) and event.ts >= self.own_since:
-            event = believable(event)
-            usage = event.usage
-            if usage is not None and usage.prompt_total is not None:
-                self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
-            elif not isinstance(event, SideRequest):  # as the status bar counts: a side request is never a step
-                self.unmeasured += 1
-            self._price(event)
+        """What `event` changes in the summary. Looked up by type: most of a log's events (a step's deltas and
+        figures) change nothing in it."""
+        kept = _KEPT.get(type(event))
+        if kept is not None:
+            kept(self, event)
+
+    def _turn(self, event: TurnStarted) -> None:
+        self.turns += 1
+        self.prompts.append(event.prompt)
+
+    def _step(self, event: StepStarted) -> None:
+        self.provider, self.model = event.provider, event.model
+
+    def _side_of(self, event: SideOf) -> None:
+        self.side_of = event.parent
+
+    def _titled(self, event: SessionTitled) -> None:
+        self.titled = event.title
+
+    def _switched(self, event: ProviderSwitched) -> None:
+        self.learn(event.provider, event.base_url, event.cost_per_hour)
+
+    def _spent(self, event: StepFinished | Compacted | SideRequest) -> None:
+        if event.ts < self.own_since:
+            return
+        event = believable(event)
+        usage = event.usage
+        if usage is not None and usage.prompt_total is not None:
+            self.tokens = (self.tokens or 0) + usage.prompt_total + (usage.output or 0)
+        elif not isinstance(event, SideRequest):  # as the status bar counts: a side request is never a step
+            self.unmeasured += 1
+        self._price(event)
 
     def learn(self, provider: str, base_url: str, cost_per_hour: float | None = None) -> None:
         """`provider` is the server at `base_url` (a log older than base URLs says none), at `cost_per_hour`."""
@@ -309,10 +323,17 @@ class _Saved(Summary, gc=False):
     prompts: msgspec.Raw = msgspec.Raw(b"[]")  # type: ignore[assignment]
 
 
-# The events `Summary.observe` keeps something of.
-_OBSERVED = frozenset(
-    {TurnStarted, StepStarted, SideOf, SessionTitled, ProviderSwitched, StepFinished, Compacted, SideRequest}
-)
+# What `Summary.observe` keeps of each event it keeps something of.
+_KEPT: dict[type, Callable[[Summary, Any], None]] = {
+    TurnStarted: Summary._turn,
+    StepStarted: Summary._step,
+    SideOf: Summary._side_of,
+    SessionTitled: Summary._titled,
+    ProviderSwitched: Summary._switched,
+    StepFinished: Summary._spent,
+    Compacted: Summary._spent,
+    SideRequest: Summary._spent,
+}
 
 
 class Sidecar:
@@ -326,10 +347,9 @@ class Sidecar:
         self._catch_up()
 
     def observe(self, event: AgentEvent) -> None:
-        if type(event) in _OBSERVED:  # most of a log's events (a step's deltas and figures) change nothing in it
-            self.summary.observe(event)
-            if type(event) is TurnStarted:
-                self._catch_up()
+        self.summary.observe(event)
+        if type(event) is TurnStarted:
+            self._catch_up()
 
     def _catch_up(self) -> None:
         for prompt in self.summary.prompts[self._encoded :]:
