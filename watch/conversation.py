@@ -50,6 +50,8 @@ from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import WatchedRequest
 
 Sink = Callable[[str, AgentEvent], None]
+# Masked by the masker's stream reading (a secret split across deltas too), not encoded whole again: their only field.
+_TEXTS = frozenset({TextDelta, ReasoningDelta})
 
 if TYPE_CHECKING:
     from hotloop.providers.server_metrics import Residency
@@ -120,8 +122,7 @@ class Conversation:
     def emit(self, event: AgentEvent) -> None:
         """`event` to the log, then the sink, its secrets masked: whatever either writes (a line, a span) is."""
         for masked in self.masker.events(event):
-            # A text's only field is the one `events` masked (a secret split across deltas too): not encoded again.
-            self._emit(masked if isinstance(masked, (TextDelta, ReasoningDelta)) else self.masker.whole(masked))
+            self._emit(masked if type(masked) in _TEXTS else self.masker.whole(masked))
 
     def _emit(self, event: AgentEvent) -> None:
         self.log.write(event)
