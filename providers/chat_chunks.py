@@ -124,7 +124,9 @@ def _text_alone(chunk: Chunk) -> str | None:
     return None
 
 
-class _OpenCall:
+class OpenCall:
+    """A tool call being streamed: its fragments so far, and whether it is ready to run."""
+
     __slots__ = ("call_id", "index", "name", "parts", "ready")
 
     def __init__(self, index: int, call_id: str, name: str) -> None:
@@ -152,8 +154,8 @@ class ChunkParser:
 
     def __init__(self, cache_min_tokens: int | None = None, where: str = "the server") -> None:
         self._cache_min_tokens = cache_min_tokens
-        self._by_index: dict[int, _OpenCall] = {}
-        self._calls: list[_OpenCall] = []
+        self._by_index: dict[int, OpenCall] = {}
+        self._calls: list[OpenCall] = []
         self._ids = CallIds(where)
         self._finish_reason: str | None = None
         self._streamed = 0  # characters of text, reasoning and arguments, to check the usage against
@@ -309,7 +311,7 @@ class ChunkParser:
             call_id, repeated = self._ids.unique(call_delta.id or f"call_{uuid.uuid4().hex[:24]}")
             if repeated is not None:
                 events.append(repeated)
-            current = _OpenCall(call_delta.index, call_id, (function.name if function else None) or "")
+            current = OpenCall(call_delta.index, call_id, (function.name if function else None) or "")
             self._by_index[call_delta.index] = current
             self._calls.append(current)
             events.append(ToolCallStarted(current.index, current.call_id, current.name))
@@ -322,7 +324,7 @@ class ChunkParser:
             events.append(ToolCallArgsDelta(current.index, current.call_id, fragment))
 
     @staticmethod
-    def _mark_ready(call: _OpenCall, events: list[ModelEvent]) -> None:
+    def _mark_ready(call: OpenCall, events: list[ModelEvent]) -> None:
         if not call.ready:
             call.ready = True
             events.append(ToolCallReady(call.index, call.call_id, call.name, "".join(call.parts)))

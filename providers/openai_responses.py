@@ -26,6 +26,7 @@ import msgspec
 
 from hotloop.nesting import decoded
 from hotloop.providers.base import ProviderOptions
+from hotloop.providers.chat_chunks import OpenCall
 from hotloop.providers.conversation import (
     AssistantMessage,
     ChatRequest,
@@ -278,17 +279,6 @@ def _reason(error: object) -> str:
     return message if isinstance(message, str) and message else "no reason given"
 
 
-class _Call:
-    __slots__ = ("call_id", "index", "name", "parts", "ready")
-
-    def __init__(self, index: int, call_id: str, name: str) -> None:
-        self.index = index
-        self.call_id = call_id
-        self.name = name
-        self.parts: list[str] = []
-        self.ready = False
-
-
 class ResponsesParser:
     """Turns Responses stream events (each event's JSON) into model events.
 
@@ -302,8 +292,8 @@ class ResponsesParser:
     def __init__(self, cache_min_tokens: int | None = None, where: str = "the server") -> None:
         self._cache_min_tokens = cache_min_tokens
         self._where = where
-        self._calls: dict[str, _Call] = {}  # by item id
-        self._started: list[_Call] = []
+        self._calls: dict[str, OpenCall] = {}  # by item id
+        self._started: list[OpenCall] = []
         self._ids = CallIds(where)
         self._finished = False
         self._said: set[str] = set()  # warnings given: a server that mangles every delta is said once
@@ -385,7 +375,7 @@ class ResponsesParser:
         problems += found
         return response or _Response()
 
-    def _call(self, item_id: str, problems: list[str]) -> _Call | None:
+    def _call(self, item_id: str, problems: list[str]) -> OpenCall | None:
         call = self._calls.get(item_id)
         if call is None and item_id:
             problems.append(f"no function call has the `item_id` {item_id!r}")
@@ -393,7 +383,7 @@ class ResponsesParser:
 
     def _start(self, item: _Item) -> list[ModelEvent]:
         call_id, repeated = self._ids.unique(item.call_id or item.id)
-        call = self._calls[item.id] = _Call(len(self._started), call_id, item.name)
+        call = self._calls[item.id] = OpenCall(len(self._started), call_id, item.name)
         self._started.append(call)
         started = ToolCallStarted(call.index, call_id, item.name)
         return [started] if repeated is None else [repeated, started]
@@ -409,7 +399,7 @@ class ResponsesParser:
         events = [] if item.id in self._calls else self._start(item)
         return events + self._ready(self._calls[item.id], item.arguments)
 
-    def _ready(self, call: _Call, arguments: str | None) -> list[ModelEvent]:
+    def _ready(self, call: OpenCall, arguments: str | None) -> list[ModelEvent]:
         """The call ready, once: with the arguments the closing event gives, else those streamed."""
         if call.ready:
             return []
