@@ -5,13 +5,15 @@ time (`later`) once that time has come. One thread for the process, not one per 
 a log per conversation, and starting a thread costs ~0.35 ms on the caller where a hand-over costs
 ~0.1 µs; one thread also wakes once for whatever several logs handed over meanwhile.
 
-Handed over on an event loop, the work waits `RING_AFTER` to wake the thread: a watch serving 8 or 32
-streams hands over three times a request, and each wake takes the GIL from the loop (a context switch
-both ways, and the loop waiting for its turn). What the loop hands over meanwhile goes in one wake (and
-a log's hand-overs in one job, one write: `SessionLog`). Woken at the loop's next turn instead, the
-thread's wakes were ~15% of the watch's CPU, and 10 ms took most of that off (an A/B, 3 rounds of 3,000
-requests at 8 streams: 1.60–1.82× the hop's CPU against 1.22–1.42×). Elsewhere (no loop), and when a
-caller waits (`done`, `settled`), the thread wakes at once.
+Handed over on an event loop, the work waits for the loop's next turn to ring the thread (a loop that runs
+one more turn never strands it), and the thread, woken, gathers for `GATHER` without the GIL before it
+takes the work: a watch serving 8 or 32 streams hands over three times a request, and each wake takes
+the GIL from the loop (a context switch both ways, and the loop waiting for its turn). What the loop
+hands over meanwhile goes with that wake (and a log's hand-overs in one job, one write: `SessionLog`).
+Taken at once, the thread's wakes were ~15% of the watch's CPU (an A/B against writing on the loop);
+gathered for 10 ms, the watch switches context 3.6 times a request, not 5.4 (the hop: 3.3), and took
+1.57× the hop's CPU where it took 1.66× (`benchmarks/passthrough.py`, one run beside the other).
+Elsewhere (no loop), and when a caller waits (`done`, `settled`), the thread takes the work at once.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Callable
 
 Job = Callable[[], None]
 DRAIN_AT_EXIT = 10.0  # seconds an exiting process gives the thread to write what it was handed
-RING_AFTER = 0.01  # seconds a hand-over on an event loop waits for the thread's wake: what SIGKILL can lose
+GATHER = 0.01  # seconds a wake on an event loop's ring gathers hand-overs: what SIGKILL can lose
 
 
 class Writer:
@@ -38,7 +40,8 @@ class Writer:
     def __init__(self) -> None:
         self._jobs: collections.deque[tuple[float, Job]] = collections.deque()
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
-        # The loop whose timer wakes the thread: what it hands over meanwhile goes with that wake-up.
+        self._hurry = threading.Event()  # a caller waits, or no loop rang: the work is taken without gathering
+        # The loop whose next turn wakes the thread: what it hands over meanwhile goes with that wake-up.
         self._ringing: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -54,18 +57,22 @@ class Writer:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop in this thread: nothing would ring later
-            self._bell.put(None)
+            self._ring_now()
             return
-        # Kept per loop: a loop stopped before its timer never rings, and must not silence the others.
+        # Kept per loop: a loop stopped before its next turn never rings, and must not silence the others.
         if self._ringing is not loop:
             self._ringing = loop
-            loop.call_later(RING_AFTER, self._bell.put, None)
+            loop.call_soon(self._bell.put, None)
+
+    def _ring_now(self) -> None:
+        self._hurry.set()
+        self._bell.put(None)
 
     def done(self, timeout: float) -> bool:
         """Wait, at most `timeout` seconds, until what was handed over so far has run; whether it has."""
         ran = threading.Event()
         self.submit(ran.set)
-        self._bell.put(None)  # now: a caller on the loop waits here, so the loop's next turn would never come
+        self._ring_now()  # a caller on the loop waits here, so the loop's next turn would never come
         return ran.wait(timeout)
 
     async def settled(self) -> None:
@@ -81,7 +88,7 @@ class Writer:
             loop.call_soon_threadsafe(settle)
 
         self.submit(wake)
-        self._bell.put(None)
+        self._ring_now()
         await ran
 
     def _start(self) -> None:
@@ -100,6 +107,8 @@ class Writer:
             timeout = max(waiting[0][0] - time.monotonic(), 0.0) if waiting else None
             with contextlib.suppress(queue.Empty):
                 self._bell.get(timeout=timeout)
+                self._hurry.wait(GATHER)
+            self._hurry.clear()
             # Cleared before the jobs are taken: one handed over from here on rings again (at worst, once too many).
             self._ringing = None
             while jobs:
