@@ -11,7 +11,7 @@ takes the work: a watch serving 8 or 32 streams hands over three times a request
 the GIL from the loop (a context switch both ways, and the loop waiting for its turn). What the loop
 hands over meanwhile goes with that wake (and a log's hand-overs in one job, one write: `SessionLog`).
 Taken at once, the thread's wakes were ~15% of the watch's CPU (an A/B against writing on the loop);
-gathered for 10 ms, the watch switches context 3.6 times a request, not 5.4 (the hop: 3.3), and took
+gathered for 10 ms, the watch switches context 3.6 times a request, not 5.1 (the hop: 3.3), and took
 1.57× the hop's CPU where it took 1.66× (`benchmarks/passthrough.py`, one run beside the other).
 Elsewhere (no loop), and when a caller waits (`done`, `settled`), the thread takes the work at once.
 """
