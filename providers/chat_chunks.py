@@ -71,6 +71,12 @@ class Chunk(msgspec.Struct, gc=False):
 _decode_chunk = msgspec.json.Decoder(Chunk).decode
 
 
+def _kept(chunk: Chunk) -> bool:
+    """Whether a decoded chunk is read as it is: one with free-form JSON is read again by `read_chunk`, for what it
+    checks of that."""
+    return chunk.usage is None and chunk.timings is None and chunk.error is None
+
+
 def read_chunk(data: bytes, where: str) -> Chunk:
     """One event's data as a chunk; a StreamInterrupted naming `where` if it is malformed or an error.
 
@@ -83,9 +89,7 @@ def read_chunk(data: bytes, where: str) -> Chunk:
             chunk = _decode_chunk(data)
         except RecursionError:
             raise TooDeep(data, 0) from None
-        if (chunk.usage is not None or chunk.timings is not None or chunk.error is not None) and (
-            past := where_too_deep(data)
-        ) is not None:
+        if not _kept(chunk) and (past := where_too_deep(data)) is not None:
             raise TooDeep(data, past)
     except (msgspec.DecodeError, UnicodeDecodeError) as error:  # msgspec checks UTF-8 with Python's codec
         raise malformed(where, "chunk", error, data) from None
@@ -100,12 +104,6 @@ _ESCAPE = re.compile(rb'\\(?:["\\/bfnrt]|u(?![dD][89a-fA-F])[0-9a-fA-F]{4})')
 _decode_text = msgspec.json.Decoder(str).decode
 # Chunks a run must have to be read by their bytes: fewer are read as fast one by one.
 _SHAPED_RUN = 4
-
-
-def _kept(chunk: Chunk) -> bool:
-    """Whether a decoded chunk is read as it is: one with free-form JSON is read again by `read_chunk`, for what it
-    checks of that."""
-    return chunk.usage is None and chunk.timings is None and chunk.error is None
 
 
 def _text_alone(chunk: Chunk) -> str | None:
