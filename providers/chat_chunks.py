@@ -190,7 +190,8 @@ class ChunkParser:
             if chunk is not None and (text := _text_alone(chunk)):
                 self._streamed += len(text)
                 run.append(text)
-                if self._tries and self._learn(data, text):
+                # One chunk a call (hotloop's own provider) is never a run to read by its bytes: no canary for it.
+                if self._tries and len(datas) > 1 and self._learn(data, text):
                     return at + 1
                 continue
             if run:

@@ -220,3 +220,14 @@ def test_a_whole_answer_in_one_block_is_one_delta_through_the_watch() -> None:
     assert not reader.problem and reader.step.streamed == 64
     assert sum(isinstance(event, TextDelta) for event in events) == 1
     assert "".join(reader.step.text) == "".join(text.decode() for text in texts)
+
+
+def test_a_chunk_read_alone_costs_no_canary(decodes: list[bytes]) -> None:
+    """hotloop's own provider reads a chunk a call: there is never a run to read by bytes, so no chunk is tried for
+    a shape, and each is decoded once (the usage chunk twice: `read_chunk` looks at its free-form JSON)."""
+    datas = stream(*WORDS)
+    parser, events = ChunkParser(where="the server"), list[ModelEvent]()
+    for data in datas:
+        parser.read([data], "the server", events)
+    assert len(decodes) == len(datas) - 1 + 1
+    assert "".join(event.text for event in events if isinstance(event, TextDelta)) == b"".join(WORDS).decode()
