@@ -360,6 +360,17 @@ def killed_if_running(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
+def communicated(process: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """Its stdout and stderr once it exits; past `timeout`, its process group (`start_new_session`) is killed, so
+    nothing it started outlives the test."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+
+
 def lines_of(stream: IO[str]) -> queue.Queue[str]:
     """The stream's lines as they come, so a wait for one has a bound; `ENDED` once the stream ends."""
     lines: queue.Queue[str] = queue.Queue()

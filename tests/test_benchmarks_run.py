@@ -22,6 +22,8 @@ import pytest
 
 from hotloop.sim.embedded import EmbeddedSimulator
 
+from support import communicated
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 RUN_SECONDS = 120  # each script's smallest run takes seconds; a hung one is killed, with its process group
 pytestmark = [pytest.mark.timeout(RUN_SECONDS + 30), pytest.mark.benchmark_run]  # run by .ci/run, not `pytest`
@@ -39,12 +41,7 @@ def bench(script: str, *flags: str, cwd: Path) -> str:
         text=True,
         start_new_session=True,  # a timeout ends what the script started too (simulators, children, busy loops)
     )
-    try:
-        out, err = process.communicate(timeout=RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
+    out, err = communicated(process, RUN_SECONDS)
     assert process.returncode == 0, f"{script} exited {process.returncode}\n{out[-3000:]}\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
     return out

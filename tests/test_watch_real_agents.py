@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -46,6 +45,7 @@ from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import read_request
 
 from agents_cli import claude_env, cli, codex_env, opencode_env
+from support import communicated
 from tui_support import FAST_SIM
 
 TASK = "read README.md and list the files here"
@@ -103,12 +103,7 @@ def watch_run(home: Path, workdir: Path, env: dict[str, str], script: str, *args
         text=True,
         start_new_session=True,  # its own process group, so a timeout ends the CLIs too
     )
-    try:
-        out, err = process.communicate(timeout=RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
+    out, err = communicated(process, RUN_SECONDS)
     assert process.returncode == 0, out + err
     listing = list_sessions(home / "data" / "sessions")
     assert not listing.problems
