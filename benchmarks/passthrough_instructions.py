@@ -6,7 +6,7 @@ every way): each way serves N₁ and then N₂ plain requests (64-token answers 
 streams) in a process of its own under valgrind, and the difference over N₂ − N₁ is one request's, start-up and
 shutdown cancelled out. The ways:
 
-- hop: `passthrough.py`'s bare aiohttp pass-through;
+- hop: the bare aiohttp pass-through of `passthrough.py` (`passthrough_ways.py`);
 - watch: `hotloop watch`, its sessions on the real disk;
 - watch/base, with `--baseline DIR`: the watch of another copy of hotloop's tree, for an A/B.
 
@@ -36,6 +36,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).parent))
 
 import passthrough
+import passthrough_ways
 
 STREAMS = 8
 
@@ -46,7 +47,11 @@ def serve(way: str, upstream: str, folder: str) -> None:
     async def main() -> None:
         stopped = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
-        start = passthrough.start_hops([upstream]) if way == "hop" else passthrough.start_watches([upstream], folder)
+        start = (
+            passthrough_ways.start_hops([upstream])
+            if way == "hop"
+            else passthrough_ways.start_watches([upstream], folder)
+        )
         urls, stop = await start
         print(urls[0], flush=True)
         await stopped.wait()
@@ -116,7 +121,7 @@ def main() -> None:
     ways = {"hop": "", "watch": ""}
     if args.baseline:
         ways["watch/base"] = tree_path(args.baseline, folder)
-    simulator = passthrough.Process(passthrough.simulators)
+    simulator = passthrough_ways.Process(passthrough_ways.simulators)
     first = max(args.requests // 6, 10)
     per_request = {}
     try:
