@@ -57,8 +57,7 @@ def test_every_benchmark_is_run_here() -> None:
     """Each script in benchmarks/ (a file that runs) has its test in this file; the modules the scripts share
     (faults_*.py, passthrough_ways.py) run in theirs: a new benchmark can't be left out of it."""
     here = Path(__file__).read_text()
-    runs = [path for path in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in path.read_text()]
-    scripts = [path.stem for path in runs]
+    scripts = [path.stem for path in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in path.read_text()]
     assert "faults" in scripts
     missing = [name for name in scripts if f'"{name}.py"' not in here and f'module("{name}")' not in here]
     assert not missing, f"benchmarks with no test in {Path(__file__).name}: {missing}"
