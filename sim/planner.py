@@ -45,7 +45,11 @@ _PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,7})
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w])")
 _READ_WORDS = re.compile(r"\b(read|open|show|cat|view|look at|read_file)\b", re.IGNORECASE)
 _LIST_WORDS = re.compile(r"\b(list|ls|directory|directories|folder|tree|list_dir)\b", re.IGNORECASE)
-_LIST_TARGET = re.compile(r"\b(?:in|of|under)\s+([\w./-]+/?)", re.IGNORECASE)
+# "in the src folder" names src; "in this folder", "of the current directory" name the working one.
+_LIST_TARGET = re.compile(
+    r"\b(?:in|of|under)\s+(?:(?:the|this|that|my|our|current|working)\s+)*([\w./-]+/?)", re.IGNORECASE
+)
+_HERE = {"folder", "directory", "dir", "project", "repo", "repository", "workspace", "here", "it"}
 _SEARCH_WORDS = re.compile(r"\b(grep|search|find|look for|occurrences)\b", re.IGNORECASE)
 _SEARCH_TARGET = re.compile(r"\b(?:for|of)\s+([\w.:-]+)", re.IGNORECASE)
 _EDIT_WORDS = re.compile(r"\b(fix|change|edit|update|rename|replace|correct|modify|edit_file)\b", re.IGNORECASE)
@@ -168,7 +172,8 @@ def _looking(clause: str, quoted: list[str], text: str, tools: Toolbox, acting: 
         calls.extend(_call("read_file", {"path": path}) for path in _PATH.findall(text))
     if "list_dir" in available and _LIST_WORDS.search(text):
         listed = _LIST_TARGET.search(text)
-        calls.append(_call("list_dir", {"path": listed.group(1).rstrip(".") if listed else "."}))
+        target = listed.group(1).rstrip(".") if listed else ""
+        calls.append(_call("list_dir", {"path": "." if not target or target.lower() in _HERE else target}))
     if searching:
         target = quoted[0] if quoted else _search_target(text)
         if target:

@@ -122,6 +122,22 @@ def test_a_shell_that_takes_an_argv_gets_one() -> None:
     assert calls(plan("list the files here", Toolbox([shell]))) == [[("shell", {"command": ["bash", "-lc", "ls -la"]})]]
 
 
+@pytest.mark.parametrize(
+    ("task", "path"),
+    [
+        ("list the files in this folder", "."),
+        ("list the files in the current directory", "."),
+        ("list the files here", "."),
+        ("what is in this project? list it", "."),
+        ("list the files in the src folder", "src"),
+        ("list the files under docs/", "docs/"),
+    ],
+)
+def test_a_listing_names_the_folder_the_user_meant(task: str, path: str) -> None:
+    """A newcomer's first prompt: "this folder" is the working one, not a folder named "this"."""
+    assert calls(plan(task, Toolbox(hotloop_tools()))) == [[("list_dir", {"path": path})]]
+
+
 def test_hotloops_shell_does_not_stand_in_for_its_own_tools() -> None:
     """Offered alone, hotloop's run_shell is for commands: a look would ask for an approval no look needs."""
     only_shell = [tool for tool in hotloop_tools() if tool["function"]["name"] == "run_shell"]
