@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hotloop.agent.cache_explainer import CacheExplainer, WireSegments
 from hotloop.agent.events import StepFinished, StepStarted, ToolFinished, ToolStarted
 from hotloop.agent.figures import step_summary
 from hotloop.agent.memo import Memo
@@ -367,3 +368,22 @@ def test_a_waterfall_drawn_mid_turn_says_what_is_still_running(early_step: tuple
     lines = render(turn, 100, None).plain.splitlines()
     assert lines[1].startswith("step 1 · ") and lines[1].endswith(" s")
     assert lines[-3].startswith("step 2 · ") and lines[-3].endswith(" running")
+
+
+def test_a_watched_segment_seen_before_keeps_its_digest_and_a_changed_one_gets_a_new_one() -> None:
+    """The watch fingerprints each request from its segments, looking up those the last request had: the fingerprint
+    is the one a fresh explainer computes, for what was kept and for what changed."""
+    system, tools = "You are careful. " * 100, {"read": b'{"name":"read"}', "grep": b'{"name":"grep"}'}
+    first = WireSegments(system, tools, [b'{"role":"user","content":"a"}'], ["user"], b"")
+    changed = WireSegments(
+        system.replace("careful", "brief"),
+        {**tools, "grep": b'{"name":"grep","description":"new"}'},
+        [*first.messages, b'{"role":"assistant","content":"b"}', b'{"role":"user","content":"a"}'],
+        ["user", "assistant", "user"],
+        b"",
+    )
+    explainer = CacheExplainer()
+    for segments in (first, first, changed, first):
+        assert explainer.fingerprint_wire(segments, "vllm", "m", 0.0) == CacheExplainer().fingerprint_wire(
+            segments, "vllm", "m", 0.0
+        )
