@@ -324,19 +324,20 @@ def test_passthrough(tmp_path: Path) -> None:
 async def test_passthrough_instructions(tmp_path: Path, sim: EmbeddedSimulator) -> None:
     """passthrough_instructions.py counts four Pythons under valgrind (minutes; valgrind is seldom installed): here
     each way it counts, started by its own `--serve` in a process of its own (without valgrind), serves its own
-    `load` of 8 requests from the simulator, and stops on SIGTERM as the count needs."""
+    `load` of 8 requests from the simulator (a plain way and a 100 KB way, as `--big` counts), and stops on SIGTERM
+    as the count needs."""
     bench_module = module("passthrough_instructions")
     script = str(bench_module.__file__)
     with contextlib.suppress(ValueError):  # it puts benchmarks/ on the path, whose bare names no other test wants
         sys.path.remove(str(Path(script).parent))
-    for way in ("hop", "watch"):
+    for way, body in (("hop", bench_module.passthrough.PLAIN), ("watch", bench_module.passthrough.BIG)):
         command = [sys.executable, script, "--serve", way, sim.url, str(tmp_path)]
         server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
         try:
             assert server.stdout is not None
             url = server.stdout.readline().strip()
             assert url.startswith("http://127.0.0.1:"), url
-            await bench_module.load(url, 8)
+            await bench_module.load(url, 8, body)
             server.terminate()
             assert server.wait(timeout=RUN_SECONDS) == 0
         finally:
