@@ -77,8 +77,9 @@ def _kept(chunk: Chunk) -> bool:
     return chunk.usage is None and chunk.timings is None and chunk.error is None
 
 
-def read_chunk(data: bytes, where: str) -> Chunk:
-    """One event's data as a chunk; a StreamInterrupted naming `where` if it is malformed or an error.
+def read_chunk(data: bytes, where: str, decoded: Chunk | None = None) -> Chunk:
+    """One event's data as a chunk; a StreamInterrupted naming `where` if it is malformed or an error. `decoded`: the
+    chunk `data` was already decoded to, for the checks alone.
 
     Its depth is looked at only where the chunk keeps free-form JSON (`usage`, `timings`, `error`): the typed
     decoder keeps nothing else of what it doesn't know, and raises RecursionError (`TooDeep`) past its stack.
@@ -86,7 +87,7 @@ def read_chunk(data: bytes, where: str) -> Chunk:
     """
     try:
         try:
-            chunk = _decode_chunk(data)
+            chunk = decoded if decoded is not None else _decode_chunk(data)
         except RecursionError:
             raise TooDeep(data, 0) from None
         if not _kept(chunk) and (past := where_too_deep(data)) is not None:
@@ -197,7 +198,7 @@ class ChunkParser:
             if run:
                 self._fold(run, events)
                 run.clear()
-            events += self.feed(chunk if chunk is not None and _kept(chunk) else read_chunk(data, where))
+            events += self.feed(read_chunk(data, where, chunk))
         return len(datas)
 
     def _learn(self, data: bytes, text: str) -> bool:

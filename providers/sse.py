@@ -5,6 +5,8 @@ stream with the same splitter.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from hotloop.providers.errors import StreamInterrupted
@@ -109,7 +111,8 @@ _decode_typed = msgspec.json.Decoder(_Typed).decode
 # Events a server sends before, or beside, its answer: none says when the model's first token came (real Anthropic
 # pings at once, OpenAI's Responses creates the response before its prefill).
 _PREAMBLE = frozenset({"ping", "response.created", "response.in_progress", "response.queued"})
-_PREAMBLE_MARKS = (b'"ping"', b'"response.created"', b'"response.in_progress"', b'"response.queued"')
+# One search for any of their names (the four `in` tests of a generator took ~3 µs a data on this VM, 0.4 the search).
+_PREAMBLE_MARK = re.compile(rb'"(?:ping|response\.(?:created|in_progress|queued))"')
 
 
 def opens_answer(data: bytes) -> bool:
@@ -117,7 +120,7 @@ def opens_answer(data: bytes) -> bool:
     names no token, and keep-alives (comments, empty events) never leave `SseSplitter`. A role-only chunk counts:
     servers send it with their first token (llama.cpp as its prefill ends, then holds a call's first fragment
     back)."""
-    if not any(mark in data for mark in _PREAMBLE_MARKS):
+    if _PREAMBLE_MARK.search(data) is None:
         return True
     try:
         return _decode_typed(data).type not in _PREAMBLE

@@ -174,6 +174,16 @@ def test_a_run_broken_by_another_chunk_reads_as_decoded() -> None:
         assert at_once(datas) == each(datas), chunk
 
 
+def test_chunks_written_over_several_lines_read_as_decoded() -> None:
+    """Chunks whose JSON spans lines (multi-line `data:`, joined by newlines), and one run where a chunk holds two
+    chunks' bytes joined by a newline: no shape with a newline in it is learned, so the run is read as decoded."""
+    lines = [OPENING, *(HEAD.replace(b'"choices":', b'\n"choices":') + word + TAIL for word in WORDS), *CLOSING]
+    assert at_once(lines) == each(lines) and not each(lines).problem
+    datas = stream(*WORDS)
+    datas[4:6] = [datas[4] + b"\n" + datas[5]]
+    assert at_once(datas) == each(datas) and each(datas).problem
+
+
 @pytest.mark.parametrize(
     "first",
     [
@@ -207,8 +217,9 @@ def test_a_stream_that_gives_no_shape_costs_three_canaries(decodes: list[bytes])
     expected = each(datas)
     decodes.clear()
     assert at_once(datas) == expected
-    # [DONE] is never decoded, the usage chunk twice (`read_chunk` looks at its free-form JSON), and three canaries.
-    assert len(decodes) == len(datas) - 1 + 1 + 3
+    # [DONE] is never decoded, the usage chunk once (`read_chunk` looks at its free-form JSON without decoding it
+    # again), and three canaries.
+    assert len(decodes) == len(datas) - 1 + 3
 
 
 def test_a_whole_answer_in_one_block_is_one_delta_through_the_watch() -> None:
@@ -224,10 +235,11 @@ def test_a_whole_answer_in_one_block_is_one_delta_through_the_watch() -> None:
 
 def test_a_chunk_read_alone_costs_no_canary(decodes: list[bytes]) -> None:
     """hotloop's own provider reads a chunk a call: there is never a run to read by bytes, so no chunk is tried for
-    a shape, and each is decoded once (the usage chunk twice: `read_chunk` looks at its free-form JSON)."""
+    a shape, and each is decoded once (the usage chunk too: `read_chunk` looks at its free-form JSON, not decoding it
+    again)."""
     datas = stream(*WORDS)
     parser, events = ChunkParser(where="the server"), list[ModelEvent]()
     for data in datas:
         parser.read([data], "the server", events)
-    assert len(decodes) == len(datas) - 1 + 1
+    assert len(decodes) == len(datas) - 1
     assert "".join(event.text for event in events if isinstance(event, TextDelta)) == b"".join(WORDS).decode()
