@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from textual import events
 from textual.binding import Binding
 from textual.widgets import Static
 
@@ -48,6 +49,20 @@ async def type_during_the_turn(app: HotloopApp, text: str) -> PromptInput:
     await wait_until(lambda: app.main.turn_running and app.agent is not None and app.agent.turn == 1)
     box.load_text(text)
     return box
+
+
+async def test_keys_typed_before_the_prompt_had_the_focus_are_typed_in_it(isolated_home: Path) -> None:
+    """Keys typed as the app starts reach the screen before anything has the focus, and are handled once the prompt
+    has it: typed in the prompt, in order, not dropped as keys the prompt had already taken."""
+    write_config(isolated_home, [{"text": "ok"}])
+    async with running_app() as (app, _):
+        box = app.query_one(PromptInput)
+        assert app.focused is box
+        for key in "hi there":
+            # As Textual's app hands a key to the screen when nothing has the focus: marked forwarded, so it doesn't
+            # come back to the app to go to the focused box.
+            app.main._forward_event(events.Key("space" if key == " " else key, key))
+        await wait_until(lambda: box.text == "hi there")
 
 
 async def test_enter_during_a_turn_queues_the_prompt_and_sends_it_when_the_turn_ends(isolated_home: Path) -> None:

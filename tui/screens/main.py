@@ -20,7 +20,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Footer, Input, OptionList, TextArea
+from textual.widgets import Footer, OptionList, TextArea
 from textual.worker import Worker, WorkerState
 
 from hotloop.agent.events import AgentEvent, Notice, SessionTitled, TurnFinished
@@ -301,9 +301,16 @@ class MainScreen(Screen[None]):
     def on_key(self, event: events.Key) -> None:
         """A printable key typed outside a text box goes to the prompt, never to a command.
 
-        A list keeps its own keys (the sessions list's `c` and `r`; it sends other letters to its search).
+        A list keeps its own keys (the sessions list's `c` and `r`; it sends other letters to its search). A text box
+        that can be typed in stops the keys it takes: one that arrives here while such a box has the focus was typed
+        before anything had it (as the app starts, before the first paint), and goes to the prompt too.
         """
-        if not (event.is_printable and event.character) or isinstance(self.focused, (TextArea, Input, OptionList)):
+        focused = self.focused
+        if (
+            not (event.is_printable and event.character)
+            or isinstance(focused, OptionList)
+            or (isinstance(focused, TextArea) and focused.read_only)
+        ):
             return
         self._type_in_prompt(event)
         event.stop()
