@@ -249,7 +249,8 @@ async def test_a_levels_agents_arrive_spread_over_the_ramp_in_order() -> None:
     ramp = await staggered(start, 5, over=0.2)
     assert [n for n, _ in seen] == list(range(5))
     assert all(at - first >= n * 0.04 - 0.001 for n, at in seen)
-    assert ramp >= seen[-1][1] - seen[0][1] >= 0.159
+    # The first agent may begin late on a loaded machine (its task waits for a turn of the loop), the last never early.
+    assert ramp >= seen[-1][1] - seen[0][1] and ramp >= 0.159
 
 
 async def test_agents_already_due_begin_together_rather_than_a_turn_each() -> None:
