@@ -175,8 +175,9 @@ def test_a_run_broken_by_another_chunk_reads_as_decoded() -> None:
 
 
 def test_chunks_written_over_several_lines_read_as_decoded() -> None:
-    """Chunks whose JSON spans lines (multi-line `data:`, joined by newlines), and one run where a chunk holds two
-    chunks' bytes joined by a newline: no shape with a newline in it is learned, so the run is read as decoded."""
+    """Chunks whose JSON spans lines (multi-line `data:`, joined by newlines) read as decoding reads them; in a run
+    where one chunk holds two chunks' bytes joined by a newline, that chunk is the error decoding finds, not two
+    texts of the run."""
     lines = [OPENING, *(HEAD.replace(b'"choices":', b'\n"choices":') + word + TAIL for word in WORDS), *CLOSING]
     assert at_once(lines) == each(lines) and not each(lines).problem
     datas = stream(*WORDS)
