@@ -49,7 +49,7 @@ _LIST_WORDS = re.compile(r"\b(list|ls|directory|directories|folder|tree|list_dir
 _LIST_TARGET = re.compile(
     r"\b(?:in|of|under)\s+(?:(?:the|this|that|my|our|current|working)\s+)*([\w./-]+/?)", re.IGNORECASE
 )
-_HERE = {"folder", "directory", "dir", "project", "repo", "repository", "workspace", "here", "it"}
+_HERE = frozenset({"folder", "directory", "dir", "project", "repo", "repository", "workspace", "here", "it"})
 _SEARCH_WORDS = re.compile(r"\b(grep|search|find|look for|occurrences)\b", re.IGNORECASE)
 _SEARCH_TARGET = re.compile(r"\b(?:for|of)\s+([\w.:-]+)", re.IGNORECASE)
 _EDIT_WORDS = re.compile(r"\b(fix|change|edit|update|rename|replace|correct|modify|edit_file)\b", re.IGNORECASE)
