@@ -12,7 +12,7 @@ password). A value is replaced wherever it occurs, so one too short or plain to 
 ordinary text (a local server's "EMPTY" key, "true", "us") is not masked
 (`secret_policy.maskable`): it would blank out every such word of the conversation. The
 watch adds each key it sees a client send (`add`) and masks every field of the events it hands
-on (`whole`), not only a stream's text. In a JSON line a secret is looked for as written and as
+on (`whole`), not only a stream's text, a burst of them at a time (`burst`). In a JSON line a secret is looked for as written and as
 JSON escapes it (a password with a quote in it).
 """
 
@@ -23,7 +23,7 @@ from typing import cast
 
 import msgspec
 
-from hotloop.agent.events import AgentEvent, Notice, ToolOutput, decode, encode
+from hotloop.agent.events import AgentEvent, Notice, ToolOutput, decode, encode, encode_lines
 from hotloop.providers.events import ReasoningDelta, TextDelta, ToolCallArgsDelta
 from hotloop.secret_policy import maskable
 
@@ -34,6 +34,8 @@ _Streamed = TextDelta | ReasoningDelta | ToolCallArgsDelta | ToolOutput
 # Looked up by type, not `isinstance`: every event passes here, and an `isinstance` that fails on a struct class costs
 # four times one that holds (none of these has a subclass).
 _STREAMED = frozenset({TextDelta, ReasoningDelta, ToolCallArgsDelta, ToolOutput})
+# Masked by the stream reading alone (a secret split across deltas too), not encoded whole again: their only field.
+_TEXTS = frozenset({TextDelta, ReasoningDelta})
 
 
 def _stream_of(event: _Streamed) -> tuple[str, str]:
@@ -93,6 +95,26 @@ class Masker:
             return decode(masked)
         except msgspec.MsgspecError:  # a secret that is also a number the event holds: the event can't be kept
             return Notice(level="warning", message=f"a {type(event).__name__} that held a secret was left out")
+
+    def burst(self, events: list[AgentEvent]) -> list[AgentEvent]:
+        """`events` without the secrets in any field: a stream's text masked as `events` masks it, every other event
+        as `whole` masks it. A burst (a step's start, a received block, a step's end) rarely holds a secret: one
+        encoding of all its events says whether it does, and only then is each event encoded on its own."""
+        if not self.secrets:
+            return events
+        masked: list[AgentEvent] = []
+        for event in events:
+            if type(event) in _STREAMED:
+                masked += self._streamed(cast(_Streamed, event))
+            elif self._held:
+                masked += [*self.release(), event]
+            else:
+                masked.append(event)
+        line = encode_lines([event for event in masked if type(event) not in _TEXTS])
+        for secret in self._encoded:
+            if secret in line:
+                return [event if type(event) in _TEXTS else self.whole(event) for event in masked]
+        return masked
 
     def events(self, event: AgentEvent) -> list[AgentEvent]:
         if not self.secrets:

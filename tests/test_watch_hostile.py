@@ -28,7 +28,8 @@ from test_telemetry import Receiver
 from watch_upstream import application, deep
 
 from hotloop import paths
-from hotloop.agent.events import Notice, StepFinished, ToolFinished, TurnFinished, TurnStarted
+from hotloop.agent.events import AgentEvent, Notice, StepFinished, ToolFinished, TurnFinished, TurnStarted
+from hotloop.providers.events import TextDelta
 from hotloop.sessions.export import export
 from hotloop.sessions.masking import Masker
 from hotloop.sessions.store import read_session
@@ -330,6 +331,36 @@ def test_a_secret_the_events_json_holds_as_a_number_leaves_the_event_out() -> No
     assert isinstance(left_out, Notice) and left_out.message == "a ToolFinished that held a secret was left out"
     masked = masker.whole(quoted)
     assert isinstance(masked, ToolFinished) and masked.result == "[redacted]"
+
+
+def test_a_burst_is_masked_as_its_events_are_one_by_one() -> None:
+    """A burst of events (a step's start, a block, a step's end) is checked for secrets in one encoding: one holding
+    none comes back as it was; in one holding a secret, each event is masked as it is alone (`whole`, and a delta by
+    the stream masking), a key split across two deltas of the answer too."""
+    plain: list[AgentEvent] = [
+        TurnStarted(turn=1, prompt="hi"),
+        TextDelta(text="hello", ts=1.0),
+        TurnFinished(turn=1, reason="answer", steps=1, wall=0.5),
+    ]
+    masker = Masker([KEY])
+    assert masker.burst(plain) == plain
+    burst: list[AgentEvent] = [
+        TurnStarted(turn=2, prompt=f"log in with {KEY}", ts=1.0),
+        TextDelta(text=f"your key is {KEY[:10]}", ts=1.0),
+        TextDelta(text=f"{KEY[10:]}.", ts=1.0),
+        Notice(level="warning", message=f"{KEY} refused", ts=1.0),
+    ]
+    masked = masker.burst(burst)
+    assert masked == [
+        TurnStarted(turn=2, prompt="log in with [redacted]", ts=1.0),
+        TextDelta(text="your key is ", ts=1.0),
+        TextDelta(text="[redacted].", ts=1.0),
+        Notice(level="warning", message="[redacted] refused", ts=1.0),
+    ]
+    one_by_one = Masker([KEY])
+    alone = [one_by_one.whole(shown) for event in burst for shown in one_by_one.events(event)]
+    assert [type(event) for event in alone] == [type(event) for event in masked]
+    assert "".join(event.text for event in alone if isinstance(event, TextDelta)) == "your key is [redacted]."
 
 
 SCRIPT = """

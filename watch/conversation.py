@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 
@@ -50,8 +50,8 @@ from hotloop.watch.reading import ResponseReader
 from hotloop.watch.wire import WatchedRequest
 
 Sink = Callable[[str, AgentEvent], None]
-# Masked by the masker's stream reading (a secret split across deltas too), not encoded whole again: their only field.
-_TEXTS = frozenset({TextDelta, ReasoningDelta})
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 if TYPE_CHECKING:
     from hotloop.providers.server_metrics import Residency
@@ -98,6 +98,23 @@ class _Turn:
     pending: _Open | None = None
 
 
+def _in_one_burst(method: Callable[Concatenate[Conversation, _P], _R]) -> Callable[Concatenate[Conversation, _P], _R]:
+    """What `method` emits, masked and sent on together at its end: a step's start, or its end, is one burst."""
+
+    def bursting(self: Conversation, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self._burst is not None:  # within another: its end sends them all, in order
+            return method(self, *args, **kwargs)
+        burst: list[AgentEvent] = []
+        self._burst = burst
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._burst = None
+            self._send(burst)
+
+    return bursting
+
+
 class Conversation:
     """Emits a conversation's events to its session log, then to the sink, in order."""
 
@@ -118,16 +135,25 @@ class Conversation:
         self._residency = residency
         self._explainer = CacheExplainer()
         self._turn = _Turn()
+        self._burst: list[AgentEvent] | None = None  # what a method that emits several events has emitted so far
 
     def emit(self, event: AgentEvent) -> None:
-        """`event` to the log, then the sink, its secrets masked: whatever either writes (a line, a span) is."""
-        for masked in self.masker.events(event):
-            self._emit(masked if type(masked) in _TEXTS else self.masker.whole(masked))
+        """`event` to the log, then the sink, its secrets masked: whatever either writes (a line, a span) is. Within
+        a burst (`_burst`), with the burst's other events at its end."""
+        if self._burst is not None:
+            self._burst.append(event)
+        else:
+            self._send([event])
 
-    def _emit(self, event: AgentEvent) -> None:
-        self.log.write(event)
-        self._sink(self.info.id, event)
+    def _send(self, events: list[AgentEvent]) -> None:
+        self._deliver(self.masker.burst(events))
 
+    def _deliver(self, events: list[AgentEvent]) -> None:
+        for event in events:
+            self.log.write(event)
+            self._sink(self.info.id, event)
+
+    @_in_one_burst
     def begin(self, request: WatchedRequest, started: float, started_at: float) -> None:
         """The request was answered: close what it settles (the last step's tools, a turn), open its step."""
         turn = self._turn
@@ -147,14 +173,16 @@ class Conversation:
     def model_events(self, events: list[ModelEvent]) -> None:
         """A received block's events, each run of deltas of one stream joined into one: what arrived at once is one
         log line and one masking, not one per token (a 64-token answer was 72 events)."""
-        for event in _joined(events):
-            if isinstance(event, (ProviderWarning, ServerHint)):
-                self.emit(
-                    Notice(level="warning" if isinstance(event, ProviderWarning) else "info", message=event.message)
-                )
-            else:
-                self.emit(event)
+        self._send(
+            [
+                Notice(level="warning" if isinstance(event, ProviderWarning) else "info", message=event.message)
+                if isinstance(event, (ProviderWarning, ServerHint))
+                else event
+                for event in _joined(events)
+            ]
+        )
 
+    @_in_one_burst
     def finish(self, reader: ResponseReader, cut: str = "") -> ResponseFinished:
         """The response ended (`cut`: "cancelled" if the client left before its end): its figures, and the step's end
         unless the agent has calls to run."""
@@ -199,8 +227,7 @@ class Conversation:
             pending, turn.pending = turn.pending, None
             pending.step.finish(time.perf_counter())
             self._end_turn("interrupted", time.perf_counter())
-        for held in self.masker.release():
-            self._emit(held)
+        self._deliver(self.masker.release())
         self.log.close()
 
     def _close_step(self, pending: _Open, request: WatchedRequest, started: float, started_at: float) -> None:
