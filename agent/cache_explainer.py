@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -62,8 +61,7 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-@dataclass(frozen=True)
-class WireSegments:
+class WireSegments(msgspec.Struct, frozen=True):
     """A request as another client sent it, by segment: each segment's bytes as it would be compared (a cache
     marker, which is not content, left out), the message roles, and the body as sent."""
 
@@ -74,8 +72,7 @@ class WireSegments:
     body: bytes
 
 
-@dataclass(frozen=True)
-class _Sent:
+class _Sent(msgspec.Struct, frozen=True):
     """A fingerprinted request, with what naming its changes needs."""
 
     fingerprint: Fingerprint

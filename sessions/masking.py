@@ -12,8 +12,8 @@ password). A value is replaced wherever it occurs, so one too short or plain to 
 ordinary text (a local server's "EMPTY" key, "true", "us") is not masked
 (`secret_policy.maskable`): it would blank out every such word of the conversation. The
 watch adds each key it sees a client send (`add`) and masks every field of the events it hands
-on (`whole`), not only a stream's text, a burst of them at a time (`burst`). In a JSON line a secret is looked for as written and as
-JSON escapes it (a password with a quote in it).
+on (`whole`), not only a stream's text, a burst of them at a time (`burst`). In a JSON line a
+secret is looked for as written and as JSON escapes it (a password with a quote in it).
 """
 
 from __future__ import annotations

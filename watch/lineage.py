@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 
 def chains(messages: Sequence[bytes]) -> list[int]:
     """The chained digest of every prefix of `messages`: `chains[k]` stands for the first k.
@@ -41,14 +43,16 @@ def chains(messages: Sequence[bytes]) -> list[int]:
     return chained
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     """Where a request goes: `continues` a conversation, or starts a new one (`side_of` its parent, if any) that
     `adopts` these conversations as its side requests."""
 
     continues: str = ""
     side_of: str = ""
     adopts: tuple[str, ...] = ()
+
+
+_ALONE = Placement()  # a conversation of its own, no one's side request
 
 
 @dataclass
@@ -109,7 +113,7 @@ class Lineage:
         system: str,
         messages: Sequence[bytes],
         tools: bool = False,
-        placed: Placement = Placement(),
+        placed: Placement = _ALONE,
         client: int = 0,
     ) -> None:
         """`conversation`'s latest request is this one, which was `placed` there."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -33,15 +32,13 @@ class WireError(ValueError):
     """A request body hotloop can't read; `str(error)` says why, in one line."""
 
 
-@dataclass(frozen=True)
-class ToolResult:
+class ToolResult(msgspec.Struct, frozen=True):
     call_id: str
     content: str
     is_error: bool
 
 
-@dataclass(frozen=True)
-class WatchedRequest:
+class WatchedRequest(msgspec.Struct, frozen=True):
     """A request's reading: `prompt` is set when it ends with a new user prompt (a turn starts), `results` when it
     ends with tool results (the turn goes on)."""
 
