@@ -155,7 +155,8 @@ class CacheExplainer:
         # looked up, not hashed again (blake2b took ~0.28 ms for a 100 KB system prompt on this VM; the watch's
         # lineage has already hashed the messages and the system prompt with Python's cached hash, which the
         # lookup reuses).
-        known, seen = self._wire_digests, dict[str | bytes, str]()
+        known = self._wire_digests
+        seen: dict[str | bytes, str] = {}
         segments: list[str | bytes] = [request.system, *request.tools.values(), *request.messages]
         for segment in segments:
             seen[segment] = known.get(segment) or _digest(segment.encode() if isinstance(segment, str) else segment)
