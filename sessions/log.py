@@ -10,7 +10,7 @@ but in `flush` and `close`, which wait for the disk.
 
 What SIGKILL loses: the events not yet handed over (less than a quarter second of a stream; never
 a finished step, tool or turn, which are handed over as they come) and what the writer thread had
-not yet written (typically what the last millisecond handed over; more while a disk stalls). A
+not yet written (typically what the last 20 ms handed over, `writer.GATHER`; more while a disk stalls). A
 summary older than its log is caught up from the log by its reader. A process that exits without
 closing its logs (SIGTERM handled, a return from main) still writes all it handed over: the
 writer thread is drained at exit.

@@ -12,7 +12,9 @@ the GIL from the loop (a context switch both ways, and the loop waiting for its 
 hands over meanwhile goes with that wake (and a log's hand-overs in one job, one write: `SessionLog`).
 Taken at once, the thread's wakes were ~15% of the watch's CPU (an A/B against writing on the loop);
 gathered for 10 ms, the watch switches context 3.6 times a request, not 5.1 (the hop: 3.3), and took
-1.57× the hop's CPU where it took 1.66× (`benchmarks/passthrough.py`, one run beside the other).
+1.57× the hop's CPU where it took 1.66× (`benchmarks/passthrough.py`, one run beside the other); gathered
+for 20 ms, 2.5% less CPU again (8 streams, 14 rounds interleaved with the same code at 10 ms; 50 ms took
+no more off), for twice the hand-overs SIGKILL can lose.
 Elsewhere (no loop), and when a caller waits (`done`, `settled`), the thread takes the work at once.
 """
 
@@ -31,7 +33,7 @@ from collections.abc import Callable
 
 Job = Callable[[], None]
 DRAIN_AT_EXIT = 10.0  # seconds an exiting process gives the thread to write what it was handed
-GATHER = 0.01  # seconds a wake on an event loop's ring gathers hand-overs: what SIGKILL can lose
+GATHER = 0.02  # seconds a wake on an event loop's ring gathers hand-overs: what SIGKILL can lose
 
 
 class Writer:
