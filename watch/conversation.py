@@ -146,7 +146,8 @@ class Conversation:
             self._send([event])
 
     def _send(self, events: list[AgentEvent]) -> None:
-        self._deliver(self.masker.burst(events))
+        if events:  # most answers' end completes nothing more: their last block had it all
+            self._deliver(self.masker.burst(events))
 
     def _deliver(self, events: list[AgentEvent]) -> None:
         for event in events:
