@@ -102,6 +102,19 @@ class Masker:
         encoding of all its events says whether it does, and only then is each event encoded on its own."""
         if not self.secrets:
             return events
+        masked = self._streams(events)
+        line = encode_lines([event for event in masked if type(event) not in _TEXTS])
+        for secret in self._encoded:
+            if secret in line:
+                return [event if type(event) in _TEXTS else self.whole(event) for event in masked]
+        return masked
+
+    def events(self, event: AgentEvent) -> list[AgentEvent]:
+        return self._streams([event]) if self.secrets else [event]
+
+    def _streams(self, events: list[AgentEvent]) -> list[AgentEvent]:
+        """`events` with each stream's text masked, and what a stream held written before the next event of no
+        stream."""
         masked: list[AgentEvent] = []
         for event in events:
             if type(event) in _STREAMED:
@@ -110,18 +123,7 @@ class Masker:
                 masked += [*self.release(), event]
             else:
                 masked.append(event)
-        line = encode_lines([event for event in masked if type(event) not in _TEXTS])
-        for secret in self._encoded:
-            if secret in line:
-                return [event if type(event) in _TEXTS else self.whole(event) for event in masked]
         return masked
-
-    def events(self, event: AgentEvent) -> list[AgentEvent]:
-        if not self.secrets:
-            return [event]
-        if type(event) in _STREAMED:
-            return self._streamed(cast(_Streamed, event))
-        return [*self.release(), event] if self._held else [event]
 
     def release(self) -> list[AgentEvent]:
         """What is held back, now that its streams have ended."""
