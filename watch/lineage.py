@@ -89,11 +89,11 @@ class Lineage:
             if self._lines[conversation].head == chained[length] and (not added or added[0] == "assistant"):
                 return Placement(continues=conversation)
             if length == len(messages):
-                return Placement()  # an earlier request again, whole: a new run of it, not a branch
+                return _ALONE  # an earlier request again, whole: a new run of it, not a branch
             return self._beside(key, conversation, tools)
         main = self._main.get(key) if key else None
         if main is None:
-            return Placement()
+            return _ALONE
         line = self._lines[main]
         if line.system == hash(system) and (line.tools or not tools):
             return Placement(continues=main)
