@@ -6,10 +6,10 @@ The ways to the same simulator (`hotloop sim` at zero latency, 64-token answers)
 - direct: the client to the simulator;
 - relay: a TCP relay on raw asyncio streams that copies bytes both ways and reads nothing: the floor
   of any pass-through in Python;
-- hop: a bare aiohttp reverse proxy (the watch's server and client-session settings) that forwards
+- hop: a bare aiohttp reverse proxy (the watch's server settings, and aiohttp's client) that forwards
   the request and streams the answer back, and does nothing else: the floor of an HTTP hop;
-- hop/raw: the hop with its upstream reached over raw asyncio streams (`RawUpstream`, a minimal HTTP/1.1
-  client), not aiohttp's client: what a leaner client would take off a hop, and so off the watch;
+- hop/raw: the hop with its upstream reached by the watch's own client (`watch/upstream_client.py`: HTTP/1.1
+  on asyncio's transports), not aiohttp's: what the watch's client spends, against aiohttp's;
 - watch: `hotloop watch`, which also reads, parses and logs its copy of every answer, its sessions
   written to a folder on the real disk (never tmpfs: the disk is what the issue found slow);
 - hop/uvloop, watch/uvloop: the same on uvloop's event loop, where uvloop is installed;
@@ -290,7 +290,7 @@ def main() -> None:
         met = all(mine <= theirs for mine, theirs in late.values())
         print(f"  {watch}: no first byte over 50 ms the hop doesn't have, one stream: {said}  {verdict(met)}")
     lean = cpu["hop/raw"] / cpu["hop"]
-    print(f"  a leaner client: the hop with its upstream on raw streams spent {lean:.2f}× the hop's CPU")
+    print(f"  the hop on the watch's upstream client, not aiohttp's, spent {lean:.2f}× the hop's CPU")
     print(f"load {os.getloadavg()[0]:.2f} at the end")
 
 

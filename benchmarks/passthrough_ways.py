@@ -1,5 +1,5 @@
 """The ways `benchmarks/passthrough.py` and `passthrough_instructions.py` compare, each served from a process of its
-own: the simulator, a TCP relay, a bare aiohttp hop (and one whose upstream is reached over raw streams) and the watch (on asyncio's loop or uvloop's), each process
+own: the simulator, a TCP relay, a bare aiohttp hop (and one on the watch's upstream client) and the watch (on asyncio's loop or uvloop's), each process
 reporting the CPU it spent serving (`Busy`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import multiprocessing
 import resource
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import NamedTuple
@@ -121,58 +121,13 @@ def relays(pipe: Connection, upstreams: list[str]) -> None:
     _serve(pipe, start)
 
 
-class RawUpstream:
-    """An upstream reached over raw asyncio streams, not aiohttp's client: HTTP/1.1 on kept-alive connections, the
-    answer read chunked or by its length. Only as much HTTP as the simulator speaks (no TLS, no read to the close):
-    the floor of a hop whose client does nothing but move bytes, to measure what aiohttp's client costs."""
-
-    def __init__(self, url: str) -> None:
-        self.host, _, port = url.removeprefix("http://").partition(":")
-        self.port = int(port)
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-
-    async def forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        head = [f"{request.method} {request.path_qs} HTTP/1.1", f"Host: {self.host}:{self.port}"]
-        head += [f"{name}: {value}" for name, value in request.headers.items() if name.lower() not in _HOP]
-        head.append(f"Content-Length: {len(body)}")
-        reader, writer = self._idle.pop() if self._idle else await asyncio.open_connection(self.host, self.port)
-        try:
-            response = await self._relay(request, reader, writer, "\r\n".join(head).encode() + b"\r\n\r\n" + body)
-        except BaseException:
-            writer.close()  # in an unknown state: never kept
-            raise
-        self._idle.append((reader, writer))
-        return response
-
-    async def _relay(
-        self, request: web.Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sent: bytes
-    ) -> web.StreamResponse:
-        writer.write(sent)
-        status, *lines = (await reader.readuntil(b"\r\n\r\n"))[:-4].decode().split("\r\n")
-        _, code, reason = status.split(" ", 2)
-        response = web.StreamResponse(status=int(code), reason=reason)
-        fields = [(name, value.strip()) for name, _, value in (line.partition(":") for line in lines)]
-        for name, value in fields:
-            if name.lower() not in _HOP or name.lower() == "content-length":
-                response.headers.add(name, value)
-        await response.prepare(request)
-        if any(name.lower() == "transfer-encoding" and value.lower() == "chunked" for name, value in fields):
-            while size := int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16):
-                await response.write((await reader.readexactly(size + 2))[:-2])
-            await reader.readuntil(b"\r\n")
-        else:
-            await response.write(await reader.readexactly(int(response.headers.get("content-length", 0))))
-        await response.write_eof()
-        return response
-
-    def close(self) -> None:
-        for _, writer in self._idle:
-            writer.close()
-
-
 async def start_hops(upstreams: list[str], raw: bool = False) -> tuple[list[str], Callable[[], Awaitable[None]]]:
     """A bare pass-through to each upstream: the request forwarded, the answer streamed back block by block, nothing
-    read; their URLs, and what stops them. `raw`: its upstream reached over raw streams (`RawUpstream`)."""
+    read; their URLs, and what stops them. `raw`: its upstream reached by the watch's own client (HTTP/1.1 on asyncio's
+    transports, `hotloop.watch.upstream_client`), not aiohttp's."""
+    from hotloop.watch.upstream_client import UpstreamClient
+
+    lean = UpstreamClient()
     client = aiohttp.ClientSession(
         auto_decompress=False,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
@@ -180,28 +135,20 @@ async def start_hops(upstreams: list[str], raw: bool = False) -> tuple[list[str]
         cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
     )
-    runners, urls, leans = [], [], []
+    runners, urls = [], []
     for upstream in upstreams:
-        lean = RawUpstream(upstream)
-        leans.append(lean)
 
-        async def hop(request: web.Request, upstream: str = upstream, lean: RawUpstream = lean) -> web.StreamResponse:
+        async def hop(request: web.Request, upstream: str = upstream) -> web.StreamResponse:
             body = await request.read()
-            if raw:
-                return await lean.forward(request, body)
             headers = {name: value for name, value in request.headers.items() if name.lower() not in _HOP}
+            if raw:
+                async with await lean.request(request.method, upstream, request.path_qs, headers, body) as answer:
+                    return await _relayed(request, answer.status, answer.reason, answer.headers, answer.blocks())
             async with client.request(
                 request.method, upstream + request.path_qs, data=body, headers=headers, allow_redirects=False
-            ) as answer:
-                response = web.StreamResponse(status=answer.status, reason=answer.reason)
-                for name, value in answer.headers.items():
-                    if name.lower() not in _HOP or name.lower() == "content-length":
-                        response.headers.add(name, value)
-                await response.prepare(request)
-                async for block in answer.content.iter_any():
-                    await response.write(block)
-                await response.write_eof()
-            return response
+            ) as answered:
+                blocks = answered.content.iter_any()
+                return await _relayed(request, answered.status, answered.reason or "", answered.headers, blocks)
 
         app = web.Application(client_max_size=32 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", hop)
@@ -215,11 +162,25 @@ async def start_hops(upstreams: list[str], raw: bool = False) -> tuple[list[str]
     async def stop() -> None:
         for runner in runners:
             await runner.cleanup()
-        for lean in leans:
-            lean.close()
+        await lean.close()
         await client.close()
 
     return urls, stop
+
+
+async def _relayed(
+    request: web.Request, status: int, reason: str, headers: Mapping[str, str], blocks: AsyncIterator[bytes]
+) -> web.StreamResponse:
+    """The upstream's answer streamed back to the client block by block, its per-connection headers left out."""
+    response = web.StreamResponse(status=status, reason=reason)
+    for name, value in headers.items():
+        if name.lower() not in _HOP or name.lower() == "content-length":
+            response.headers.add(name, value)
+    await response.prepare(request)
+    async for block in blocks:
+        await response.write(block)
+    await response.write_eof()
+    return response
 
 
 def hops(pipe: Connection, upstreams: list[str], uv: bool, raw: bool = False) -> None:

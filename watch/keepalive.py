@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import aiohttp
 import msgspec
 
 from hotloop.agent.events import Notice, SideRequest
@@ -30,18 +29,20 @@ from hotloop.config import KeepaliveSettings
 from hotloop.watch.conversation import Conversation
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
+from hotloop.watch.upstream_client import UpstreamClient, UpstreamFault
 from hotloop.watch.wire import WatchedRequest
 
 _ONE_HOUR = re.compile(rb'"ttl"\s*:\s*"1h"')
 CHARS_PER_TOKEN = 4  # a prefix's size when the answer didn't say it
-TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=10)  # a ping the upstream holds longer is let go
+TIMEOUT = 120.0  # seconds: a ping the upstream holds longer is let go
 
 
 @dataclass(frozen=True)
 class Held:
     """A conversation's last request as it went upstream: where, with which headers, and its body."""
 
-    url: str
+    base: str  # the upstream's URL
+    path: str  # the request's path and query under it
     headers: Mapping[str, str]
     body: bytes
     request: WatchedRequest
@@ -53,7 +54,7 @@ class WatchKeepAlive(PauseScheduler):
     def __init__(
         self,
         settings: KeepaliveSettings,
-        client: Callable[[], aiohttp.ClientSession | None],
+        client: Callable[[], UpstreamClient | None],
         lineage: Lineage,
     ) -> None:
         super().__init__(time.perf_counter)
@@ -126,19 +127,20 @@ class WatchKeepAlive(PauseScheduler):
             )
 
         try:
-            post = client.post(held.url, data=body, headers=held.headers, allow_redirects=False, timeout=TIMEOUT)
-            async with post as answer:
-                if not 200 <= answer.status < 300:
-                    said("failed", f"{info.provider} answered {answer.status} to the keep-alive's ping")
-                    return False
-                where = f"{info.provider} ({info.base_url})"
-                streamed = answer.content_type == "text/event-stream"
-                encoding = answer.headers.get("content-encoding", "")
-                reader = ResponseReader(request.protocol, request.model, where, started, streamed, encoding, 1)
-                async for block in answer.content.iter_any():
-                    reader.feed(block, self.clock())
-                reader.end(self.clock())
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            async with asyncio.timeout(TIMEOUT):
+                answer = await client.request("POST", held.base, held.path, held.headers, body)
+                async with answer:
+                    if not 200 <= answer.status < 300:
+                        said("failed", f"{info.provider} answered {answer.status} to the keep-alive's ping")
+                        return False
+                    where = f"{info.provider} ({info.base_url})"
+                    streamed = answer.content_type == "text/event-stream"
+                    encoding = answer.headers.get("content-encoding", "")
+                    reader = ResponseReader(request.protocol, request.model, where, started, streamed, encoding, 1)
+                    async for block in answer.blocks():
+                        reader.feed(block, self.clock())
+                    reader.end(self.clock())
+        except (TimeoutError, UpstreamFault, OSError) as error:
             said("failed", f"the keep-alive's ping to {info.provider} failed: {type(error).__name__}")
             return False
         except asyncio.CancelledError:

@@ -3,9 +3,9 @@ answer back as it arrives, while hotloop reads a copy.
 
 Byte for byte both ways: the request body is sent as received, with the client's own headers (its
 key among them: forwarded, and masked in everything hotloop writes); the answer's status, headers and
-body come back unchanged, compressed or not (the client session doesn't inflate; the reader inflates
-its own copy). Each block is written to the client before hotloop reads it, so reading never delays a
-byte. The request is read while the upstream works on it; one bigger than `MAX_READ`, or of unknown
+body come back unchanged, compressed or not (the upstream client, `upstream_client.py`, doesn't inflate;
+the reader inflates its own copy). Each block is written to the client before hotloop reads it, so reading
+never delays a byte. The request is read while the upstream works on it; one bigger than `MAX_READ`, or of unknown
 length, streams through as it arrives, and hotloop keeps at most `MAX_READ` bytes of it. Whatever goes
 wrong (a body that isn't JSON or is nested past any parser, one too big to read, an upstream that
 refuses or breaks off, a client that leaves mid-stream) is one line, and the pass-through goes on: an
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from hotloop.agent.events import Notice, SideOf
@@ -35,6 +34,7 @@ from hotloop.watch.conversation import Conversation, ConversationInfo, Sink
 from hotloop.watch.keepalive import Held, WatchKeepAlive
 from hotloop.watch.lineage import Lineage
 from hotloop.watch.reading import ResponseReader
+from hotloop.watch.upstream_client import UpstreamAnswer, UpstreamClient, UpstreamFault
 from hotloop.watch.upstream_faults import cause_of, refusal_said
 from hotloop.watch.wire import PROTOCOLS, WatchedRequest, WireError, agent_of, read_request
 
@@ -128,22 +128,15 @@ class Watch:
         self._open: dict[str, Conversation] = {}
         self._lineage = Lineage()
         self._runner: web.AppRunner | None = None
-        self._client: aiohttp.ClientSession | None = None
+        self._client: UpstreamClient | None = None
         self.residency: Callable[[], Residency | None] = lambda: None  # the upstream's, where a frontend scrapes it
         self.keepalive = None if keepalive is None else WatchKeepAlive(keepalive, lambda: self._client, self._lineage)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on `host:port` (0: a free port); the pass-through's root URL, which Anthropic clients take as
         their base URL (OpenAI clients add `/v1`)."""
-        # One pool, kept alive: a request after the first goes out on a warm connection, no handshake. No cookie
-        # jar: one agent's cookies are not another's, and a pass-through keeps none.
-        self._client = aiohttp.ClientSession(
-            auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            connector=aiohttp.TCPConnector(limit=0),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-        )
+        # One pool, kept alive: a request after the first goes out on a warm connection, no handshake.
+        self._client = UpstreamClient()
         app = web.Application(client_max_size=MAX_READ)
         app.router.add_route("*", "/{tail:.*}", self._forward)
         # A client that leaves cancels its handler, which closes the upstream request.
@@ -198,8 +191,8 @@ class Watch:
             body = await request.read()
             data = body if request.body_exists else None  # a GET goes on without a body, as it came
             # Hotloop reads its copy once the request is on the wire: a large body parsed first would delay the
-            # upstream by the parse. The reading is queued ahead of the request's body writer (on Python < 3.12
-            # aiohttp writes the body from a task of its own) and yields once, so it runs after the write.
+            # upstream by the parse. The reading is a task, which runs once the upstream client has written the
+            # request and waits for the answer.
             reading = asyncio.ensure_future(self._read(protocol, request, body)) if protocol is not None else None
         else:
             incoming = _Incoming(request, keep=protocol is not None and length is None)
@@ -208,10 +201,8 @@ class Watch:
                 headers["Content-Length"] = str(length)  # as the client framed it, not re-chunked
         try:
             # A redirect is the client's to follow (it would carry the key to wherever the upstream points).
-            upstream = await self._client.request(
-                request.method, target.url + request.path_qs, data=data, headers=headers, allow_redirects=False
-            )
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            upstream = await self._client.request(request.method, target.url, request.path_qs, headers, data)
+        except (TimeoutError, UpstreamFault, OSError) as error:
             line = f"cannot reach {target.name} ({target.url}): {cause_of(error)}"
             self._notice(line, "error")
             failure = {"type": "error", "error": {"type": "api_error", "message": f"hotloop watch: {line}"}}
@@ -248,7 +239,7 @@ class Watch:
                 await self._relay(request, upstream, response, opening)
                 if self.keepalive is not None and opened and body:
                     self.keepalive.answered(
-                        *opened[0], Held(target.url + request.path_qs, headers, body, watched), started
+                        *opened[0], Held(target.url, request.path_qs, headers, body, watched), started
                     )
             else:
                 kept, broke = await self._relay_refusal(request, upstream, response)
@@ -261,7 +252,6 @@ class Watch:
         return response
 
     async def _read(self, protocol: Wire, request: web.Request, body: bytes) -> WatchedRequest | None:
-        await asyncio.sleep(0)  # behind the body's writer
         return self._read_now(protocol, request, body)
 
     def _read_now(self, protocol: Wire, request: web.Request, body: bytes) -> WatchedRequest | None:
@@ -291,7 +281,7 @@ class Watch:
     async def _relay(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamAnswer,
         response: web.StreamResponse,
         opening: Callable[[], tuple[Conversation, ResponseReader]],
     ) -> None:
@@ -303,9 +293,9 @@ class Watch:
         watching = None
         ended = False
         try:
-            async for block in upstream.content.iter_any():
+            async for block in upstream.blocks():
                 arrived = time.perf_counter()
-                if upstream.content.at_eof():  # the last block came with the stream's end: one write for both
+                if upstream.at_eof():  # the last block came with the stream's end: one write for both
                     ended = True
                     await response.write_eof(block)
                 else:
@@ -318,7 +308,7 @@ class Watch:
         except ConnectionResetError:
             self._left(*(watching or opening()))
             return
-        except aiohttp.ClientError as error:
+        except UpstreamFault as error:
             conversation, reader = watching or opening()
             reader.problem = reader.problem or f"{reader.where} broke off mid-stream: {cause_of(error)}"
             conversation.finish(reader)
@@ -342,18 +332,18 @@ class Watch:
         conversation.finish(reader, cut="cancelled")
 
     async def _relay_refusal(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+        self, request: web.Request, upstream: UpstreamAnswer, response: web.StreamResponse
     ) -> tuple[bytes, str]:
         """Pass an answer hotloop doesn't read (a refusal, a model listing, an unread request's) through; the start
         of its body, to say what a refusal was, and why the upstream broke off, if it did."""
         kept = b""
         try:
-            async for block in upstream.content.iter_any():
+            async for block in upstream.blocks():
                 await response.write(block)
                 if len(kept) < _KEPT_ERROR:
                     kept += block[: _KEPT_ERROR - len(kept)]
             await response.write_eof()
-        except aiohttp.ClientError as error:
+        except UpstreamFault as error:
             _hang_up(request)
             return kept, cause_of(error)
         except ConnectionResetError:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import aiohttp
 import msgspec
-from aiohttp.http_exceptions import HttpProcessingError
 
 from hotloop.nesting import decoded
 
 
 def cause_of(error: BaseException) -> str:
-    """Why the upstream failed a request, in one line: aiohttp's exception read for what it means."""
+    """Why the upstream failed a request, in one line: the upstream client's fault as it says it, a socket's error
+    without its number."""
     if isinstance(error, TimeoutError):
         return "timed out connecting"
-    cause = error.__cause__ or error
-    if isinstance(error, aiohttp.ClientPayloadError) and isinstance(cause, HttpProcessingError):
-        return "it closed the connection before the answer's end"
-    message = getattr(cause, "message", None)  # aiohttp's own errors: their str() starts with a status code
-    text = message if isinstance(message, str) and message else str(cause) or type(cause).__name__
+    text = error.strerror if isinstance(error, OSError) and error.strerror else str(error) or type(error).__name__
     return text.strip().split("\n", 1)[0][:200]
 
 
