@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from hotloop.watch import upstream_client
 from hotloop.watch.upstream_client import HELD, MAX_HEAD, UpstreamAnswer, UpstreamClient, UpstreamFault
 
 from support import wait_until
@@ -238,3 +239,19 @@ def test_the_client_runs_on_uvloops_transports() -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(one()) == b"ok"
+
+
+async def test_a_connection_idle_past_its_time_is_closed_not_used(
+    client: UpstreamClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection idle longer than `IDLE` might be closed by its server just as a request goes out on it: it is
+    closed, and the request goes on a new one."""
+    reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    monkeypatch.setattr(upstream_client, "IDLE", -1.0)  # each connection's time is up as it is pooled
+    async with Server(reply, reply) as server:
+        first = await client.request("POST", server.base, "/", {}, b"")
+        assert await body_of(first) == b"ok"
+        second = await client.request("POST", server.base, "/", {}, b"")
+        assert await body_of(second) == b"ok"
+        assert first._connection.closed and second._connection is not first._connection
+    assert server.connections == 2

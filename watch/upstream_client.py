@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import cast
@@ -26,6 +27,9 @@ from yarl import URL
 CONNECT_TIMEOUT = 10.0  # seconds to open a connection; an answer takes as long as it takes
 MAX_HEAD = 64 * 1024  # bytes of an answer's status line and headers
 HELD = 256 * 1024  # bytes of an answer held for a client that hasn't taken them, before the upstream is paused
+# Seconds a connection waits in the pool, as aiohttp's: a server that closes one idle longer (nginx and aiohttp at 75 s)
+# can't close it just as a request goes out on it, which would fail that request.
+IDLE = 15.0
 _BODILESS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS", "TRACE"})  # no body: no Content-Length either
 
 
@@ -251,7 +255,7 @@ class UpstreamAnswer:
             sending.cancel()
         if whole and connection.reusable and not connection.closed:
             connection.answer = None
-            self._client._idle.setdefault(self._key, []).append(connection)
+            self._client._idle.setdefault(self._key, []).append((connection, time.monotonic() + IDLE))
         else:
             connection.close()
 
@@ -261,7 +265,7 @@ class UpstreamClient:
 
     def __init__(self) -> None:
         self._origins: dict[str, _Origin] = {}
-        self._idle: dict[tuple[bool, str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[bool, str, int], list[tuple[_Connection, float]]] = {}  # and when each goes
         self._tls: ssl.SSLContext | None = None
 
     async def request(
@@ -307,8 +311,10 @@ class UpstreamClient:
     async def _connection(self, origin: _Origin, key: tuple[bool, str, int]) -> _Connection:
         idle = self._idle.get(key)
         while idle:
-            connection = idle.pop()
-            if not connection.closed and connection.transport is not None and not connection.transport.is_closing():
+            connection, goes = idle.pop()
+            if goes < time.monotonic() or connection.closed:
+                connection.close()
+            elif connection.transport is not None and not connection.transport.is_closing():
                 return connection
         if origin.tls and self._tls is None:
             self._tls = ssl.create_default_context()
@@ -325,7 +331,7 @@ class UpstreamClient:
 
     async def close(self) -> None:
         for idle in self._idle.values():
-            for connection in idle:
+            for connection, _ in idle:
                 connection.close()
         self._idle.clear()
 
