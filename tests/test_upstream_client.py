@@ -4,7 +4,11 @@ HTTP as servers frame it (chunked, by length, to the close, after an interim ans
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +259,55 @@ async def test_a_connection_idle_past_its_time_is_closed_not_used(
         assert await body_of(second) == b"ok"
         assert first._connection.closed and second._connection is not first._connection
     assert server.connections == 2
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that signs itself, and its key: the files a TLS server on loopback serves."""
+    x509 = pytest.importorskip("cryptography.x509", reason="cryptography makes the test's certificate")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    (folder / "cert.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return folder / "cert.pem", folder / "key.pem"
+
+
+async def test_an_https_upstream_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An https:// upstream whose certificate no trusted authority signed is refused (a socket error, so the watch
+    says it can't reach it); trusted (`SSL_CERT_FILE`, which Python's default context reads), the request goes over
+    TLS with the upstream's name checked."""
+    certificate, key = self_signed(tmp_path)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(certificate, key)
+    server = Server(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecret")
+    listening = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=served)
+    base = f"https://127.0.0.1:{listening.sockets[0].getsockname()[1]}"
+    try:
+        untrusting = UpstreamClient()
+        with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
+            await untrusting.request("POST", base, "/v1/messages", {}, b"{}")
+        await untrusting.close()
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate))
+        trusting = UpstreamClient()
+        assert await body_of(await trusting.request("POST", base, "/v1/messages", {}, b"{}")) == b"secret"
+        await trusting.close()
+    finally:
+        listening.close()
+    assert server.requests[0][0].startswith(b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:")
