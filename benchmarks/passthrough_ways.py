@@ -1,6 +1,6 @@
 """The ways `benchmarks/passthrough.py` and `passthrough_instructions.py` compare, each served from a process of its
-own: the simulator, a TCP relay, a bare aiohttp hop (and one on the watch's upstream client) and the watch (on asyncio's loop or uvloop's), each process
-reporting the CPU it spent serving (`Busy`)."""
+own: the simulator, a TCP relay, a bare aiohttp hop (and one on the watch's upstream client) and the watch (on
+asyncio's loop or uvloop's), each process reporting the CPU it spent serving (`Busy`)."""
 
 from __future__ import annotations
 
@@ -125,9 +125,11 @@ async def start_hops(upstreams: list[str], raw: bool = False) -> tuple[list[str]
     """A bare pass-through to each upstream: the request forwarded, the answer streamed back block by block, nothing
     read; their URLs, and what stops them. `raw`: its upstream reached by the watch's own client (HTTP/1.1 on asyncio's
     transports, `hotloop.watch.upstream_client`), not aiohttp's."""
-    from hotloop.watch.upstream_client import UpstreamClient
+    lean = None
+    if raw:  # the plain hop imports nothing of hotloop
+        from hotloop.watch.upstream_client import UpstreamClient
 
-    lean = UpstreamClient()
+        lean = UpstreamClient()
     client = aiohttp.ClientSession(
         auto_decompress=False,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
@@ -141,7 +143,7 @@ async def start_hops(upstreams: list[str], raw: bool = False) -> tuple[list[str]
         async def hop(request: web.Request, upstream: str = upstream) -> web.StreamResponse:
             body = await request.read()
             headers = {name: value for name, value in request.headers.items() if name.lower() not in _HOP}
-            if raw:
+            if lean is not None:
                 async with await lean.request(request.method, upstream, request.path_qs, headers, body) as answer:
                     return await _relayed(request, answer.status, answer.reason, answer.headers, answer.blocks())
             async with client.request(
@@ -162,7 +164,8 @@ async def start_hops(upstreams: list[str], raw: bool = False) -> tuple[list[str]
     async def stop() -> None:
         for runner in runners:
             await runner.cleanup()
-        await lean.close()
+        if lean is not None:
+            await lean.close()
         await client.close()
 
     return urls, stop

@@ -204,7 +204,14 @@ class UpstreamAnswer:
     """An answer's status, reason and headers, and its body as blocks (`blocks`); leaving it (`async with`) gives
     its connection back to the pool if the answer was read to its end, else closes it."""
 
-    def __init__(self, client: UpstreamClient, key: tuple[bool, str, int], connection: _Connection) -> None:
+    def __init__(
+        self,
+        client: UpstreamClient,
+        key: tuple[bool, str, int],
+        connection: _Connection,
+        sending: asyncio.Future[None] | None,
+    ) -> None:
+        """`sending`: the body still on its way, where it streams."""
         answer = connection.answer
         assert answer is not None
         self.status = answer.status
@@ -213,8 +220,13 @@ class UpstreamAnswer:
         for name, value in answer.fields:
             headers.add(name.decode("latin-1"), value.decode("utf-8", "surrogateescape"))
         self.headers = CIMultiDictProxy(headers)
-        self.sending: asyncio.Future[None] | None = None  # the body still on its way, if it streams
-        self._client, self._key, self._connection, self._answer = client, key, connection, answer
+        self._client, self._key, self._connection, self._answer, self._sending = (
+            client,
+            key,
+            connection,
+            answer,
+            sending,
+        )
 
     @property
     def content_type(self) -> str:
@@ -249,13 +261,12 @@ class UpstreamAnswer:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        connection, sending = self._connection, self.sending
+        connection, sending = self._connection, self._sending
         whole = self._answer.ended and not self._answer.blocks and (sending is None or _sent(sending))
         if sending is not None and not sending.done():
             sending.cancel()
         if whole and connection.reusable and not connection.closed:
-            connection.answer = None
-            self._client._idle.setdefault(self._key, []).append((connection, time.monotonic() + IDLE))
+            self._client._keep(self._key, connection)
         else:
             connection.close()
 
@@ -283,13 +294,14 @@ class UpstreamClient:
         connection = await self._connection(origin, key)
         head = [f"{method} {origin.prefix}{path} HTTP/1.1", f"Host: {origin.host_header}"]
         head += [f"{name}: {value}" for name, value in headers.items()]
-        streamed = body is not None and not isinstance(body, bytes)
-        chunked = streamed and "content-length" not in {name.lower() for name in headers}
+        chunked = False
         if isinstance(body, bytes):
             head.append(f"Content-Length: {len(body)}")
-        elif body is None and method not in _BODILESS:
-            head.append("Content-Length: 0")
-        elif chunked:
+        elif body is None:
+            if method not in _BODILESS:
+                head.append("Content-Length: 0")
+        elif "content-length" not in {name.lower() for name in headers}:
+            chunked = True
             head.append("Transfer-Encoding: chunked")
         sent = "\r\n".join(head).encode("utf-8", "surrogateescape") + b"\r\n\r\n"
         answer = _Answer(asyncio.get_running_loop(), method == "HEAD")
@@ -304,9 +316,12 @@ class UpstreamClient:
                 sending.cancel()
             connection.close()
             raise
-        answered = UpstreamAnswer(self, key, connection)
-        answered.sending = sending
-        return answered
+        return UpstreamAnswer(self, key, connection, sending)
+
+    def _keep(self, key: tuple[bool, str, int], connection: _Connection) -> None:
+        """`connection`, its answer read whole, for the next request to `key` within `IDLE` seconds."""
+        connection.answer = None
+        self._idle.setdefault(key, []).append((connection, time.monotonic() + IDLE))
 
     async def _connection(self, origin: _Origin, key: tuple[bool, str, int]) -> _Connection:
         idle = self._idle.get(key)
